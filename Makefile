@@ -1,0 +1,44 @@
+# Every target bootstraps what it needs: a fresh clone runs `make test` with nothing else installed.
+SHELL := /bin/bash
+PYTHON ?= python3.11
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: setup venv system runtime lint format test test-fast bench clean
+
+setup: venv system runtime
+
+# The project venv, reinstalled whenever pyproject.toml changes.
+venv: $(STAMP)
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+# System packages the sandbox needs (root on Debian; skipped when present).
+system:
+	@command -v bwrap >/dev/null || { apt-get update -qq && apt-get install -y -qq bubblewrap; }
+	@command -v setpriv >/dev/null || { apt-get update -qq && apt-get install -y -qq util-linux; }
+
+# The sandbox runtime (a venv on Debian's python3, outside the checkout) and the slot state dir.
+runtime: $(STAMP)
+	$(BIN)/python -m trialbox.sandbox.runtime install --requirements sandbox_image/requirements.txt
+
+lint: $(STAMP)
+	$(BIN)/ruff format --check trialbox tests benchmarks
+	$(BIN)/ruff check trialbox tests benchmarks
+	$(BIN)/mypy
+
+format: $(STAMP)
+	$(BIN)/ruff format trialbox tests benchmarks
+	$(BIN)/ruff check --fix trialbox tests benchmarks
+
+test: setup lint
+	$(BIN)/pytest -q
+
+bench: setup
+	$(BIN)/python benchmarks/sandbox_overhead.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,100 @@
+"""Building blocks shared by every record: strict base model, workspace paths, file contents."""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import re
+from pathlib import PurePosixPath
+from typing import Annotated, Any
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+
+MAX_PATH_CHARS = 1024
+MAX_FILES = 10_000
+DEFAULT_FILE_MODE = 0o644
+
+
+class StrictModel(BaseModel):
+    """Unknown fields are errors: a typo in a task file must not silently change grading."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+Metadata = Annotated[dict[str, Any] | None, Field(default=None, description="free-form, kept as is")]
+
+
+def _check_relative_path(path: str) -> str:
+    if not path or len(path) > MAX_PATH_CHARS:
+        raise ValueError(f"path must be 1 to {MAX_PATH_CHARS} characters")
+    if "\x00" in path or "\\" in path:
+        raise ValueError(f"path {path!r} contains a NUL or a backslash")
+    if path.startswith("/"):
+        raise ValueError(f"path {path!r} is absolute; paths are relative to the workspace")
+    parts = path.split("/")
+    if any(part in ("", ".", "..") for part in parts):
+        raise ValueError(
+            f"path {path!r} has an empty, '.' or '..' component; it must stay inside the workspace"
+        )
+    if any(len(part.encode()) > 255 for part in parts):
+        raise ValueError(f"path {path!r} has a component longer than 255 bytes")
+    return path
+
+
+RelPath = Annotated[str, AfterValidator(_check_relative_path)]
+
+
+class EncodedFile(StrictModel):
+    """A binary or executable file: base64 content and an octal mode such as "0755"."""
+
+    base64: str
+    mode: str = Field(default="0644", pattern=r"^0?[0-7]{3}$")
+
+    @model_validator(mode="after")
+    def _decodes(self) -> EncodedFile:
+        try:
+            base64.b64decode(self.base64, validate=True)
+        except (binascii.Error, ValueError) as exc:
+            raise ValueError(f"base64 content does not decode: {exc}") from exc
+        return self
+
+    def content(self) -> bytes:
+        return base64.b64decode(self.base64)
+
+    def mode_bits(self) -> int:
+        return int(self.mode, 8) & 0o777
+
+
+FileContent = str | EncodedFile
+
+
+def file_bytes(value: FileContent) -> bytes:
+    return value.encode() if isinstance(value, str) else value.content()
+
+
+def file_mode(value: FileContent) -> int:
+    return DEFAULT_FILE_MODE if isinstance(value, str) else value.mode_bits()
+
+
+def _check_files(files: dict[str, FileContent]) -> dict[str, FileContent]:
+    if len(files) > MAX_FILES:
+        raise ValueError(f"at most {MAX_FILES} files are allowed, got {len(files)}")
+    for path in files:
+        for parent in PurePosixPath(path).parents:
+            if str(parent) != "." and str(parent) in files:
+                raise ValueError(f"{parent!s} is a file and also the directory of {path}")
+    return files
+
+
+Files = Annotated[dict[RelPath, FileContent], AfterValidator(_check_files)]
+
+ID_PATTERN = re.compile(r"^[^\x00-\x1f\x7f]{1,200}$")
+
+
+def _check_id(value: str) -> str:
+    if not ID_PATTERN.match(value):
+        raise ValueError("must be 1 to 200 characters with no control characters")
+    return value
+
+
+Identifier = Annotated[str, AfterValidator(_check_id)]

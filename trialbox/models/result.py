@@ -1,0 +1,62 @@
+"""The typed result a trainer receives, and the reward and loss-mask rules (DESIGN section 4)."""
+
+from __future__ import annotations
+
+from typing import Literal, NamedTuple
+
+from pydantic import Field
+
+from trialbox.models.common import StrictModel
+from trialbox.models.report import CommandResult, Provenance, Status, TestRecord
+
+
+class RewardRule(NamedTuple):
+    scored: bool  # True: the scorer's number; False: `fixed`
+    fixed: float | None
+    loss_mask: bool
+
+
+# The policy's failures get a number. The platform's failures never do.
+REWARD_RULES: dict[Status, RewardRule] = {
+    Status.SUCCEEDED: RewardRule(scored=True, fixed=None, loss_mask=False),
+    Status.TIMEOUT: RewardRule(scored=False, fixed=0.0, loss_mask=False),
+    Status.OOM: RewardRule(scored=False, fixed=0.0, loss_mask=False),
+    Status.INTEGRITY_VIOLATION: RewardRule(scored=False, fixed=0.0, loss_mask=False),
+    Status.REJECTED: RewardRule(scored=False, fixed=None, loss_mask=True),
+    Status.SANDBOX_ERROR: RewardRule(scored=False, fixed=None, loss_mask=True),
+}
+
+
+def reward_for(status: Status, scored_reward: float | None) -> tuple[float | None, bool]:
+    """(reward, loss_mask) for a status; `scored_reward` is used only where the rule says so."""
+    rule = REWARD_RULES[status]
+    return (scored_reward if rule.scored else rule.fixed), rule.loss_mask
+
+
+class Timings(StrictModel):
+    queued_at: float | None = None
+    started_at: float | None = None
+    finished_at: float | None = None
+
+
+class ExecutionResult(StrictModel):
+    schema_version: Literal[1] = 1
+    request_id: str | None = None
+    task_id: str | None = None
+    sample_id: str | None = None
+    status: Status
+    reward: float | None = Field(description="None unless graded and valid")
+    reward_breakdown: dict[str, float] = Field(default_factory=dict)
+    loss_mask: bool = Field(description="True: the trainer must not learn from this sample")
+    tests_passed: int = 0
+    tests_expected: int = 0
+    feedback: str = ""
+    flags: list[str] = Field(default_factory=list)
+    error: str | None = None
+    commands: list[CommandResult] = Field(default_factory=list)
+    tests: list[TestRecord] = Field(default_factory=list)
+    checkpoint: str | None = None
+    attempts: int = 1
+    timings: Timings = Field(default_factory=Timings)
+    provenance: Provenance | None = None
+    trace_uri: str | None = None

@@ -1,0 +1,101 @@
+"""What a policy produced for a task (samples.jsonl), and the request that carries it."""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, Field, model_validator
+
+from trialbox.models.common import Files, Identifier, Metadata, StrictModel
+from trialbox.models.limits import LimitOverrides
+from trialbox.models.task import Task
+
+MAX_COMMANDS = 64
+MAX_ARGV = 4096
+
+
+def _check_argv(argv: list[str]) -> list[str]:
+    if not argv or not argv[0]:
+        raise ValueError("a command is a non-empty list of strings (argv), first the program")
+    if len(argv) > MAX_ARGV or any("\x00" in arg for arg in argv):
+        raise ValueError(f"a command has at most {MAX_ARGV} arguments and no NUL characters")
+    return argv
+
+
+Argv = Annotated[list[str], AfterValidator(_check_argv)]
+
+
+class Sample(StrictModel):
+    """One line of samples.jsonl: the files a policy wrote, and optional agent-phase commands."""
+
+    schema_version: Literal[1] = 1
+    task_id: Identifier
+    sample_id: Identifier
+    files: Files = Field(default_factory=dict)
+    commands: list[Argv] = Field(default_factory=list, max_length=MAX_COMMANDS)
+    metadata: Metadata
+
+
+REQUEST_ID = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
+
+
+def _check_request_id(value: str) -> str:
+    if not REQUEST_ID.match(value):
+        raise ValueError(
+            "request_id must be 1 to 80 characters of A-Z, a-z, 0-9, '_' or '-' "
+            "(it names a Step Functions execution)"
+        )
+    return value
+
+
+RequestId = Annotated[str, AfterValidator(_check_request_id)]
+
+
+class TaskRef(StrictModel):
+    """`taskset@version/task_id`: split at the first '@', then at the first '/'."""
+
+    taskset: str
+    version: str
+    task_id: str
+
+    @classmethod
+    def parse(cls, ref: str) -> TaskRef:
+        taskset, at, rest = ref.partition("@")
+        version, slash, task_id = rest.partition("/")
+        if not (at and slash and taskset and version and task_id):
+            raise ValueError(f"task ref {ref!r} is not of the form taskset@version/task_id")
+        return cls(taskset=taskset, version=version, task_id=task_id)
+
+    def __str__(self) -> str:
+        return f"{self.taskset}@{self.version}/{self.task_id}"
+
+
+class ExecutionRequest(StrictModel):
+    """One execution: a task (by reference or inline), the policy's files and commands."""
+
+    schema_version: Literal[1] = 1
+    request_id: RequestId
+    run_id: str | None = None
+    episode_id: str | None = None
+    turn: int | None = Field(default=None, ge=0)
+    task_ref: str | None = None
+    task: Task | None = None
+    sample_id: Identifier | None = None
+    files: Files = Field(default_factory=dict)
+    base_checkpoint: str | None = None
+    commands: list[Argv] = Field(default_factory=list, max_length=MAX_COMMANDS)
+    grade: bool = True
+    limits: LimitOverrides = Field(default_factory=LimitOverrides)
+    priority: Literal["high", "normal", "low"] = "normal"
+    reply_to: str | None = None
+    tags: dict[str, str] = Field(default_factory=dict)
+    metadata: Metadata
+
+    @model_validator(mode="after")
+    def _one_task(self) -> ExecutionRequest:
+        if (self.task_ref is None) == (self.task is None):
+            raise ValueError("give exactly one of task_ref and task")
+        if self.task_ref is not None:
+            TaskRef.parse(self.task_ref)
+        return self

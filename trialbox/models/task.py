@@ -1,0 +1,140 @@
+"""A task: the prompt, starter files, hidden tests and how to grade them."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Literal
+
+from pydantic import Field, field_validator, model_validator
+
+from trialbox.models.common import Files, Identifier, Metadata, StrictModel
+from trialbox.models.limits import Limits
+
+PYTEST_PREFIXES: tuple[tuple[str, ...], ...] = (("python", "-m", "pytest"), ("pytest",))
+
+# Options that would let a task move pytest's config, plugins or report away from the runner's
+# trusted ones. Tasks never name a report path: the runner's plugin is the only report.
+FORBIDDEN_PYTEST_OPTIONS = (
+    "-p",
+    "-c",
+    "--config-file",
+    "--rootdir",
+    "--confcutdir",
+    "-o",
+    "--override-ini",
+    "--junitxml",
+    "--junit-xml",
+    "--junit-prefix",
+    "--report-log",
+    "--resultlog",
+    "--result-log",
+    "--basetemp",
+    "--import-mode",
+    "--pyargs",
+    "--noconftest",
+    "--debug",
+    "--pdb",
+    "--pdbcls",
+    "--trace",
+)
+
+
+# Short options whose value follows in the same argument ("-rfE", "-kexpr"): scanning stops there.
+_SHORT_WITH_VALUE = frozenset("kmrWn")
+
+
+def _short_cluster_forbidden(arg: str) -> bool:
+    """True for "-p..." and clusters such as "-qpfoo" that hide a forbidden short option."""
+    if not arg.startswith("-") or arg.startswith("--"):
+        return False
+    for letter in arg[1:]:
+        if f"-{letter}" in FORBIDDEN_PYTEST_OPTIONS:
+            return True
+        if letter in _SHORT_WITH_VALUE or not letter.isalpha():
+            return False
+    return False
+
+
+class Scorer(StrEnum):
+    TESTS_PASS_FRACTION = "tests_pass_fraction"
+    ALL_OR_NOTHING = "all_or_nothing"
+
+
+def pytest_args(command: list[str]) -> list[str]:
+    """The arguments after `python -m pytest` or `pytest`; raises for any other command form."""
+    for prefix in PYTEST_PREFIXES:
+        if tuple(command[: len(prefix)]) == prefix:
+            return command[len(prefix) :]
+    raise ValueError(
+        'the grading command must be ["python", "-m", "pytest", ARGS...] or ["pytest", ARGS...]'
+    )
+
+
+class GradingSpec(StrictModel):
+    command: list[str] = Field(min_length=1)
+    scorer: Scorer = Scorer.TESTS_PASS_FRACTION
+    expected_tests: list[str] | None = Field(
+        default=None, description="pytest node ids relative to the grading root"
+    )
+    timeout_s: float | None = Field(
+        default=None, gt=0, le=3600, description="defaults to limits.timeout_s"
+    )
+
+    @field_validator("command")
+    @classmethod
+    def _pytest_only(cls, command: list[str]) -> list[str]:
+        for arg in pytest_args(command):
+            name = arg.split("=", 1)[0]
+            if name in FORBIDDEN_PYTEST_OPTIONS or _short_cluster_forbidden(arg):
+                raise ValueError(
+                    f"grading option {arg!r} is not allowed: the runner sets pytest's config, "
+                    "plugins and report itself"
+                )
+        return command
+
+    @field_validator("expected_tests")
+    @classmethod
+    def _node_ids(cls, ids: list[str] | None) -> list[str] | None:
+        if ids is None:
+            return None
+        if not ids:
+            raise ValueError("must list at least one test id, or be null to use collected tests")
+        if len(set(ids)) != len(ids):
+            raise ValueError("test ids must be unique")
+        for test_id in ids:
+            if "::" not in test_id or test_id.startswith("/"):
+                raise ValueError(
+                    f"{test_id!r} is not a pytest node id such as 'tests/test_x.py::test_name'"
+                )
+        return ids
+
+
+class Task(StrictModel):
+    schema_version: Literal[1] = 1
+    task_id: Identifier
+    taskset: str | None = None
+    version: str | None = None
+    prompt: str = ""
+    workspace: Files = Field(default_factory=dict)
+    hidden_tests: Files = Field(min_length=1)
+    grading: GradingSpec
+    limits: Limits = Field(default_factory=Limits)
+    image: str | None = None
+    reference: Files | None = None
+    metadata: Metadata
+
+    @model_validator(mode="after")
+    def _expected_tests_are_hidden(self) -> Task:
+        # An expected id in a file the agent can write would let the agent grade itself.
+        for test_id in self.grading.expected_tests or []:
+            path = test_id.split("::", 1)[0]
+            if path not in self.hidden_tests:
+                raise ValueError(
+                    f"expected test {test_id!r} is not in a hidden_tests file "
+                    f"({', '.join(sorted(self.hidden_tests))})"
+                )
+        return self
+
+    @property
+    def grading_timeout_s(self) -> float:
+        return self.grading.timeout_s or self.limits.timeout_s

@@ -1,0 +1,179 @@
+"""The interface both isolation backends implement, and the supervision loop they share:
+selector-based capped output, a wall deadline, and whole-tree kill.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import selectors
+import signal
+import subprocess
+import time
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from trialbox.errors import SandboxError
+from trialbox.models.limits import Limits
+from trialbox.sandbox.output import Collector, HeadTail
+from trialbox.sandbox.slots import Slot
+
+# After the main process exits, a descendant may still hold the pipes; it is killed, and what
+# it had written is drained for at most this long.
+DRAIN_S = 0.5
+REPORT_CAP = 16 * 1024 * 1024
+KILLED_EXIT = 128 + signal.SIGKILL
+REPORT_FD_ENV = "TRIALBOX_REPORT_FD"
+
+
+@dataclass
+class CommandSpec:
+    argv: list[str]
+    workdir: Path  # host path; the command's working directory
+    role: Literal["agent", "grader"]
+    limits: Limits
+    timeout_s: float
+    env: dict[str, str]  # the complete environment inside the sandbox
+    report: bool = False  # open a pipe for the trusted plugin (grading only)
+
+
+@dataclass
+class Measured:
+    """What the backend measured itself once the process tree was gone."""
+
+    exit_code: int | None
+    cpu_s: float
+    peak_memory_mb: float
+    oom_killed: bool
+    started: bool = True  # False: the sandbox never got to exec the command
+    error: str | None = None
+
+
+@dataclass
+class Outcome:
+    exit_code: int | None
+    signal: str | None
+    timed_out: bool
+    oom_killed: bool
+    wall_s: float
+    cpu_s: float
+    peak_memory_mb: float
+    stdout: HeadTail
+    stderr: HeadTail
+    report: bytes = b""
+    report_overflowed: bool = False
+    extra: dict[str, str] = field(default_factory=dict)
+
+
+class Launched(ABC):
+    """A started sandbox. The backend owns its process tree and its measurements."""
+
+    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+        self.proc = proc
+
+    @abstractmethod
+    def kill_tree(self) -> None:
+        """SIGKILL every process the command started, wherever it went."""
+
+    def wait(self) -> int:
+        return self.proc.wait()
+
+    @abstractmethod
+    def finish(self, returncode: int) -> Measured:
+        """Called once after exit and kill: measure, then release per-command resources."""
+
+
+class Backend(ABC):
+    name: Literal["bwrap", "rlimit"]
+
+    @abstractmethod
+    def prepare_dir(self, path: Path, size_mb: int, owner: int, group: int, mode: int) -> None:
+        """Make `path` an empty directory with this owner, capped at size_mb where possible."""
+
+    @abstractmethod
+    def release_dir(self, path: Path) -> None: ...
+
+    @abstractmethod
+    def launch(self, slot: Slot, spec: CommandSpec, report_fd: int | None) -> Launched: ...
+
+    @abstractmethod
+    def sweep(self, slot: Slot) -> None:
+        """Remove everything a previous holder of the slot may have left."""
+
+    def run(self, slot: Slot, spec: CommandSpec) -> Outcome:
+        stdout, stderr = HeadTail(spec.limits.output_bytes), HeadTail(spec.limits.output_bytes)
+        report = Collector(REPORT_CAP)
+        read_fd, write_fd = os.pipe() if spec.report else (None, None)
+        if write_fd is not None:
+            spec.env = spec.env | {REPORT_FD_ENV: str(write_fd)}
+        started = time.monotonic()
+        try:
+            launched = self.launch(slot, spec, write_fd)
+        finally:
+            if write_fd is not None:
+                os.close(write_fd)
+        proc = launched.proc
+        assert proc.stdout is not None and proc.stderr is not None
+        sinks: dict[int, HeadTail | Collector] = {
+            proc.stdout.fileno(): stdout,
+            proc.stderr.fileno(): stderr,
+        }
+        if read_fd is not None:
+            sinks[read_fd] = report
+        timed_out = False
+        deadline = started + spec.timeout_s
+        with selectors.DefaultSelector() as selector:
+            for fd in sinks:
+                os.set_blocking(fd, False)
+                selector.register(fd, selectors.EVENT_READ)
+            while selector.get_map():
+                now = time.monotonic()
+                if proc.poll() is not None:
+                    # The main process is gone: whatever still holds a pipe is a leftover.
+                    launched.kill_tree()
+                    deadline = min(deadline, now + DRAIN_S)
+                if now >= deadline:
+                    if proc.poll() is None:
+                        timed_out = True
+                    launched.kill_tree()
+                    break
+                for key, _ in selector.select(timeout=min(deadline - now, 0.05)):
+                    fd = int(key.fd)
+                    try:
+                        chunk = os.read(fd, 1 << 16)
+                    except BlockingIOError:
+                        continue
+                    if chunk:
+                        sinks[fd].feed(chunk)
+                    else:
+                        selector.unregister(fd)
+        returncode = launched.wait()
+        wall_s = time.monotonic() - started
+        launched.kill_tree()
+        measured = launched.finish(returncode)
+        for stream in (proc.stdout, proc.stderr):
+            stream.close()
+        if read_fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(read_fd)
+        if not measured.started:
+            raise SandboxError(measured.error or "the sandbox failed to start the command")
+        # The runner's own kills (deadline, OOM) are known to be SIGKILL. Any other signal death
+        # shows as 128+N under bwrap, and its name stays unknown.
+        oom_killed = measured.oom_killed and not timed_out
+        killed = timed_out or (oom_killed and measured.exit_code in (None, KILLED_EXIT))
+        return Outcome(
+            exit_code=None if killed else measured.exit_code,
+            signal=signal.Signals.SIGKILL.name if killed else None,
+            timed_out=timed_out,
+            oom_killed=oom_killed,
+            wall_s=round(wall_s, 4),
+            cpu_s=round(measured.cpu_s, 4),
+            peak_memory_mb=measured.peak_memory_mb,
+            stdout=stdout,
+            stderr=stderr,
+            report=bytes(report.data),
+            report_overflowed=report.overflowed,
+        )

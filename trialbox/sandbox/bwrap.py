@@ -1,0 +1,181 @@
+"""bubblewrap backend (local, CI, laptops): every namespace, no network, a private /tmp, a
+read-only system, and a per-command cgroup. bwrap starts as the slot's unprivileged host uid:
+`bwrap --uid` launched by root would map to host uid 0.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from trialbox.errors import SandboxSetupError
+from trialbox.sandbox.backend import Backend, CommandSpec, Launched, Measured
+from trialbox.sandbox.cgroups import Cgroup, cgroup_class
+from trialbox.sandbox.config import SandboxConfig
+from trialbox.sandbox.fs import mount_tmpfs, unmount
+from trialbox.sandbox.runtime import Runtime
+from trialbox.sandbox.slots import Slot, kill_processes_of
+
+SANDBOX_WORKDIR = "/workspace"
+# The launch shim runs as root just long enough to join the cgroups, then execs setpriv.
+JOIN_SHIM = 'while [ "$1" != -- ]; do echo $$ > "$1" || exit 125; shift; done; shift; exec "$@"'
+HOST_LINKS = ("bin", "sbin", "lib", "lib64", "lib32", "libx32")
+
+
+class BwrapLaunched(Launched):
+    def __init__(self, proc: subprocess.Popen[bytes], cgroup: Cgroup, status_fd: int) -> None:
+        super().__init__(proc)
+        self.cgroup = cgroup
+        self.status_fd = status_fd
+
+    def kill_tree(self) -> None:
+        self.cgroup.kill_all()
+
+    def finish(self, returncode: int) -> Measured:
+        with os.fdopen(self.status_fd, "rb") as status:
+            documents = status.read().decode(errors="replace")
+        decoder = json.JSONDecoder()
+        seen: dict[str, object] = {}
+        text = documents.strip()
+        while text:
+            try:
+                doc, end = decoder.raw_decode(text)
+            except ValueError:
+                break
+            if isinstance(doc, dict):
+                seen.update(doc)
+            text = text[end:].strip()
+        stats = self.cgroup.stats()
+        self.cgroup.remove()
+        exit_code = seen.get("exit-code", returncode)
+        return Measured(
+            exit_code=exit_code if isinstance(exit_code, int) else returncode,
+            cpu_s=stats.cpu_s,
+            peak_memory_mb=stats.peak_memory_mb,
+            oom_killed=stats.oom_kills > 0,
+            started="child-pid" in seen,
+            error=None if "child-pid" in seen else f"bwrap failed to start (exit {returncode})",
+        )
+
+
+class BwrapBackend(Backend):
+    name = "bwrap"
+
+    def __init__(self, config: SandboxConfig, runtime: Runtime) -> None:
+        for tool in ("bwrap", "setpriv"):
+            if shutil.which(tool) is None:
+                raise SandboxSetupError(f"{tool} is not installed; run `make setup`")
+        self.config = config
+        self.runtime = runtime
+        self.cgroup_cls = cgroup_class(config.cgroup_root)
+        self.etc_dir = config.state_dir / "etc"
+        self._write_etc()
+
+    def _write_etc(self) -> None:
+        """A minimal /etc for the sandbox: no shadow, no resolv.conf, nothing of the host's."""
+        self.etc_dir.mkdir(parents=True, exist_ok=True, mode=0o755)
+        users = ["root:x:0:0:root:/root:/usr/sbin/nologin"]
+        groups = ["root:x:0:"]
+        for index in range(self.config.slots):
+            for role, uid in (("agent", 0), ("grader", 1)):
+                n = self.config.uid_base + 2 * index + uid
+                users.append(f"sandbox{n}:x:{n}:{n}:{role}:{SANDBOX_WORKDIR}:/usr/sbin/nologin")
+                groups.append(f"sandbox{n}:x:{n}:")
+        users.append("nobody:x:65534:65534:nobody:/nonexistent:/usr/sbin/nologin")
+        files = {
+            "passwd": "\n".join(users) + "\n",
+            "group": "\n".join(groups) + "\n",
+            "hosts": "127.0.0.1 localhost sandbox\n::1 localhost\n",
+            "nsswitch.conf": "passwd: files\ngroup: files\nhosts: files\n",
+        }
+        for name, text in files.items():
+            path = self.etc_dir / name
+            if not path.exists() or path.read_text() != text:
+                path.write_text(text)
+                path.chmod(0o644)
+        cache = Path("/etc/ld.so.cache")
+        if cache.exists():
+            shutil.copyfile(cache, self.etc_dir / "ld.so.cache")
+
+    def prepare_dir(self, path: Path, size_mb: int, owner: int, group: int, mode: int) -> None:
+        self.release_dir(path)
+        path.mkdir(mode=0o700)
+        mount_tmpfs(path, size_mb, owner, group, mode)
+
+    def release_dir(self, path: Path) -> None:
+        if path.exists():
+            unmount(path)
+            path.rmdir()
+
+    def sweep(self, slot: Slot) -> None:
+        self.cgroup_cls(self.config.cgroup_root, self.config.cgroup_parent, slot.cgroup_name).remove()
+        kill_processes_of(slot.uids)
+        for path in (slot.work_dir, slot.grade_dir):
+            self.release_dir(path)
+        slot.root.mkdir(parents=True, exist_ok=True)
+        slot.root.chmod(0o711)
+
+    def _bwrap_args(self, spec: CommandSpec, status_fd: int) -> list[str]:
+        args = [
+            "bwrap",
+            "--unshare-all",
+            "--unshare-user",
+            "--disable-userns",
+            "--die-with-parent",
+            "--new-session",
+            "--hostname",
+            "sandbox",
+            "--ro-bind",
+            "/usr",
+            "/usr",
+        ]
+        for name in HOST_LINKS:
+            host = Path("/") / name
+            if host.is_symlink():
+                args += ["--symlink", os.readlink(host), str(host)]
+            elif host.is_dir():
+                args += ["--ro-bind", str(host), str(host)]
+        root = str(self.runtime.root)
+        workspace_bind = "--bind" if spec.role == "agent" else "--ro-bind"
+        args += ["--ro-bind", str(self.etc_dir), "/etc", "--ro-bind", root, root]
+        args += ["--proc", "/proc", "--dev", "/dev"]
+        args += ["--size", str(spec.limits.disk_mb * 1024 * 1024), "--tmpfs", "/tmp"]
+        args += [workspace_bind, str(spec.workdir), SANDBOX_WORKDIR, "--chdir", SANDBOX_WORKDIR]
+        args += ["--clearenv"]
+        for key, value in spec.env.items():
+            args += ["--setenv", key, value]
+        args += ["--json-status-fd", str(status_fd), "--"]
+        return args
+
+    def launch(self, slot: Slot, spec: CommandSpec, report_fd: int | None) -> Launched:
+        uid = slot.agent_uid if spec.role == "agent" else slot.grader_uid
+        cgroup = self.cgroup_cls(self.config.cgroup_root, self.config.cgroup_parent, slot.cgroup_name)
+        cgroup.create(spec.limits.memory_mb, spec.limits.pids, spec.limits.cpus)
+        status_r, status_w = os.pipe()
+        drop = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
+        drop += ["--no-new-privs", "--inh-caps=-all", "--"]
+        argv = ["/bin/sh", "-c", JOIN_SHIM, "sh", *map(str, cgroup.procs_files), "--"]
+        argv += drop + self._bwrap_args(spec, status_w) + spec.argv
+        fds = [status_w] + ([report_fd] if report_fd is not None else [])
+        try:
+            proc = subprocess.Popen(
+                argv,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                pass_fds=fds,
+                env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
+                start_new_session=True,
+            )
+        except BaseException:
+            os.close(status_r)
+            with contextlib.suppress(SandboxSetupError):
+                cgroup.remove()
+            raise
+        finally:
+            os.close(status_w)
+        return BwrapLaunched(proc, cgroup, status_r)

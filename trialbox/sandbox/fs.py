@@ -1,0 +1,212 @@
+"""Workspace files without trusting the workspace: every open is relative to a directory fd
+and refuses symlinks (O_NOFOLLOW), so a link planted by the agent (`tests -> /etc`) can never
+make the runner, which is root, read or write outside the tree.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import ctypes.util
+import io
+import os
+import stat
+import tarfile
+from collections.abc import Callable, Iterator
+from pathlib import Path, PurePosixPath
+from typing import NamedTuple
+
+from trialbox.errors import SandboxSetupError
+from trialbox.models.common import FileContent, file_bytes, file_mode
+
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+READ_FLAGS = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+CREATE_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+MNT_DETACH = 2
+
+_libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+
+
+def mount_tmpfs(path: Path, size_mb: int, uid: int, gid: int, mode: int) -> None:
+    """A size-capped tmpfs (ENOSPC when full), mounted on the host so it outlives the sandbox."""
+    options = f"size={size_mb}m,uid={uid},gid={gid},mode={mode:o},nr_inodes=65536"
+    flags = 0x2 | 0x4  # MS_NOSUID | MS_NODEV (not MS_NOEXEC: agents run their own scripts)
+    if _libc.mount(b"tmpfs", str(path).encode(), b"tmpfs", flags, options.encode()) != 0:
+        err = ctypes.get_errno()
+        raise SandboxSetupError(f"cannot mount a tmpfs on {path}: {os.strerror(err)}")
+
+
+def unmount(path: Path) -> None:
+    while os.path.ismount(path):
+        if _libc.umount2(str(path).encode(), MNT_DETACH) != 0:
+            err = ctypes.get_errno()
+            raise SandboxSetupError(f"cannot unmount {path}: {os.strerror(err)}")
+
+
+def _open_dirs(root_fd: int, parts: tuple[str, ...], uid: int, gid: int) -> int:
+    """Open (creating as needed) the directory chain under root_fd, refusing symlinks."""
+    fd = os.dup(root_fd)
+    for part in parts:
+        try:
+            os.mkdir(part, 0o755, dir_fd=fd)
+            os.chown(part, uid, gid, dir_fd=fd, follow_symlinks=False)
+        except FileExistsError:
+            pass
+        try:
+            next_fd = os.open(part, DIR_FLAGS, dir_fd=fd)
+        finally:
+            os.close(fd)
+        fd = next_fd
+    return fd
+
+
+def write_files(root: Path, files: dict[str, FileContent], uid: int, gid: int) -> None:
+    """Write files under `root`, replacing existing regular files, owned by uid:gid.
+
+    Raises OSError (ELOOP/ENOTDIR) if a path crosses a symlink or a non-directory.
+    """
+    root_fd = os.open(root, DIR_FLAGS)
+    try:
+        for rel, content in files.items():
+            path = PurePosixPath(rel)
+            dir_fd = _open_dirs(root_fd, path.parts[:-1], uid, gid)
+            try:
+                _replace_file(dir_fd, path.name, file_bytes(content), file_mode(content), uid, gid)
+            finally:
+                os.close(dir_fd)
+    finally:
+        os.close(root_fd)
+
+
+def _replace_file(dir_fd: int, name: str, data: bytes, mode: int, uid: int, gid: int) -> None:
+    try:
+        info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+    except FileNotFoundError:
+        pass
+    else:
+        if stat.S_ISDIR(info.st_mode):
+            raise IsADirectoryError(f"{name} is a directory")
+        os.unlink(name, dir_fd=dir_fd)  # a symlink or file: the new file replaces it, unfollowed
+    fd = os.open(name, CREATE_FLAGS, mode, dir_fd=dir_fd)
+    try:
+        os.fchown(fd, uid, gid)
+        os.fchmod(fd, mode)
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
+
+
+class Entry(NamedTuple):
+    path: str  # relative to the walked root
+    info: os.stat_result  # lstat
+    fd: int | None  # an open read fd for a regular file
+    link: str | None  # the target of a symlink (read, never followed)
+
+
+def walk_nofollow(root: Path) -> Iterator[Entry]:
+    """Yield every entry under root without following links. Regular files come with an open
+    read fd (closed after the consumer resumes); directories and others with None."""
+    root_fd = os.open(root, DIR_FLAGS)
+    try:
+        yield from _walk(root_fd, "")
+    finally:
+        os.close(root_fd)
+
+
+def _walk(dir_fd: int, prefix: str) -> Iterator[Entry]:
+    with os.scandir(dir_fd) as entries:
+        names = sorted(entry.name for entry in entries)
+    for name in names:
+        rel = f"{prefix}{name}"
+        try:
+            info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
+        except FileNotFoundError:
+            continue
+        if stat.S_ISDIR(info.st_mode):
+            yield Entry(rel, info, None, None)
+            child = os.open(name, DIR_FLAGS, dir_fd=dir_fd)
+            try:
+                yield from _walk(child, f"{rel}/")
+            finally:
+                os.close(child)
+        elif stat.S_ISREG(info.st_mode):
+            fd = os.open(name, READ_FLAGS, dir_fd=dir_fd)
+            try:
+                if stat.S_ISREG(os.fstat(fd).st_mode):  # still the file we looked at
+                    yield Entry(rel, info, fd, None)
+            finally:
+                os.close(fd)
+        elif stat.S_ISLNK(info.st_mode):
+            yield Entry(rel, info, None, os.readlink(name, dir_fd=dir_fd))
+        else:
+            yield Entry(rel, info, None, None)
+
+
+def read_fd(fd: int) -> bytes:
+    chunks = []
+    while chunk := os.read(fd, 1 << 20):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+Skip = Callable[[str, bool], str | None]  # (relative path, is_dir) -> reason to leave it out
+
+
+def copy_tree(src: Path, dst: Path, skip: Skip, uid: int, gid: int) -> list[tuple[str, str]]:
+    """Copy regular files and directories from src into dst (which must exist). Links, fifos,
+    sockets and devices are never copied. Returns (path, reason) for everything left out."""
+    left_out: list[tuple[str, str]] = []
+    skipped_dirs: list[str] = []
+    dst_fd = os.open(dst, DIR_FLAGS)
+    try:
+        for rel, info, fd, _ in walk_nofollow(src):
+            if any(rel.startswith(f"{d}/") for d in skipped_dirs):
+                continue
+            is_dir = stat.S_ISDIR(info.st_mode)
+            if not is_dir and fd is None:
+                kind = "symlink" if stat.S_ISLNK(info.st_mode) else "special file"
+                left_out.append((rel, f"{kind}: not copied into the grading tree"))
+                continue
+            reason = skip(rel, is_dir)
+            if reason:
+                left_out.append((rel, reason))
+                if is_dir:
+                    skipped_dirs.append(rel)
+                continue
+            parts = PurePosixPath(rel).parts
+            if is_dir:
+                os.close(_open_dirs(dst_fd, parts, uid, gid))
+                continue
+            assert fd is not None
+            parent = _open_dirs(dst_fd, parts[:-1], uid, gid)
+            try:
+                mode = 0o755 if info.st_mode & 0o111 else 0o644
+                _replace_file(parent, parts[-1], read_fd(fd), mode, uid, gid)
+            finally:
+                os.close(parent)
+    finally:
+        os.close(dst_fd)
+    return left_out
+
+
+def checkpoint(root: Path) -> bytes:
+    """A tar.gz of the workspace. Links are stored as links, never followed."""
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for rel, info, fd, link in walk_nofollow(root):
+            member = tarfile.TarInfo(rel)
+            member.mode = info.st_mode & 0o777
+            member.mtime = int(info.st_mtime)
+            if stat.S_ISDIR(info.st_mode):
+                member.type = tarfile.DIRTYPE
+                tar.addfile(member)
+            elif fd is not None:
+                data = read_fd(fd)
+                member.size = len(data)
+                tar.addfile(member, io.BytesIO(data))
+            elif link is not None:
+                member.type = tarfile.SYMTYPE
+                member.linkname = link
+                tar.addfile(member)
+    return buffer.getvalue()

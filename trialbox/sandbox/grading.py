@@ -1,0 +1,211 @@
+"""The grading phase's pure parts: which workspace files are hijack points, how the grading
+command is rewritten, and how the trusted plugin's report is folded into per-test outcomes and
+cross-checked against pytest's exit code and the expected ids.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path, PurePosixPath
+
+from trialbox.models.report import Neutralized, TestOutcome, TestRecord
+from trialbox.models.task import pytest_args
+from trialbox.sandbox.runtime import PLUGIN_MODULE, Runtime
+
+# `test` is the stdlib's own test suite, and also the most common name for a project's tests.
+ALWAYS_PROTECTED = frozenset({"pytest", "_pytest", "pluggy", "py", "iniconfig", "packaging"})
+NOT_PROTECTED = frozenset({"test", "__main__"})
+STARTUP_HOOKS = frozenset({"sitecustomize.py", "usercustomize.py"})
+PYTEST_CONFIGS = frozenset({"pytest.ini", ".pytest.ini"})
+
+
+def protected_modules(runtime: Runtime) -> frozenset[str]:
+    """Top-level names a workspace file must not shadow: the stdlib, pytest and its plugins, and
+    every package installed in the sandbox runtime."""
+    names = set(sys.stdlib_module_names) | ALWAYS_PROTECTED
+    for site in runtime.root.glob("lib/python*/site-packages"):
+        for entry in site.iterdir():
+            if entry.name.endswith((".dist-info", ".egg-info", ".pth")):
+                continue
+            names.add(entry.name.split(".", 1)[0])
+    return frozenset(names - NOT_PROTECTED)
+
+
+@dataclass(frozen=True)
+class HijackFilter:
+    """Decides what of the agent's workspace stays out of the grading tree."""
+
+    source: Path
+    protected: frozenset[str]
+    trusted: frozenset[str]  # paths the task itself provides (starter files, hidden tests)
+
+    def __call__(self, rel: str, is_dir: bool) -> str | None:
+        name = PurePosixPath(rel).name
+        if is_dir:
+            if name == "__pycache__":
+                return "bytecode cache"
+            if name in self.protected and (self.source / rel / "__init__.py").is_file():
+                return f"package shadows the module {name!r}"
+            return None
+        if name == "conftest.py":
+            return "conftest.py can rewrite pytest's behaviour"
+        if name in PYTEST_CONFIGS:
+            return "pytest config (the grader uses its own)"
+        if name in STARTUP_HOOKS or name.endswith(".pth"):
+            return "python startup hook"
+        if name.endswith((".pyc", ".pyo")):
+            return "bytecode"
+        module = name.split(".", 1)[0]
+        # A starter file the task itself named (say `queue.py`) is the agent's to edit.
+        if name.endswith((".py", ".so")) and module in self.protected and rel not in self.trusted:
+            return f"shadows the module {module!r}"
+        return None
+
+
+def grading_argv(command: list[str], runtime: Runtime, root: str) -> list[str]:
+    """`python -P -m pytest` with the trusted plugin and config; the task's args come last."""
+    return [
+        "python",
+        "-P",
+        "-m",
+        "pytest",
+        "-p",
+        PLUGIN_MODULE,
+        "-c",
+        str(runtime.pytest_ini),
+        f"--rootdir={root}",
+        f"--confcutdir={root}",
+        *pytest_args(command),
+    ]
+
+
+def grading_env(base: dict[str, str], runtime: Runtime, nonce: str, root: str) -> dict[str, str]:
+    """The backend adds TRIALBOX_REPORT_FD once it has opened the report pipe."""
+    return base | {
+        "PYTHONPATH": str(runtime.plugin_dir),
+        "TRIALBOX_REPORT_NONCE": nonce,
+        "TRIALBOX_GRADING_ROOT": root,
+    }
+
+
+@dataclass
+class _Phases:
+    reports: dict[str, dict[str, object]] = field(default_factory=dict)
+
+    def outcome(self) -> tuple[TestOutcome, float, str | None]:
+        setup, call, teardown = (self.reports.get(w) for w in ("setup", "call", "teardown"))
+        duration = sum(float(str(r.get("duration") or 0)) for r in self.reports.values())
+        outcome, message = TestOutcome.ERROR, "the test reported no call phase"
+        if setup and setup["outcome"] == "failed":
+            outcome, message = TestOutcome.ERROR, _text(setup)
+        elif setup and setup["outcome"] == "skipped":
+            outcome = TestOutcome.XFAILED if setup.get("wasxfail") else TestOutcome.SKIPPED
+            message = _text(setup)
+        elif call:
+            message = _text(call)
+            if call["outcome"] == "passed":
+                outcome = TestOutcome.XPASSED if call.get("wasxfail") else TestOutcome.PASSED
+            elif call["outcome"] == "skipped":
+                outcome = TestOutcome.XFAILED if call.get("wasxfail") else TestOutcome.SKIPPED
+            else:
+                outcome = TestOutcome.FAILED
+        if teardown and teardown["outcome"] == "failed":
+            outcome, message = TestOutcome.ERROR, _text(teardown)
+        return outcome, round(duration, 4), message
+
+
+def _text(report: dict[str, object]) -> str | None:
+    message = report.get("message")
+    return str(message) if message else None
+
+
+@dataclass
+class Collated:
+    tests: list[TestRecord]
+    expected: list[str]
+    anomalies: list[str]
+    pytest_exit_code: int | None
+
+
+def collate(
+    report: bytes,
+    nonce: str,
+    expected_tests: list[str] | None,
+    hidden_paths: Iterable[str],
+    exit_code: int | None,
+    overflowed: bool = False,
+) -> Collated:
+    """Fold the plugin's events into outcomes. Expected ids that never ran are `missing`."""
+    anomalies: list[str] = []
+    phases: dict[str, _Phases] = {}
+    collected: list[str] = []
+    collect_errors: list[TestRecord] = []
+    finish: int | None = None
+    foreign = 0
+    for line in report.splitlines():
+        try:
+            event = json.loads(line)
+        except ValueError:
+            foreign += 1
+            continue
+        if not isinstance(event, dict) or event.get("nonce") != nonce:
+            foreign += 1
+            continue
+        kind = event.get("event")
+        if kind == "collected":
+            collected = [str(i) for i in event.get("ids", [])]
+        elif kind == "collect_error":
+            collect_errors.append(
+                TestRecord(
+                    test_id=str(event.get("id") or "(collection)"),
+                    outcome=TestOutcome.ERROR,
+                    message=_text(event),
+                )
+            )
+        elif kind == "test":
+            test = phases.setdefault(str(event.get("id")), _Phases())
+            when = str(event.get("when"))
+            if when in test.reports:
+                anomalies.append(f"duplicate_report: {event.get('id')} {when}")
+            test.reports[when] = event
+        elif kind == "finish":
+            finish = int(event.get("exitstatus", -1))
+    if foreign:
+        anomalies.append(f"foreign_report_lines: {foreign} line(s) without the run's nonce ignored")
+    if overflowed:
+        anomalies.append("report_overflow: the plugin's report exceeded its cap")
+    if finish is None:
+        anomalies.append("session_incomplete: pytest stopped before the end of its session")
+    elif exit_code is not None and finish != exit_code:
+        anomalies.append(f"exit_code_mismatch: pytest reported {finish}, the process exited {exit_code}")
+    outcomes = {test_id: test.outcome() for test_id, test in phases.items()}
+    if exit_code == 0 and any(
+        o[0] in (TestOutcome.FAILED, TestOutcome.ERROR) for o in outcomes.values()
+    ):
+        anomalies.append("exit_zero_with_failures: pytest exited 0 although tests failed")
+
+    hidden = set(hidden_paths)
+    if expected_tests is None:
+        expected = [i for i in collected if i.split("::", 1)[0] in hidden]
+    else:
+        expected = list(expected_tests)
+    tests = []
+    for test_id in expected:
+        if test_id in outcomes:
+            outcome, duration, message = outcomes[test_id]
+            tests.append(TestRecord(test_id=test_id, outcome=outcome, duration_s=duration, message=message))
+        else:
+            tests.append(TestRecord(test_id=test_id, outcome=TestOutcome.MISSING, message="not run"))
+    listed = set(expected)
+    for test_id, (outcome, duration, message) in outcomes.items():
+        if test_id not in listed:
+            tests.append(TestRecord(test_id=test_id, outcome=outcome, duration_s=duration, message=message))
+    tests.extend(collect_errors)
+    return Collated(tests=tests, expected=expected, anomalies=anomalies, pytest_exit_code=exit_code)
+
+
+def neutralized(left_out: list[tuple[str, str]]) -> list[Neutralized]:
+    return [Neutralized(path=path, reason=reason) for path, reason in left_out]

@@ -1,0 +1,214 @@
+"""The runner: materialize, agent phase, checkpoint, grading phase, raw run report
+(DESIGN section 5). The same steps run under either isolation backend."""
+
+from __future__ import annotations
+
+import secrets
+from pathlib import Path
+
+from trialbox import __version__
+from trialbox.errors import SandboxError
+from trialbox.models.common import FileContent, file_bytes
+from trialbox.models.limits import Limits
+from trialbox.models.report import (
+    CommandResult,
+    GradingReport,
+    Provenance,
+    RunReport,
+    Status,
+)
+from trialbox.models.sample import Sample
+from trialbox.models.task import Task
+from trialbox.sandbox import fs
+from trialbox.sandbox.backend import Backend, CommandSpec, Outcome
+from trialbox.sandbox.bwrap import SANDBOX_WORKDIR, BwrapBackend
+from trialbox.sandbox.config import SandboxConfig
+from trialbox.sandbox.env import sandbox_env
+from trialbox.sandbox.grading import (
+    HijackFilter,
+    collate,
+    grading_argv,
+    grading_env,
+    neutralized,
+    protected_modules,
+)
+from trialbox.sandbox.rlimit import RlimitBackend
+from trialbox.sandbox.runtime import Runtime
+from trialbox.sandbox.slots import Slot, SlotPool, kill_processes_of
+
+MiB = 1024 * 1024
+
+
+def command_status(outcome: Outcome) -> Status:
+    if outcome.timed_out:
+        return Status.TIMEOUT
+    if outcome.oom_killed:
+        return Status.OOM
+    return Status.SUCCEEDED
+
+
+def command_result(phase: str, argv: list[str], outcome: Outcome) -> CommandResult:
+    return CommandResult.model_validate(
+        {
+            "phase": phase,
+            "argv": argv,
+            "status": command_status(outcome),
+            "exit_code": outcome.exit_code,
+            "signal": outcome.signal,
+            "timed_out": outcome.timed_out,
+            "oom_killed": outcome.oom_killed,
+            "wall_s": outcome.wall_s,
+            "cpu_s": outcome.cpu_s,
+            "peak_memory_mb": outcome.peak_memory_mb,
+            "stdout": outcome.stdout.text(),
+            "stderr": outcome.stderr.text(),
+            "stdout_truncated": outcome.stdout.truncated,
+            "stderr_truncated": outcome.stderr.truncated,
+        }
+    )
+
+
+class Runner:
+    def __init__(self, config: SandboxConfig | None = None) -> None:
+        self.config = config or SandboxConfig.from_env()
+        self.runtime = Runtime.load(self.config.runtime_dir)
+        self.backend: Backend = (
+            BwrapBackend(self.config, self.runtime)
+            if self.config.backend == "bwrap"
+            else RlimitBackend(self.config, self.runtime)
+        )
+        self.slots = SlotPool(self.config, self.backend.sweep)
+        self.slots.sweep_idle()  # what a killed runner left behind
+        self.protected = protected_modules(self.runtime)
+
+    def _sandbox_path(self, host: Path) -> str:
+        return SANDBOX_WORKDIR if self.backend.name == "bwrap" else str(host)
+
+    def provenance(self, limits: Limits, grading_timeout_s: float | None = None) -> Provenance:
+        return Provenance(
+            runner_version=__version__,
+            backend=self.backend.name,
+            runtime_version=self.runtime.version,
+            runtime_hash=self.runtime.hash,
+            limits=limits,
+            grading_timeout_s=grading_timeout_s,
+        )
+
+    def _agent_spec(self, argv: list[str], slot: Slot, limits: Limits) -> CommandSpec:
+        env = sandbox_env(self.runtime, self._sandbox_path(slot.work_dir), limits)
+        return CommandSpec(argv, slot.work_dir, "agent", limits, limits.timeout_s, env)
+
+    def exec(self, argv: list[str], limits: Limits, files_dir: Path | None = None) -> CommandResult:
+        """One command in a fresh sandbox (`trialbox sandbox exec`)."""
+        limits, _ = limits.effective()
+        with self.slots.acquire() as slot:
+            self.backend.prepare_dir(slot.work_dir, limits.disk_mb, slot.agent_uid, slot.agent_uid, 0o700)
+            if files_dir is not None:
+                fs.copy_tree(files_dir, slot.work_dir, lambda *_: None, slot.agent_uid, slot.agent_uid)
+            outcome = self.backend.run(slot, self._agent_spec(argv, slot, limits))
+        return command_result("exec", argv, outcome)
+
+    def run(
+        self,
+        task: Task,
+        sample: Sample,
+        limits: Limits | None = None,
+        grade: bool = True,
+        checkpoint_to: Path | None = None,
+    ) -> RunReport:
+        """Agent phase, then grading. Never raises for the sandbox's own failures: the report
+        then has status `sandbox_error` and says why."""
+        limits, notes = (limits or task.limits).effective()
+        grading_timeout = task.grading_timeout_s if grade else None
+        commands: list[CommandResult] = []
+        try:
+            with self.slots.acquire() as slot:
+                grading = self._run_in_slot(slot, task, sample, limits, grade, commands, checkpoint_to)
+        except (SandboxError, OSError) as exc:
+            return RunReport(
+                task_id=task.task_id,
+                sample_id=sample.sample_id,
+                status=Status.SANDBOX_ERROR,
+                commands=commands,
+                grading=None,
+                notes=notes,
+                error=f"{type(exc).__name__}: {exc}",
+                provenance=self.provenance(limits, grading_timeout),
+            )
+        if grading is not None:
+            status = grading[1]
+        else:
+            status = next((c.status for c in commands if c.status != Status.SUCCEEDED), Status.SUCCEEDED)
+        return RunReport(
+            task_id=task.task_id,
+            sample_id=sample.sample_id,
+            status=status,
+            commands=commands,
+            grading=grading[0] if grading else None,
+            notes=notes,
+            provenance=self.provenance(limits, grading_timeout),
+        )
+
+    def _run_in_slot(
+        self,
+        slot: Slot,
+        task: Task,
+        sample: Sample,
+        limits: Limits,
+        grade: bool,
+        commands: list[CommandResult],
+        checkpoint_to: Path | None,
+    ) -> tuple[GradingReport, Status] | None:
+        uid = slot.agent_uid
+        self.backend.prepare_dir(slot.work_dir, limits.disk_mb, uid, uid, 0o700)
+        # Nothing has run in the fresh workspace yet, so nothing there can be a planted link.
+        fs.write_files(slot.work_dir, task.workspace, uid, uid)
+        fs.write_files(slot.work_dir, sample.files, uid, uid)
+        for argv in sample.commands:
+            outcome = self.backend.run(slot, self._agent_spec(argv, slot, limits))
+            commands.append(command_result("agent", argv, outcome))
+        kill_processes_of((uid,))  # the agent's leftovers, before anything reads its files
+        if checkpoint_to is not None:
+            checkpoint_to.write_bytes(fs.checkpoint(slot.work_dir))
+        if not grade:
+            return None
+        return self._grade(slot, task, limits, commands)
+
+    def _grade(
+        self, slot: Slot, task: Task, limits: Limits, commands: list[CommandResult]
+    ) -> tuple[GradingReport, Status]:
+        hidden_mb = sum(len(file_bytes(c)) for c in task.hidden_tests.values()) // MiB
+        self.backend.prepare_dir(slot.grade_dir, limits.disk_mb + hidden_mb + 1, 0, 0, 0o755)
+        trusted = frozenset(task.workspace) | frozenset(task.hidden_tests)
+        skip = HijackFilter(slot.work_dir, self.protected, trusted)
+        left_out = fs.copy_tree(slot.work_dir, slot.grade_dir, skip, 0, 0)
+        # Root-owned and mode 644/755: readable, never writable, by the grader's uid.
+        fs.write_files(slot.grade_dir, dict[str, FileContent](task.hidden_tests), 0, 0)
+        root = self._sandbox_path(slot.grade_dir)
+        argv = grading_argv(task.grading.command, self.runtime, root)
+        nonce = secrets.token_hex(16)
+        env = sandbox_env(self.runtime, root, limits)
+        env = grading_env(env, self.runtime, nonce, root)
+        spec = CommandSpec(argv, slot.grade_dir, "grader", limits, task.grading_timeout_s, env, True)
+        outcome = self.backend.run(slot, spec)
+        result = command_result("grading", argv, outcome)
+        commands.append(result)
+        collated = collate(
+            outcome.report,
+            nonce,
+            task.grading.expected_tests,
+            task.hidden_tests,
+            outcome.exit_code,
+            outcome.report_overflowed,
+        )
+        report = GradingReport(
+            command=argv,
+            pytest_exit_code=outcome.exit_code,
+            tests=collated.tests,
+            expected_tests=collated.expected,
+            expected_tests_unknown=task.grading.expected_tests is None,
+            neutralized=neutralized(left_out),
+            anomalies=collated.anomalies,
+        )
+        return report, result.status
+

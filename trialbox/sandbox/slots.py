@@ -1,0 +1,140 @@
+"""Machine-wide sandbox slots. A slot is a pair of unprivileged uids (agent, grader) and two
+directories. Tests, the demo and workers can run at once, so slots are claimed with lock files;
+whoever claims a slot first removes what a killed runner left in it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import random
+import signal
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from trialbox.errors import SandboxSetupError
+from trialbox.sandbox.config import SandboxConfig
+
+
+@dataclass(frozen=True)
+class Slot:
+    index: int
+    agent_uid: int
+    grader_uid: int
+    root: Path
+
+    @property
+    def work_dir(self) -> Path:
+        return self.root / "work"
+
+    @property
+    def grade_dir(self) -> Path:
+        return self.root / "grade"
+
+    @property
+    def cgroup_name(self) -> str:
+        return f"slot-{self.index}"
+
+    @property
+    def uids(self) -> tuple[int, int]:
+        return (self.agent_uid, self.grader_uid)
+
+
+def processes_of(uids: tuple[int, ...]) -> list[int]:
+    """Host pids whose real uid is one of `uids` (read from /proc)."""
+    found = []
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        with contextlib.suppress(OSError):
+            if os.stat(entry.path).st_uid in uids:
+                found.append(int(entry.name))
+    return found
+
+
+def kill_processes_of(uids: tuple[int, ...]) -> None:
+    for _ in range(100):
+        pids = processes_of(uids)
+        if not pids:
+            return
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signal.SIGKILL)
+        time.sleep(0.005)
+
+
+class SlotPool:
+    def __init__(self, config: SandboxConfig, sweep: Callable[[Slot], None]) -> None:
+        self.config = config
+        self.sweep = sweep
+        self.slots_dir = config.state_dir / "slots"
+        self.locks_dir = config.state_dir / "locks"
+
+    def slot(self, index: int) -> Slot:
+        uid = self.config.uid_base + 2 * index
+        return Slot(index, uid, uid + 1, self.slots_dir / str(index))
+
+    def _ensure_dirs(self) -> None:
+        try:
+            for path in (self.config.state_dir, self.slots_dir):
+                path.mkdir(parents=True, exist_ok=True)
+                path.chmod(0o711)  # traversable by the slot uids, listable by nobody
+            self.locks_dir.mkdir(exist_ok=True, mode=0o700)
+        except PermissionError as exc:
+            raise SandboxSetupError(
+                f"cannot create the slot state under {self.config.state_dir}: {exc}. "
+                "The sandbox runner needs root; run `make setup` as root."
+            ) from exc
+
+    @contextlib.contextmanager
+    def acquire(self) -> Iterator[Slot]:
+        self._ensure_dirs()
+        deadline = time.monotonic() + self.config.slot_wait_s
+        order = list(range(self.config.slots))
+        random.shuffle(order)  # spread concurrent runners over the slots
+        while True:
+            for index in order:
+                fd = os.open(self.locks_dir / f"{index}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    os.close(fd)
+                    continue
+                try:
+                    slot = self.slot(index)
+                    self.sweep(slot)  # anything here belongs to a runner that died holding it
+                    yield slot
+                    return
+                finally:
+                    try:
+                        self.sweep(slot)
+                    finally:
+                        os.close(fd)  # closing releases the lock
+            if time.monotonic() > deadline:
+                raise SandboxSetupError(
+                    f"all {self.config.slots} sandbox slots stayed busy for "
+                    f"{self.config.slot_wait_s:.0f} s; raise TRIALBOX_SANDBOX_SLOTS or run fewer "
+                    "sandboxes at once"
+                )
+            time.sleep(0.05)
+
+    def sweep_idle(self) -> int:
+        """Startup sweep: clean every slot no live runner holds. Returns how many were swept."""
+        self._ensure_dirs()
+        swept = 0
+        for index in range(self.config.slots):
+            fd = os.open(self.locks_dir / f"{index}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            try:
+                self.sweep(self.slot(index))
+                swept += 1
+            finally:
+                os.close(fd)
+        return swept

@@ -1,0 +1,63 @@
+"""Reward scoring: pure functions from (grading spec, raw run report) to a typed result."""
+
+from __future__ import annotations
+
+from trialbox.models.report import RunReport, Status
+from trialbox.models.result import ExecutionResult, reward_for
+from trialbox.models.task import GradingSpec
+from trialbox.scoring.feedback import feedback
+from trialbox.scoring.scorers import SCORERS, passed_expected
+
+# Anomalies meaning the plugin's report cannot be trusted: the reward is then 0.
+UNTRUSTED_ANOMALIES = (
+    "session_incomplete",
+    "exit_code_mismatch",
+    "exit_zero_with_failures",
+    "report_overflow",
+    "duplicate_report",
+)
+
+
+def score(spec: GradingSpec, report: RunReport, request_id: str | None = None) -> ExecutionResult:
+    grading = report.grading
+    flags: list[str] = []
+    passed = expected = 0
+    scored: float | None = None
+    breakdown: dict[str, float] = {}
+    if grading is not None:
+        expected = len(grading.expected_tests)
+        passed = passed_expected(grading.tests, grading.expected_tests)
+        if grading.expected_tests_unknown:
+            flags.append("expected_tests_unknown")
+        untrusted = sorted(
+            {a.split(":", 1)[0] for a in grading.anomalies} & set(UNTRUSTED_ANOMALIES)
+        )
+        flags.extend(f"untrusted_report:{name}" for name in untrusted)
+        if grading.neutralized:
+            flags.append("neutralized_files")
+        scored = 0.0 if untrusted else SCORERS[spec.scorer](passed, expected)
+        breakdown = {"tests_passed": passed, "tests_expected": expected, "score": scored}
+    status = report.status
+    if status == Status.SUCCEEDED and grading is None:
+        scored = None  # ran but was not graded: no reward, but the trainer may still learn
+    reward, loss_mask = reward_for(status, scored)
+    return ExecutionResult(
+        request_id=request_id,
+        task_id=report.task_id,
+        sample_id=report.sample_id,
+        status=status,
+        reward=reward,
+        reward_breakdown=breakdown,
+        loss_mask=loss_mask,
+        tests_passed=passed,
+        tests_expected=expected,
+        feedback=feedback(report, passed, expected),
+        flags=flags,
+        error=report.error,
+        commands=report.commands,
+        tests=grading.tests if grading else [],
+        provenance=report.provenance,
+    )
+
+
+__all__ = ["score"]

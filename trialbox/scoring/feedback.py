@@ -1,0 +1,63 @@
+"""The compact text a model reads on its next turn."""
+
+from __future__ import annotations
+
+from trialbox.models.report import CommandResult, RunReport, Status, TestOutcome
+
+MAX_FEEDBACK_CHARS = 2000
+MAX_FAILURES = 8
+MESSAGE_CHARS = 300
+TAIL_LINES = 15
+
+
+def _tail(text: str, lines: int = TAIL_LINES) -> str:
+    return "\n".join(text.rstrip().splitlines()[-lines:])
+
+
+def _seconds(value: float) -> str:
+    return f"{value:g}"
+
+
+def _killed(command: CommandResult, report: RunReport, timeout_s: float) -> str:
+    where = "grading" if command.phase == "grading" else f"command {command.argv[0]!r}"
+    limits = report.provenance.limits if report.provenance else None
+    if command.timed_out:
+        return f"{where} timed out after {_seconds(timeout_s)} s"
+    memory = f" {limits.memory_mb} MiB" if limits else ""
+    return f"{where} killed: memory limit{memory}"
+
+
+def feedback(report: RunReport, passed: int, expected: int) -> str:
+    if report.status == Status.SANDBOX_ERROR:
+        return f"sandbox error (not your code): {report.error}"
+    limits = report.provenance.limits if report.provenance else None
+    for command in report.commands:
+        if command.status in (Status.TIMEOUT, Status.OOM):
+            timeout = (
+                report.provenance.grading_timeout_s
+                if command.phase == "grading" and report.provenance
+                else None
+            ) or (limits.timeout_s if limits else 0)
+            text = _killed(command, report, timeout)
+            if command.status == report.status:
+                return text
+    grading = report.grading
+    if grading is None:
+        return "not graded"
+    if expected and passed == expected:
+        return f"all {expected} tests passed"
+    lines = [f"{passed}/{expected} tests passed"]
+    shown = 0
+    for test in grading.tests:
+        if test.outcome == TestOutcome.PASSED or shown >= MAX_FAILURES:
+            continue
+        message = (test.message or "").strip().replace("\n", " ")[:MESSAGE_CHARS]
+        lines.append(f"{test.outcome.value.upper()} {test.test_id}" + (f": {message}" if message else ""))
+        shown += 1
+    grader = next((c for c in report.commands if c.phase == "grading"), None)
+    if grader is not None and (not expected or passed == 0):
+        tail = _tail(grader.stderr) or _tail(grader.stdout)
+        if tail:
+            lines.append(tail)
+    text = "\n".join(lines)
+    return text if len(text) <= MAX_FEEDBACK_CHARS else text[: MAX_FEEDBACK_CHARS - 3] + "..."
