@@ -44,13 +44,18 @@ class Slot:
 
 
 def processes_of(uids: tuple[int, ...]) -> list[int]:
-    """Host pids whose real uid is one of `uids` (read from /proc)."""
+    """Live host pids owned by one of `uids`. Zombies are dead already and are skipped: their
+    reaping is up to their parent (bwrap's init is reparented to the host's init)."""
     found = []
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
         with contextlib.suppress(OSError):
-            if os.stat(entry.path).st_uid in uids:
+            if os.stat(entry.path).st_uid not in uids:
+                continue
+            with open(f"{entry.path}/stat", "rb") as stat:
+                state = stat.read().rsplit(b")", 1)[1].split()[0]
+            if state not in (b"Z", b"X"):
                 found.append(int(entry.name))
     return found
 

@@ -51,7 +51,8 @@ def feedback(report: RunReport, passed: int, expected: int) -> str:
     for test in grading.tests:
         if test.outcome == TestOutcome.PASSED or shown >= MAX_FAILURES:
             continue
-        message = (test.message or "").strip().replace("\n", " ")[:MESSAGE_CHARS]
+        # Tracebacks end with the error, so a long message keeps its tail.
+        message = " ".join((test.message or "").split())[-MESSAGE_CHARS:]
         lines.append(f"{test.outcome.value.upper()} {test.test_id}" + (f": {message}" if message else ""))
         shown += 1
     grader = next((c for c in report.commands if c.phase == "grading"), None)

@@ -1,0 +1,67 @@
+"""Real bubblewrap sandboxes: these tests need root, bwrap and the runtime from `make setup`."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from trialbox.models import Limits, Sample, Task
+from trialbox.models.report import CommandResult, RunReport
+from trialbox.models.result import ExecutionResult
+from trialbox.sandbox.runner import Runner
+from trialbox.scoring import score
+
+ADD_TASK: dict[str, Any] = {
+    "task_id": "add-two",
+    "prompt": "Write add(a, b) in solution.py",
+    "workspace": {"solution.py": "def add(a, b):\n    raise NotImplementedError\n"},
+    "hidden_tests": {
+        "tests/test_add.py": (
+            "from solution import add\n"
+            "def test_small():\n    assert add(1, 2) == 3\n"
+            "def test_negative():\n    assert add(-1, -2) == -3\n"
+        )
+    },
+    "grading": {
+        "command": ["python", "-m", "pytest", "-q", "tests"],
+        "scorer": "tests_pass_fraction",
+        "expected_tests": ["tests/test_add.py::test_small", "tests/test_add.py::test_negative"],
+    },
+    "limits": {"timeout_s": 10, "memory_mb": 512},
+}
+CORRECT = "def add(a, b):\n    return a + b\n"
+
+
+@pytest.fixture(scope="session")
+def runner() -> Runner:
+    return Runner()
+
+
+Exec = Callable[..., CommandResult]
+
+
+@pytest.fixture
+def run_exec(runner: Runner) -> Exec:
+    def run(code: str, **limits: Any) -> CommandResult:
+        return runner.exec(["python", "-c", code], Limits(**limits))
+
+    return run
+
+
+Grade = Callable[..., tuple[RunReport, ExecutionResult]]
+
+
+@pytest.fixture
+def grade(runner: Runner) -> Grade:
+    def run(
+        files: dict[str, Any], commands: list[list[str]] | None = None, **task_changes: Any
+    ) -> tuple[RunReport, ExecutionResult]:
+        task = Task.model_validate(json.loads(json.dumps(ADD_TASK)) | task_changes)
+        sample = Sample(task_id=task.task_id, sample_id="s", files=files, commands=commands or [])
+        report = runner.run(task, sample)
+        return report, score(task.grading, report)
+
+    return run
