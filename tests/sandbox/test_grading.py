@@ -1,0 +1,252 @@
+"""The grading phase against reward hacks: each asserts the exact reward and outcome."""
+
+from __future__ import annotations
+
+import base64
+import io
+import tarfile
+from pathlib import Path
+
+from tests.sandbox.conftest import ADD_TASK, CORRECT, Grade
+from trialbox.models import Sample, Status, Task
+from trialbox.sandbox.runner import Runner
+
+WRONG = "def add(a, b):\n    return 3\n"
+FORCE_PASS_CONFTEST = (
+    "import pytest\n"
+    "@pytest.hookimpl(hookwrapper=True)\n"
+    "def pytest_runtest_makereport(item, call):\n"
+    "    outcome = yield\n"
+    "    report = outcome.get_result()\n"
+    "    report.outcome = 'passed'\n"
+    "    report.longrepr = None\n"
+)
+
+
+def outcomes(result) -> dict[str, str]:  # type: ignore[no-untyped-def]
+    return {t.test_id: t.outcome.value for t in result.tests}
+
+
+def test_correct_sample_scores_one(grade: Grade) -> None:
+    report, result = grade({"solution.py": CORRECT})
+    assert (result.status, result.reward, result.loss_mask) == (Status.SUCCEEDED, 1.0, False)
+    assert (result.tests_passed, result.tests_expected) == (2, 2)
+    assert result.feedback == "all 2 tests passed"
+    assert report.grading is not None and report.grading.anomalies == []
+    assert report.grading.command[:4] == ["python", "-P", "-m", "pytest"]
+    assert report.provenance is not None and report.provenance.backend == "bwrap"
+
+
+def test_wrong_sample_gets_partial_reward_and_feedback(grade: Grade) -> None:
+    _, result = grade({"solution.py": WRONG})
+    assert result.reward == 0.5
+    assert outcomes(result) == {
+        "tests/test_add.py::test_small": "passed",
+        "tests/test_add.py::test_negative": "failed",
+    }
+    assert "FAILED tests/test_add.py::test_negative: assert 3 == -3" in result.feedback
+
+
+def test_syntax_error_scores_zero_with_the_error_in_feedback(grade: Grade) -> None:
+    _, result = grade({"solution.py": "def add(a, b)\n    return a + b\n"})
+    assert result.reward == 0.0 and result.status == Status.SUCCEEDED
+    assert outcomes(result)["tests/test_add.py::test_small"] == "missing"
+    assert "SyntaxError" in result.feedback
+
+
+def test_os_exit_at_import_scores_zero_because_tests_are_missing(grade: Grade) -> None:
+    report, result = grade({"solution.py": "import os\nos._exit(0)\n"})
+    assert result.reward == 0.0
+    assert set(outcomes(result).values()) == {"missing"}
+    assert report.grading is not None
+    assert any(a.startswith("session_incomplete") for a in report.grading.anomalies)
+
+
+def test_module_level_skip_cannot_pass(grade: Grade) -> None:
+    _, result = grade(
+        {"solution.py": "import pytest\npytest.skip('nope', allow_module_level=True)\n"}
+    )
+    assert result.reward == 0.0
+    assert set(outcomes(result).values()) <= {"missing", "skipped"}
+
+
+def test_editing_or_deleting_hidden_tests_in_the_agent_phase_has_no_effect(grade: Grade) -> None:
+    commands = [
+        ["sh", "-c", "mkdir -p tests && echo 'def test_small(): pass' > tests/test_add.py"],
+        ["sh", "-c", "echo 'def test_negative(): pass' >> tests/test_add.py"],
+    ]
+    _, edited = grade({"solution.py": WRONG}, commands)
+    assert edited.reward == 0.5
+    _, deleted = grade({"solution.py": WRONG}, [["rm", "-rf", "tests"]])
+    assert deleted.reward == 0.5
+
+
+def test_planted_conftest_at_root_and_in_tests_is_neutralized(grade: Grade) -> None:
+    files = {
+        "solution.py": WRONG,
+        "conftest.py": FORCE_PASS_CONFTEST,
+        "tests/conftest.py": FORCE_PASS_CONFTEST,
+    }
+    report, result = grade(files)
+    assert result.reward == 0.5
+    assert report.grading is not None
+    paths = {n.path for n in report.grading.neutralized}
+    assert {"conftest.py", "tests/conftest.py"} <= paths
+    assert "neutralized_files" in result.flags
+
+
+def test_pytest_ini_that_collects_nothing_is_neutralized(grade: Grade) -> None:
+    files = {
+        "solution.py": CORRECT,
+        "pytest.ini": "[pytest]\npython_files = nothing_*.py\naddopts = --co\n",
+        "setup.cfg": "[tool:pytest]\npython_files = nothing_*.py\n",
+        "pyproject.toml": "[tool.pytest.ini_options]\npython_files = ['nothing_*.py']\n",
+    }
+    report, result = grade(files)
+    assert result.reward == 1.0
+    assert report.grading is not None
+    assert "pytest.ini" in {n.path for n in report.grading.neutralized}
+
+
+def test_planted_pytest_module_is_neutralized(grade: Grade) -> None:
+    files = {"solution.py": WRONG, "pytest.py": "import sys\nsys.exit(0)\n"}
+    report, result = grade(files)
+    assert result.reward == 0.5
+    assert report.grading is not None
+    assert {"path": "pytest.py", "reason": "shadows the module 'pytest'"} in [
+        n.model_dump() for n in report.grading.neutralized
+    ]
+
+
+def test_shadowing_stdlib_module_and_pyc_files_are_neutralized(grade: Grade) -> None:
+    files = {
+        "solution.py": CORRECT,
+        "tests/json.py": "raise SystemExit(0)\n",
+        "__pycache__/solution.cpython-311.pyc": {"base64": base64.b64encode(b"junk").decode()},
+        "sitecustomize.py": "import os; os._exit(0)\n",
+    }
+    report, result = grade(files)
+    assert result.reward == 1.0
+    assert report.grading is not None
+    assert {n.path for n in report.grading.neutralized} == {
+        "tests/json.py",
+        "__pycache__",
+        "sitecustomize.py",
+    }
+
+
+def test_symlink_to_etc_leads_to_no_host_read_or_write(grade: Grade, tmp_path: Path) -> None:
+    commands = [
+        ["ln", "-s", "/etc", "tests"],
+        ["ln", "-s", "/etc/shadow", "stolen.txt"],
+        ["ln", "-s", "/etc/hostname", "solution_data.txt"],
+    ]
+    report, result = grade({"solution.py": CORRECT}, commands)
+    assert result.reward == 1.0
+    assert not Path("/etc/test_add.py").exists()
+    assert report.grading is not None
+    reasons = {n.path: n.reason for n in report.grading.neutralized}
+    assert reasons["stolen.txt"].startswith("symlink")
+    assert reasons["tests"].startswith("symlink")
+
+
+def test_checkpoint_stores_links_without_following_them(runner: Runner, tmp_path: Path) -> None:
+    task = Task.model_validate(ADD_TASK)
+    sample = Sample(
+        task_id=task.task_id,
+        sample_id="ckpt",
+        files={"solution.py": CORRECT},
+        commands=[["ln", "-s", "/etc/shadow", "stolen.txt"]],
+    )
+    target = tmp_path / "ckpt.tar.gz"
+    runner.run(task, sample, checkpoint_to=target)
+    with tarfile.open(fileobj=io.BytesIO(target.read_bytes())) as tar:
+        members = {m.name: m for m in tar.getmembers()}
+    assert members["stolen.txt"].issym() and members["stolen.txt"].linkname == "/etc/shadow"
+    assert members["solution.py"].isfile()
+
+
+def test_agent_command_results_are_reported_and_do_not_skip_grading(grade: Grade) -> None:
+    report, result = grade(
+        {"solution.py": CORRECT}, [["sh", "-c", "echo out; echo err >&2; exit 4"]]
+    )
+    agent = report.commands[0]
+    assert (agent.phase, agent.exit_code, agent.stdout, agent.stderr) == ("agent", 4, "out\n", "err\n")
+    assert result.reward == 1.0
+
+
+def test_agent_timeout_still_grades_and_status_is_the_grading_phases(grade: Grade) -> None:
+    report, result = grade(
+        {"solution.py": CORRECT},
+        [["python", "-c", "while True: pass"]],
+        limits={"timeout_s": 1, "memory_mb": 256},
+        grading=ADD_TASK["grading"] | {"timeout_s": 10},
+    )
+    assert report.commands[0].status == Status.TIMEOUT
+    assert result.status == Status.SUCCEEDED and result.reward == 1.0
+
+
+def test_grading_timeout_is_a_timeout_with_zero_reward(grade: Grade) -> None:
+    report, result = grade(
+        {"solution.py": "def add(a, b):\n    while True:\n        pass\n"},
+        limits={"timeout_s": 1, "memory_mb": 256},
+    )
+    assert (result.status, result.reward, result.loss_mask) == (Status.TIMEOUT, 0.0, False)
+    assert result.feedback == "grading timed out after 1 s"
+
+
+def test_grading_memory_hog_is_oom(grade: Grade) -> None:
+    hog = "def add(a, b):\n    x = [bytearray(1 << 20) for _ in range(4096)]\n    return a + b\n"
+    _, result = grade({"solution.py": hog}, limits={"memory_mb": 128})
+    assert (result.status, result.reward) == (Status.OOM, 0.0)
+    assert result.feedback == "grading killed: memory limit 128 MiB"
+
+
+def test_tests_outside_expected_never_count(grade: Grade) -> None:
+    files = {"solution.py": WRONG, "tests/test_mine.py": "def test_free():\n    pass\n"}
+    _, result = grade(files)
+    assert result.reward == 0.5
+    assert outcomes(result)["tests/test_mine.py::test_free"] == "passed"
+
+
+def test_null_expected_tests_count_only_hidden_collected_tests(grade: Grade) -> None:
+    grading = ADD_TASK["grading"] | {"expected_tests": None}
+    files = {"solution.py": WRONG, "tests/test_mine.py": "def test_free():\n    pass\n"}
+    _, result = grade(files, grading=grading)
+    assert (result.tests_passed, result.tests_expected, result.reward) == (1, 2, 0.5)
+    assert "expected_tests_unknown" in result.flags
+
+
+def test_all_or_nothing(grade: Grade) -> None:
+    grading = ADD_TASK["grading"] | {"scorer": "all_or_nothing"}
+    assert grade({"solution.py": WRONG}, grading=grading)[1].reward == 0.0
+    assert grade({"solution.py": CORRECT}, grading=grading)[1].reward == 1.0
+
+
+def test_xfail_skip_and_error_do_not_count(grade: Grade) -> None:
+    hidden = {
+        "tests/test_add.py": (
+            "import pytest\nfrom solution import add\n"
+            "def test_small():\n    assert add(1, 2) == 3\n"
+            "@pytest.mark.xfail\ndef test_negative():\n    assert add(-1, -2) == -3\n"
+            "@pytest.mark.skip\ndef test_skip():\n    pass\n"
+            "@pytest.fixture\ndef broken():\n    raise RuntimeError('x')\n"
+            "def test_error(broken):\n    pass\n"
+        )
+    }
+    grading = ADD_TASK["grading"] | {
+        "expected_tests": [
+            "tests/test_add.py::test_small",
+            "tests/test_add.py::test_negative",
+            "tests/test_add.py::test_skip",
+            "tests/test_add.py::test_error",
+        ]
+    }
+    _, result = grade({"solution.py": CORRECT}, hidden_tests=hidden, grading=grading)
+    assert outcomes(result) == {
+        "tests/test_add.py::test_small": "passed",
+        "tests/test_add.py::test_negative": "xpassed",
+        "tests/test_add.py::test_skip": "skipped",
+        "tests/test_add.py::test_error": "error",
+    }
+    assert result.reward == 0.25

@@ -1,0 +1,135 @@
+"""The rlimit backend (what runs inside Fargate): the hostile cases it does cover.
+
+Not covered, by design (see trialbox/sandbox/rlimit.py): a private /tmp, hidden host
+processes, loopback/network isolation, a per-workspace disk cap and a cgroup OOM signal.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+
+import pytest
+
+from tests.sandbox.conftest import ADD_TASK, CORRECT
+from trialbox.models import Limits, Sample, Status, Task
+from trialbox.sandbox.config import SandboxConfig
+from trialbox.sandbox.runner import Runner
+from trialbox.sandbox.slots import processes_of
+from trialbox.scoring import score
+
+
+@pytest.fixture(scope="module")
+def rlimit() -> Runner:
+    return Runner(SandboxConfig.from_env().model_copy(update={"backend": "rlimit"}))
+
+
+def uids(runner: Runner) -> tuple[int, ...]:
+    base = runner.config.uid_base
+    return tuple(range(base, base + 2 * runner.config.slots))
+
+
+def test_timeout_kills_the_whole_session(rlimit: Runner) -> None:
+    result = rlimit.exec(["python", "-c", "while True: pass"], Limits(timeout_s=1))
+    assert (result.status, result.timed_out, result.signal) == (Status.TIMEOUT, True, "SIGKILL")
+    assert result.wall_s < 3
+
+
+def test_setsid_daemon_is_killed_by_kill_minus_one(rlimit: Runner) -> None:
+    code = (
+        "import os, signal, time\n"
+        "if os.fork() == 0:\n"
+        "    os.setsid()\n"
+        "    if os.fork() == 0:\n"
+        "        signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+        "        time.sleep(120)\n"
+        "    os._exit(0)\n"
+        "print('parent done')\n"
+    )
+    result = rlimit.exec(["python", "-c", code], Limits())
+    assert result.stdout == "parent done\n"
+    assert processes_of(uids(rlimit)) == []
+
+
+def test_fork_bomb_hits_nproc(rlimit: Runner) -> None:
+    code = (
+        "import os, time\n"
+        "n = 0\n"
+        "try:\n"
+        "    while True:\n"
+        "        if os.fork() == 0:\n"
+        "            time.sleep(60)\n"
+        "            os._exit(0)\n"
+        "        n += 1\n"
+        "except OSError as e:\n"
+        "    print(n, e.errno)\n"
+    )
+    result = rlimit.exec(["python", "-c", code], Limits(pids=32))
+    forked, errno = map(int, result.stdout.split())
+    assert errno == 11 and forked < 32
+    assert processes_of(uids(rlimit)) == []
+
+
+def test_memory_limit_makes_allocation_fail(rlimit: Runner) -> None:
+    result = rlimit.exec(
+        ["python", "-c", "x = bytearray(600 * 1024 * 1024)"], Limits(memory_mb=256)
+    )
+    assert result.exit_code == 1 and "MemoryError" in result.stderr
+    assert result.oom_killed is False  # no cgroup: documented gap
+
+
+def test_file_size_limit_gives_efbig(rlimit: Runner) -> None:
+    code = (
+        "try:\n"
+        "    open('big', 'wb').write(b'x' * (20 * 1024 * 1024))\n"
+        "except OSError as e:\n"
+        "    print(e.errno)\n"
+    )
+    result = rlimit.exec(["python", "-c", code], Limits(disk_mb=8, memory_mb=256))
+    assert result.stdout == "27\n"  # EFBIG: RLIMIT_FSIZE caps each file
+
+
+def test_environment_is_explicit_and_uid_unprivileged(
+    rlimit: Runner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", "must-not-leak")
+    code = (
+        "import os\n"
+        "print(os.getuid(), sorted(k for k in os.environ if k.startswith('AWS')))\n"
+        "print(open('/proc/self/status').read().split('CapEff:')[1].split()[0])\n"
+    )
+    first, caps = rlimit.exec(["python", "-c", code], Limits()).stdout.splitlines()
+    uid, aws = first.split(" ", 1)
+    assert int(uid) in uids(rlimit) and aws == "[]"
+    assert caps == "0000000000000000"
+
+
+def test_other_slots_workspace_is_unreadable(rlimit: Runner) -> None:
+    secret = f"secret-{uuid.uuid4()}"
+    other = threading.Thread(
+        target=rlimit.exec, args=(["sh", "-c", f"echo {secret} > mine; sleep 3"], Limits())
+    )
+    other.start()
+    try:
+        path = None
+        deadline = time.monotonic() + 5
+        while path is None and time.monotonic() < deadline:
+            found = list(rlimit.slots.slots_dir.glob("*/work/mine"))
+            path = found[0] if found else None
+            time.sleep(0.05)
+        assert path is not None
+        code = f"try:\n    open({str(path)!r}).read()\nexcept OSError as e:\n    print(type(e).__name__)"
+        result = rlimit.exec(["python", "-c", code], Limits())
+    finally:
+        other.join()
+    assert result.stdout == "PermissionError\n"
+
+
+def test_grading_works_under_rlimit(rlimit: Runner) -> None:
+    task = Task.model_validate(ADD_TASK)
+    files = {"solution.py": CORRECT, "conftest.py": "import os\nos._exit(0)\n"}
+    report = rlimit.run(task, Sample(task_id=task.task_id, sample_id="r", files=files))
+    result = score(task.grading, report)
+    assert (result.status, result.reward) == (Status.SUCCEEDED, 1.0)
+    assert report.provenance is not None and report.provenance.backend == "rlimit"
