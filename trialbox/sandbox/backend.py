@@ -100,7 +100,11 @@ class Backend(ABC):
 
     @abstractmethod
     def sweep(self, slot: Slot) -> None:
-        """Remove everything a previous holder of the slot may have left."""
+        """Remove everything a previous holder of the slot may have left (it may have died)."""
+
+    @abstractmethod
+    def release(self, slot: Slot) -> None:
+        """Clean up after a holder that finished normally; may be cheaper than `sweep`."""
 
     def run(self, slot: Slot, spec: CommandSpec) -> Outcome:
         stdout, stderr = HeadTail(spec.limits.output_bytes), HeadTail(spec.limits.output_bytes)

@@ -50,7 +50,8 @@ class BwrapLaunched(Launched):
                 seen.update(doc)
             text = text[end:].strip()
         stats = self.cgroup.stats()
-        self.cgroup.remove()
+        if not self.cgroup.REUSABLE:
+            self.cgroup.remove()
         exit_code = seen.get("exit-code", returncode)
         return Measured(
             exit_code=exit_code if isinstance(exit_code, int) else returncode,
@@ -72,6 +73,7 @@ class BwrapBackend(Backend):
         self.config = config
         self.runtime = runtime
         self.cgroup_cls = cgroup_class(config.cgroup_root)
+        self._cgroups: dict[int, Cgroup] = {}
         self.etc_dir = config.state_dir / "etc"
         self._write_etc()
 
@@ -111,9 +113,23 @@ class BwrapBackend(Backend):
             unmount(path)
             path.rmdir()
 
+    def _cgroup(self, slot: Slot) -> Cgroup:
+        if slot.index not in self._cgroups:
+            self._cgroups[slot.index] = self.cgroup_cls(
+                self.config.cgroup_root, self.config.cgroup_parent, slot.cgroup_name
+            )
+        return self._cgroups[slot.index]
+
     def sweep(self, slot: Slot) -> None:
-        self.cgroup_cls(self.config.cgroup_root, self.config.cgroup_parent, slot.cgroup_name).remove()
+        self._cgroup(slot).remove()
         kill_processes_of(slot.uids)
+        self.release(slot)
+
+    def release(self, slot: Slot) -> None:
+        # Every process of the slot is in its cgroup (a member cannot leave it), so an empty
+        # cgroup means nothing of the slot runs. The cgroup itself is kept for the next holder.
+        if not self._cgroup(slot).wait_empty():
+            raise SandboxSetupError(f"slot {slot.index}: processes survived SIGKILL")
         for path in (slot.work_dir, slot.grade_dir):
             self.release_dir(path)
         slot.root.mkdir(parents=True, exist_ok=True)
@@ -153,7 +169,7 @@ class BwrapBackend(Backend):
 
     def launch(self, slot: Slot, spec: CommandSpec, report_fd: int | None) -> Launched:
         uid = slot.agent_uid if spec.role == "agent" else slot.grader_uid
-        cgroup = self.cgroup_cls(self.config.cgroup_root, self.config.cgroup_parent, slot.cgroup_name)
+        cgroup = self._cgroup(slot)
         cgroup.create(spec.limits.memory_mb, spec.limits.pids, spec.limits.cpus)
         status_r, status_w = os.pipe()
         drop = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]

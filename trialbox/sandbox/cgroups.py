@@ -52,48 +52,67 @@ def _read_int(path: Path) -> int:
 
 
 class Cgroup(ABC):
+    """A slot's cgroup. Where the version allows it, it is kept between commands and reset
+    (counters and limits), which is cheaper than rmdir + mkdir on every launch."""
+
+    REUSABLE = False
+
     def __init__(self, root: Path, parent: str, name: str) -> None:
         self.root = root
         self.parent = parent
         self.name = name
+        self.dirs = self._dirs()
+        self.procs_files = [d / "cgroup.procs" for d in self.dirs]
+        self._oom_baseline = 0
 
-    @property
     @abstractmethod
-    def dirs(self) -> list[Path]: ...
-
-    @property
-    def procs_files(self) -> list[Path]:
-        return [d / "cgroup.procs" for d in self.dirs]
+    def _dirs(self) -> list[Path]: ...
 
     @abstractmethod
     def _apply_limits(self, memory_mb: int, pids: int, cpus: float) -> None: ...
+
+    def _reset_counters(self) -> None:
+        """Zero the peak-memory and CPU counters of a reused cgroup."""
 
     @abstractmethod
     def _freeze(self, frozen: bool) -> None: ...
 
     @abstractmethod
-    def stats(self) -> CgroupStats: ...
+    def _read_stats(self) -> CgroupStats: ...
+
+    def stats(self) -> CgroupStats:
+        raw = self._read_stats()
+        return CgroupStats(raw.cpu_s, raw.peak_memory_mb, raw.oom_kills - self._oom_baseline)
 
     def create(self, memory_mb: int, pids: int, cpus: float) -> None:
-        """Make a fresh, empty cgroup with these limits (a leftover of a killed run is removed)."""
+        """An empty cgroup with these limits and zeroed counters, ready for one command."""
+        if self.REUSABLE and all(path.is_dir() for path in self.dirs) and self.wait_empty():
+            try:
+                self._apply_limits(memory_mb, pids, cpus)
+                self._reset_counters()
+                self._oom_baseline = self._read_stats().oom_kills
+                return
+            except OSError:
+                pass  # e.g. EBUSY lowering a limit below current usage: start afresh
         self.remove()
         for path in self.dirs:
             path.mkdir(parents=True, exist_ok=False)
         self._apply_limits(memory_mb, pids, cpus)
+        self._oom_baseline = 0
 
     def pids(self) -> set[int]:
-        found: set[int] = set()
-        for procs in self.procs_files:
-            with contextlib.suppress(FileNotFoundError):
-                found.update(int(line) for line in procs.read_text().split())
-        return found
+        # Every member joins every controller, so one membership list is enough.
+        with contextlib.suppress(FileNotFoundError):
+            return {int(line) for line in self.procs_files[-1].read_text().split()}
+        return set()
 
     def kill_all(self) -> None:
         """Freeze, SIGKILL every member, thaw: nothing can fork away between the steps."""
-        if not self.pids():
+        members = self.pids()
+        if not members:
             return
         self._freeze(True)
-        for pid in self.pids():
+        for pid in members | self.pids():
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
         self._freeze(False)
@@ -125,10 +144,11 @@ class Cgroup(ABC):
 
 
 class CgroupV1(Cgroup):
+    # freezer last: its cgroup.procs is the membership list `pids()` reads.
     CONTROLLERS = ("memory", "pids", "cpu", "cpuacct", "freezer")
+    REUSABLE = True
 
-    @property
-    def dirs(self) -> list[Path]:
+    def _dirs(self) -> list[Path]:
         # Distributions often co-mount cpu and cpuacct ("cpu,cpuacct" with two symlinks).
         unique: dict[Path, Path] = {}
         for controller in self.CONTROLLERS:
@@ -141,13 +161,24 @@ class CgroupV1(Cgroup):
 
     def _apply_limits(self, memory_mb: int, pids: int, cpus: float) -> None:
         memory = self._dir("memory")
-        _write(memory / "memory.limit_in_bytes", str(memory_mb * MiB))
-        # memsw equal to the limit: no swap escape hatch (absent when swap accounting is off).
-        with contextlib.suppress(FileNotFoundError, PermissionError):
-            _write(memory / "memory.memsw.limit_in_bytes", str(memory_mb * MiB))
+        # memsw is set to the limit too (no swap escape hatch); it must never sit below the
+        # plain limit, so the order depends on the direction of the change.
+        limit = str(memory_mb * MiB)
+        memsw = memory / "memory.memsw.limit_in_bytes"
+        plain = memory / "memory.limit_in_bytes"
+        order = (memsw, plain) if _read_int(plain) < memory_mb * MiB else (plain, memsw)
+        for path in order:
+            with contextlib.suppress(FileNotFoundError):  # absent without swap accounting
+                _write(path, limit)
         _write(self._dir("pids") / "pids.max", str(pids))
         _write(self._dir("cpu") / "cpu.cfs_period_us", str(CPU_PERIOD_US))
         _write(self._dir("cpu") / "cpu.cfs_quota_us", str(int(cpus * CPU_PERIOD_US)))
+
+    def _reset_counters(self) -> None:
+        _write(self._dir("memory") / "memory.max_usage_in_bytes", "0")
+        with contextlib.suppress(FileNotFoundError):
+            _write(self._dir("memory") / "memory.memsw.max_usage_in_bytes", "0")
+        _write(self._dir("cpuacct") / "cpuacct.usage", "0")
 
     def _freeze(self, frozen: bool) -> None:
         state = self._dir("freezer") / "freezer.state"
@@ -159,7 +190,7 @@ class CgroupV1(Cgroup):
                         break
                     time.sleep(0.001)
 
-    def stats(self) -> CgroupStats:
+    def _read_stats(self) -> CgroupStats:
         memory = self._dir("memory")
         peak = _read_int(memory / "memory.max_usage_in_bytes")
         return CgroupStats(
@@ -170,10 +201,11 @@ class CgroupV1(Cgroup):
 
 
 class CgroupV2(Cgroup):
+    """Recreated per command: v2's memory.peak cannot be reset on older kernels."""
+
     CONTROLLERS = ("memory", "pids", "cpu")
 
-    @property
-    def dirs(self) -> list[Path]:
+    def _dirs(self) -> list[Path]:
         return [self.root / self.parent / self.name]
 
     def _enable_controllers(self) -> None:
@@ -209,7 +241,7 @@ class CgroupV2(Cgroup):
         if self.pids():
             _write(self.dirs[0] / "cgroup.kill", "1")  # the kernel kills the whole tree at once
 
-    def stats(self) -> CgroupStats:
+    def _read_stats(self) -> CgroupStats:
         path = self.dirs[0]
         return CgroupStats(
             cpu_s=_read_keyed(path / "cpu.stat").get("usage_usec", 0) / 1e6,

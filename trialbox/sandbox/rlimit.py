@@ -99,6 +99,9 @@ class RlimitBackend(Backend):
         if path.exists():
             shutil.rmtree(path)
 
+    def release(self, slot: Slot) -> None:
+        self.sweep(slot)
+
     def sweep(self, slot: Slot) -> None:
         kill_processes_of(slot.uids)
         for path in (slot.work_dir, slot.grade_dir):

@@ -77,7 +77,7 @@ class Runner:
             if self.config.backend == "bwrap"
             else RlimitBackend(self.config, self.runtime)
         )
-        self.slots = SlotPool(self.config, self.backend.sweep)
+        self.slots = SlotPool(self.config, self.backend.sweep, self.backend.release)
         self.slots.sweep_idle()  # what a killed runner left behind
         self.protected = protected_modules(self.runtime)
 

@@ -72,9 +72,15 @@ def kill_processes_of(uids: tuple[int, ...]) -> None:
 
 
 class SlotPool:
-    def __init__(self, config: SandboxConfig, sweep: Callable[[Slot], None]) -> None:
+    def __init__(
+        self,
+        config: SandboxConfig,
+        sweep: Callable[[Slot], None],
+        release: Callable[[Slot], None],
+    ) -> None:
         self.config = config
         self.sweep = sweep
+        self.release = release
         self.slots_dir = config.state_dir / "slots"
         self.locks_dir = config.state_dir / "locks"
 
@@ -110,14 +116,16 @@ class SlotPool:
                     continue
                 try:
                     slot = self.slot(index)
-                    self.sweep(slot)  # anything here belongs to a runner that died holding it
+                    dirty = self._dirty_marker(index)
+                    if dirty.exists():  # its last holder died holding it
+                        self.sweep(slot)
+                    dirty.touch()
                     yield slot
+                    self.release(slot)
+                    dirty.unlink()  # only a clean release leaves the slot unmarked
                     return
                 finally:
-                    try:
-                        self.sweep(slot)
-                    finally:
-                        os.close(fd)  # closing releases the lock
+                    os.close(fd)  # closing releases the lock
             if time.monotonic() > deadline:
                 raise SandboxSetupError(
                     f"all {self.config.slots} sandbox slots stayed busy for "
@@ -125,6 +133,9 @@ class SlotPool:
                     "sandboxes at once"
                 )
             time.sleep(0.05)
+
+    def _dirty_marker(self, index: int) -> Path:
+        return self.locks_dir / f"{index}.dirty"
 
     def sweep_idle(self) -> int:
         """Startup sweep: clean every slot no live runner holds. Returns how many were swept."""
@@ -139,6 +150,7 @@ class SlotPool:
                 continue
             try:
                 self.sweep(self.slot(index))
+                self._dirty_marker(index).unlink(missing_ok=True)
                 swept += 1
             finally:
                 os.close(fd)

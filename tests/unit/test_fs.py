@@ -1,0 +1,142 @@
+"""Workspace files never followed through symlinks: write_files, copy_tree and checkpoint."""
+
+from __future__ import annotations
+
+import errno
+import io
+import os
+import stat
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from trialbox.models import EncodedFile
+from trialbox.sandbox.fs import checkpoint, copy_tree, write_files
+
+UID, GID = os.getuid(), os.getgid()
+
+
+def no_skip(rel: str, is_dir: bool) -> str | None:
+    return None
+
+
+def mode(path: Path) -> int:
+    return stat.S_IMODE(path.lstat().st_mode)
+
+
+def test_write_files_creates_dirs_and_modes(tmp_path: Path) -> None:
+    files = {"a.py": "x = 1\n", "pkg/sub/run.sh": EncodedFile(base64="aGk=", mode="0755")}
+    write_files(tmp_path, files, UID, GID)
+    assert (tmp_path / "a.py").read_text() == "x = 1\n"
+    assert mode(tmp_path / "a.py") == 0o644
+    assert (tmp_path / "pkg" / "sub" / "run.sh").read_bytes() == b"hi"
+    assert mode(tmp_path / "pkg" / "sub" / "run.sh") == 0o755
+    assert mode(tmp_path / "pkg") == 0o755
+
+
+def test_write_files_replaces_a_regular_file(tmp_path: Path) -> None:
+    (tmp_path / "a.py").write_text("old")
+    (tmp_path / "a.py").chmod(0o600)
+    write_files(tmp_path, {"a.py": "new"}, UID, GID)
+    assert (tmp_path / "a.py").read_text() == "new"
+    assert mode(tmp_path / "a.py") == 0o644
+
+
+def test_write_files_refuses_a_symlinked_directory(tmp_path: Path) -> None:
+    ws, outside = tmp_path / "ws", tmp_path / "outside"
+    ws.mkdir()
+    outside.mkdir()
+    (ws / "tests").symlink_to(outside)
+    with pytest.raises(OSError) as exc:
+        write_files(ws, {"tests/x.py": "a"}, UID, GID)
+    assert exc.value.errno == errno.ENOTDIR  # Linux: O_DIRECTORY|O_NOFOLLOW on a link
+    assert list(outside.iterdir()) == []
+
+
+def test_write_files_replaces_a_symlink_at_the_file_position(tmp_path: Path) -> None:
+    ws, target = tmp_path / "ws", tmp_path / "target.txt"
+    ws.mkdir()
+    target.write_text("precious")
+    (ws / "a.py").symlink_to(target)
+    write_files(ws, {"a.py": "agent"}, UID, GID)
+    assert not (ws / "a.py").is_symlink()
+    assert (ws / "a.py").read_text() == "agent"
+    assert target.read_text() == "precious"
+
+
+def test_write_files_refuses_to_replace_a_directory(tmp_path: Path) -> None:
+    (tmp_path / "a.py").mkdir()
+    with pytest.raises(IsADirectoryError) as exc:
+        write_files(tmp_path, {"a.py": "x"}, UID, GID)
+    assert str(exc.value) == "a.py is a directory"
+
+
+def test_copy_tree_copies_files_and_leaves_out_symlinks(tmp_path: Path) -> None:
+    src, dst, secret = tmp_path / "src", tmp_path / "dst", tmp_path / "secret"
+    src.mkdir()
+    dst.mkdir()
+    secret.write_text("do not copy")
+    (src / "sub").mkdir()
+    (src / "plain.py").write_text("plain")
+    (src / "sub" / "tool.sh").write_text("#!/bin/sh\n")
+    (src / "sub" / "tool.sh").chmod(0o700)
+    (src / "link.txt").symlink_to(secret)
+    (src / "dirlink").symlink_to(tmp_path)
+    left_out = copy_tree(src, dst, no_skip, UID, GID)
+    assert left_out == [
+        ("dirlink", "symlink: not copied into the grading tree"),
+        ("link.txt", "symlink: not copied into the grading tree"),
+    ]
+    assert sorted(str(p.relative_to(dst)) for p in dst.rglob("*")) == [
+        "plain.py",
+        "sub",
+        "sub/tool.sh",
+    ]
+    assert (dst / "plain.py").read_text() == "plain"
+    assert mode(dst / "plain.py") == 0o644
+    assert (dst / "sub" / "tool.sh").read_text() == "#!/bin/sh\n"
+    assert mode(dst / "sub" / "tool.sh") == 0o755
+
+
+def test_copy_tree_applies_skip_to_files_and_whole_dirs(tmp_path: Path) -> None:
+    src, dst = tmp_path / "src", tmp_path / "dst"
+    (src / "__pycache__").mkdir(parents=True)
+    dst.mkdir()
+    (src / "__pycache__" / "m.cpython-311.pyc").write_bytes(b"\x00")
+    (src / "conftest.py").write_text("boom")
+    (src / "solution.py").write_text("ok")
+
+    def skip(rel: str, is_dir: bool) -> str | None:
+        if rel == "__pycache__":
+            return "bytecode cache"
+        return "hook" if rel == "conftest.py" else None
+
+    assert copy_tree(src, dst, skip, UID, GID) == [
+        ("__pycache__", "bytecode cache"),
+        ("conftest.py", "hook"),
+    ]
+    assert sorted(p.name for p in dst.iterdir()) == ["solution.py"]
+
+
+def test_checkpoint_stores_symlinks_as_links(tmp_path: Path) -> None:
+    ws, secret = tmp_path / "ws", tmp_path / "secret.txt"
+    (ws / "pkg").mkdir(parents=True)
+    secret.write_text("TOP SECRET")
+    (ws / "pkg" / "a.py").write_text("print(1)\n")
+    (ws / "leak").symlink_to(secret)
+    data = checkpoint(ws)
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+        members = {m.name: m for m in tar.getmembers()}
+        assert sorted(members) == ["leak", "pkg", "pkg/a.py"]
+        assert members["leak"].type == tarfile.SYMTYPE
+        assert members["leak"].linkname == str(secret)
+        assert members["leak"].size == 0
+        assert members["pkg"].type == tarfile.DIRTYPE
+        extracted = tar.extractfile(members["pkg/a.py"])
+        assert extracted is not None
+        assert extracted.read() == b"print(1)\n"
+    assert b"TOP SECRET" not in data
+    with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+        contents = [tar.extractfile(m) for m in tar.getmembers() if m.isfile()]
+        assert [f.read() for f in contents if f is not None] == [b"print(1)\n"]

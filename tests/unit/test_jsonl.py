@@ -1,0 +1,121 @@
+"""tasks.jsonl and samples.jsonl: load fully, or report every bad line with file, line and field."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from trialbox.errors import InputError
+from trialbox.models.jsonl import InvalidInputFiles, LineError, load_tasks_and_samples
+
+TASK_LINE = (
+    '{"task_id": "add-two", "prompt": "Write add(a, b) in solution.py", "workspace": '
+    '{"solution.py": "def add(a, b):\\n    raise NotImplementedError\\n"}, "hidden_tests": '
+    '{"tests/test_add.py": "from solution import add\\ndef test_small():\\n    assert add(1, 2) '
+    '== 3\\n"}, "grading": {"command": ["python", "-m", "pytest", "-q", "tests"], "scorer": '
+    '"tests_pass_fraction", "expected_tests": ["tests/test_add.py::test_small"]}, "limits": '
+    '{"timeout_s": 10, "memory_mb": 512}, "reference": {"solution.py": "def add(a, b):\\n    '
+    'return a + b\\n"}}'
+)
+SAMPLE_LINE = (
+    '{"task_id": "add-two", "sample_id": "s1", "files": {"solution.py": "def add(a, b):\\n    '
+    'return a + b\\n"}}'
+)
+TASK = json.loads(TASK_LINE)
+
+
+def write(tmp_path: Path, tasks: list[str], samples: list[str]) -> tuple[Path, Path]:
+    tasks_path, samples_path = tmp_path / "tasks.jsonl", tmp_path / "samples.jsonl"
+    tasks_path.write_text("\n".join(tasks) + "\n")
+    samples_path.write_text("\n".join(samples) + "\n")
+    return tasks_path, samples_path
+
+
+def task(**fields: object) -> str:
+    return json.dumps(TASK | fields)
+
+
+def test_loads_the_public_example(tmp_path: Path) -> None:
+    tasks, samples = load_tasks_and_samples(*write(tmp_path, [TASK_LINE], [SAMPLE_LINE]))
+    [loaded] = tasks
+    assert loaded.task_id == "add-two"
+    assert loaded.workspace == {"solution.py": "def add(a, b):\n    raise NotImplementedError\n"}
+    assert loaded.grading.command == ["python", "-m", "pytest", "-q", "tests"]
+    assert loaded.grading.expected_tests == ["tests/test_add.py::test_small"]
+    limits = loaded.limits
+    assert (limits.timeout_s, limits.memory_mb, limits.disk_mb) == (10.0, 512, 64)
+    assert loaded.reference == {"solution.py": "def add(a, b):\n    return a + b\n"}
+    [sample] = samples
+    assert (sample.task_id, sample.sample_id) == ("add-two", "s1")
+    assert sample.files == {"solution.py": "def add(a, b):\n    return a + b\n"}
+
+
+def test_every_error_is_listed_with_file_line_and_field(tmp_path: Path) -> None:
+    tasks = [
+        TASK_LINE,
+        "{bad",
+        "[1, 2]",
+        task(task_id="t-bogus", bogus=1),
+        task(task_id="t-up", workspace={"../x": "a"}),
+        task(task_id="t-abs", workspace={"/etc/passwd": "a"}),
+        task(task_id="t-mem0", limits={"memory_mb": 0}),
+        task(task_id="t-memhuge", limits={"memory_mb": 10**9}),
+        TASK_LINE,
+    ]
+    samples = [
+        SAMPLE_LINE,
+        '{"task_id": "add-two"}',
+        SAMPLE_LINE,
+        '{"task_id": "ghost", "sample_id": "s2"}',
+    ]
+    with pytest.raises(InvalidInputFiles) as exc:
+        load_tasks_and_samples(*write(tmp_path, tasks, samples))
+    component = "has an empty, '.' or '..' component; it must stay inside the workspace"
+    expected = [
+        "tasks.jsonl:2: bad JSON: Expecting property name enclosed in double quotes at column 2",
+        "tasks.jsonl:3: each line must be a JSON object",
+        "tasks.jsonl:4: bogus: unknown field (put free-form data under 'metadata')",
+        f"tasks.jsonl:5: workspace.../x: path '../x' {component}",
+        "tasks.jsonl:6: workspace./etc/passwd: path '/etc/passwd' is absolute; "
+        "paths are relative to the workspace",
+        "tasks.jsonl:7: limits.memory_mb: Input should be greater than or equal to 32",
+        "tasks.jsonl:8: limits.memory_mb: Input should be less than or equal to 65536",
+        "samples.jsonl:2: sample_id: Field required",
+        "tasks.jsonl:9: task_id: duplicate task_id 'add-two' (first on line 1)",
+        "samples.jsonl:3: sample_id: duplicate (task_id, sample_id) ('add-two', 's1') "
+        "(first on line 1)",
+        "samples.jsonl:4: task_id: task 'ghost' is not in tasks.jsonl",
+    ]
+    assert [str(error) for error in exc.value.errors] == expected
+    assert str(exc.value) == "11 invalid line(s); nothing was run:\n" + "\n".join(
+        f"  {line}" for line in expected
+    )
+    assert exc.value.errors[5] == LineError(
+        "tasks.jsonl", 7, "limits.memory_mb", "Input should be greater than or equal to 32"
+    )
+    assert isinstance(exc.value, InputError)
+
+
+def test_blank_lines_are_skipped_and_numbered(tmp_path: Path) -> None:
+    with pytest.raises(InvalidInputFiles) as exc:
+        load_tasks_and_samples(*write(tmp_path, [TASK_LINE, "", "   ", "{bad"], [SAMPLE_LINE]))
+    assert [str(e) for e in exc.value.errors] == [
+        "tasks.jsonl:4: bad JSON: Expecting property name enclosed in double quotes at column 2"
+    ]
+
+
+def test_empty_file_has_no_records(tmp_path: Path) -> None:
+    with pytest.raises(InvalidInputFiles) as exc:
+        load_tasks_and_samples(*write(tmp_path, [TASK_LINE], [""]))
+    assert [str(e) for e in exc.value.errors] == ["samples.jsonl:0: the file has no records"]
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text(SAMPLE_LINE + "\n")
+    with pytest.raises(InputError) as exc:
+        load_tasks_and_samples(tmp_path / "nope.jsonl", samples)
+    assert str(exc.value) == f"{tmp_path / 'nope.jsonl'}: no such file"
+    assert not isinstance(exc.value, InvalidInputFiles)

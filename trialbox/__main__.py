@@ -1,0 +1,3 @@
+from trialbox.cli import main
+
+main()
