@@ -63,7 +63,11 @@ def main() -> None:
         def bare(*argv: str) -> Callable[[], object]:
             def run() -> None:
                 subprocess.run(
-                    [python, *argv], cwd=work, start_new_session=True, capture_output=True, check=True
+                    [python, *argv],
+                    cwd=work,
+                    start_new_session=True,
+                    capture_output=True,
+                    check=True,
                 )
 
             return run
@@ -83,7 +87,7 @@ def main() -> None:
             ),
         }
         samples: dict[str, tuple[list[float], list[float]]] = {k: ([], []) for k in variants}
-        for name, (bare_run, sandbox_run) in variants.items():  # warm-up
+        for bare_run, sandbox_run in variants.values():  # warm-up
             bare_run()
             sandbox_run()
         for _ in range(args.n):

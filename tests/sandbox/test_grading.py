@@ -171,7 +171,12 @@ def test_agent_command_results_are_reported_and_do_not_skip_grading(grade: Grade
         {"solution.py": CORRECT}, [["sh", "-c", "echo out; echo err >&2; exit 4"]]
     )
     agent = report.commands[0]
-    assert (agent.phase, agent.exit_code, agent.stdout, agent.stderr) == ("agent", 4, "out\n", "err\n")
+    assert (agent.phase, agent.exit_code, agent.stdout, agent.stderr) == (
+        "agent",
+        4,
+        "out\n",
+        "err\n",
+    )
     assert result.reward == 1.0
 
 
@@ -187,7 +192,7 @@ def test_agent_timeout_still_grades_and_status_is_the_grading_phases(grade: Grad
 
 
 def test_grading_timeout_is_a_timeout_with_zero_reward(grade: Grade) -> None:
-    report, result = grade(
+    _, result = grade(
         {"solution.py": "def add(a, b):\n    while True:\n        pass\n"},
         limits={"timeout_s": 1, "memory_mb": 256},
     )

@@ -119,7 +119,10 @@ def test_other_slots_workspace_is_unreadable(rlimit: Runner) -> None:
             path = found[0] if found else None
             time.sleep(0.05)
         assert path is not None
-        code = f"try:\n    open({str(path)!r}).read()\nexcept OSError as e:\n    print(type(e).__name__)"
+        code = (
+            f"try:\n    open({str(path)!r}).read()\n"
+            "except OSError as e:\n    print(type(e).__name__)"
+        )
         result = rlimit.exec(["python", "-c", code], Limits())
     finally:
         other.join()

@@ -13,9 +13,7 @@ from trialbox.models import (
     Status,
     TestRecord,
 )
-from trialbox.models import (
-    TestOutcome as Outcome,
-)
+from trialbox.models import TestOutcome as Outcome
 from trialbox.scoring import score
 
 A, B = "tests/test_a.py::test_one", "tests/test_a.py::test_two"

@@ -4,7 +4,9 @@ import typer
 
 from trialbox.cli.sandbox import sandbox_app
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help="Trialbox: sandboxes for agent RL on code.")
+app = typer.Typer(
+    no_args_is_help=True, add_completion=False, help="Trialbox: sandboxes for agent RL on code."
+)
 app.add_typer(sandbox_app, name="sandbox")
 
 

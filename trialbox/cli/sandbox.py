@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 from pydantic import ValidationError
@@ -14,6 +14,9 @@ from trialbox.models.jsonl import load_tasks_and_samples
 from trialbox.models.limits import Limits
 from trialbox.models.report import Status
 from trialbox.scoring import score
+
+if TYPE_CHECKING:  # the runner is imported late: SDK-only commands never need it
+    from trialbox.sandbox.runner import Runner
 
 EXIT_USAGE = 2
 EXIT_SANDBOX = 3
@@ -37,8 +40,8 @@ GRADE_FIELDS = (
 )
 
 
-def _runner():  # type: ignore[no-untyped-def]
-    from trialbox.sandbox.runner import Runner  # imported late: the SDK install never needs it
+def _runner() -> Runner:
+    from trialbox.sandbox.runner import Runner
 
     return Runner()
 
@@ -67,7 +70,9 @@ def exec_command(
             memory_mb=memory_mb, timeout_s=timeout_s, pids=pids, cpus=cpus, disk_mb=disk_mb
         )
     except ValidationError as exc:
-        details = "; ".join(f"--{'-'.join(str(e['loc'][0]).split('_'))}: {e['msg']}" for e in exc.errors())
+        details = "; ".join(
+            f"--{'-'.join(str(e['loc'][0]).split('_'))}: {e['msg']}" for e in exc.errors()
+        )
         _fail(details, EXIT_USAGE)
     try:
         result = _runner().exec(list(cmd), limits, files)

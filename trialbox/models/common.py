@@ -21,7 +21,9 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
-Metadata = Annotated[dict[str, Any] | None, Field(default=None, description="free-form, kept as is")]
+Metadata = Annotated[
+    dict[str, Any] | None, Field(default=None, description="free-form, kept as is")
+]
 
 
 def _check_relative_path(path: str) -> str:

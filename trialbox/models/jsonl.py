@@ -62,7 +62,9 @@ def _read_jsonl(path: Path, model: type[M], errors: list[LineError]) -> list[tup
         try:
             raw = json.loads(line)
         except json.JSONDecodeError as exc:
-            errors.append(LineError(name, number, None, f"bad JSON: {exc.msg} at column {exc.colno}"))
+            errors.append(
+                LineError(name, number, None, f"bad JSON: {exc.msg} at column {exc.colno}")
+            )
             continue
         if not isinstance(raw, dict):
             errors.append(LineError(name, number, None, "each line must be a JSON object"))

@@ -71,7 +71,7 @@ class Cgroup(ABC):
     @abstractmethod
     def _apply_limits(self, memory_mb: int, pids: int, cpus: float) -> None: ...
 
-    def _reset_counters(self) -> None:
+    def _reset_counters(self) -> None:  # noqa: B027 (only reusable versions override it)
         """Zero the peak-memory and CPU counters of a reused cgroup."""
 
     @abstractmethod

@@ -98,7 +98,8 @@ class _Phases:
     def outcome(self) -> tuple[TestOutcome, float, str | None]:
         setup, call, teardown = (self.reports.get(w) for w in ("setup", "call", "teardown"))
         duration = sum(float(str(r.get("duration") or 0)) for r in self.reports.values())
-        outcome, message = TestOutcome.ERROR, "the test reported no call phase"
+        outcome = TestOutcome.ERROR
+        message: str | None = "the test reported no call phase"
         if setup and setup["outcome"] == "failed":
             outcome, message = TestOutcome.ERROR, _text(setup)
         elif setup and setup["outcome"] == "skipped":
@@ -180,7 +181,9 @@ def collate(
     if finish is None:
         anomalies.append("session_incomplete: pytest stopped before the end of its session")
     elif exit_code is not None and finish != exit_code:
-        anomalies.append(f"exit_code_mismatch: pytest reported {finish}, the process exited {exit_code}")
+        anomalies.append(
+            f"exit_code_mismatch: pytest reported {finish}, the process exited {exit_code}"
+        )
     outcomes = {test_id: test.outcome() for test_id, test in phases.items()}
     if exit_code == 0 and any(
         o[0] in (TestOutcome.FAILED, TestOutcome.ERROR) for o in outcomes.values()
@@ -196,13 +199,19 @@ def collate(
     for test_id in expected:
         if test_id in outcomes:
             outcome, duration, message = outcomes[test_id]
-            tests.append(TestRecord(test_id=test_id, outcome=outcome, duration_s=duration, message=message))
+            tests.append(
+                TestRecord(test_id=test_id, outcome=outcome, duration_s=duration, message=message)
+            )
         else:
-            tests.append(TestRecord(test_id=test_id, outcome=TestOutcome.MISSING, message="not run"))
+            tests.append(
+                TestRecord(test_id=test_id, outcome=TestOutcome.MISSING, message="not run")
+            )
     listed = set(expected)
     for test_id, (outcome, duration, message) in outcomes.items():
         if test_id not in listed:
-            tests.append(TestRecord(test_id=test_id, outcome=outcome, duration_s=duration, message=message))
+            tests.append(
+                TestRecord(test_id=test_id, outcome=outcome, duration_s=duration, message=message)
+            )
     tests.extend(collect_errors)
     return Collated(tests=tests, expected=expected, anomalies=anomalies, pytest_exit_code=exit_code)
 

@@ -102,9 +102,13 @@ class Runner:
         """One command in a fresh sandbox (`trialbox sandbox exec`)."""
         limits, _ = limits.effective()
         with self.slots.acquire() as slot:
-            self.backend.prepare_dir(slot.work_dir, limits.disk_mb, slot.agent_uid, slot.agent_uid, 0o700)
+            self.backend.prepare_dir(
+                slot.work_dir, limits.disk_mb, slot.agent_uid, slot.agent_uid, 0o700
+            )
             if files_dir is not None:
-                fs.copy_tree(files_dir, slot.work_dir, lambda *_: None, slot.agent_uid, slot.agent_uid)
+                fs.copy_tree(
+                    files_dir, slot.work_dir, lambda *_: None, slot.agent_uid, slot.agent_uid
+                )
             outcome = self.backend.run(slot, self._agent_spec(argv, slot, limits))
         return command_result("exec", argv, outcome)
 
@@ -123,7 +127,9 @@ class Runner:
         commands: list[CommandResult] = []
         try:
             with self.slots.acquire() as slot:
-                grading = self._run_in_slot(slot, task, sample, limits, grade, commands, checkpoint_to)
+                grading = self._run_in_slot(
+                    slot, task, sample, limits, grade, commands, checkpoint_to
+                )
         except (SandboxError, OSError) as exc:
             return RunReport(
                 task_id=task.task_id,
@@ -138,7 +144,9 @@ class Runner:
         if grading is not None:
             status = grading[1]
         else:
-            status = next((c.status for c in commands if c.status != Status.SUCCEEDED), Status.SUCCEEDED)
+            status = next(
+                (c.status for c in commands if c.status != Status.SUCCEEDED), Status.SUCCEEDED
+            )
         return RunReport(
             task_id=task.task_id,
             sample_id=sample.sample_id,
@@ -189,7 +197,9 @@ class Runner:
         nonce = secrets.token_hex(16)
         env = sandbox_env(self.runtime, root, limits)
         env = grading_env(env, self.runtime, nonce, root)
-        spec = CommandSpec(argv, slot.grade_dir, "grader", limits, task.grading_timeout_s, env, True)
+        spec = CommandSpec(
+            argv, slot.grade_dir, "grader", limits, task.grading_timeout_s, env, True
+        )
         outcome = self.backend.run(slot, spec)
         result = command_result("grading", argv, outcome)
         commands.append(result)
@@ -211,4 +221,3 @@ class Runner:
             anomalies=collated.anomalies,
         )
         return report, result.status
-

@@ -53,7 +53,9 @@ def feedback(report: RunReport, passed: int, expected: int) -> str:
             continue
         # Tracebacks end with the error, so a long message keeps its tail.
         message = " ".join((test.message or "").split())[-MESSAGE_CHARS:]
-        lines.append(f"{test.outcome.value.upper()} {test.test_id}" + (f": {message}" if message else ""))
+        lines.append(
+            f"{test.outcome.value.upper()} {test.test_id}" + (f": {message}" if message else "")
+        )
         shown += 1
     grader = next((c for c in report.commands if c.phase == "grading"), None)
     if grader is not None and (not expected or passed == 0):
