@@ -185,5 +185,20 @@ def test_feedback_lists_failures_with_messages_and_stderr_tail() -> None:
     result = score(FRACTION, report(tests, [A, B], stderr="E boom\nlast line\n"))
     assert result.feedback == (
         f"0/2 tests passed\nFAILED {A}: assert 1 == 2 where 1 = add(0, 1)\n"
-        f"MISSING {B}: not run\nE boom\nlast line"
+        f"NOT RUN (1): {B}\nE boom\nlast line"
     )
+
+
+def test_feedback_caps_the_failures_shown() -> None:
+    ids = [f"tests/test_a.py::test_{i}" for i in range(10)]
+    tests = [rec(ids[0], Outcome.PASSED)] + [rec(i, Outcome.FAILED, "no") for i in ids[1:]]
+    result = score(FRACTION, report(tests, ids))
+    assert result.feedback == "\n".join(
+        ["1/10 tests passed"] + [f"FAILED {i}: no" for i in ids[1:9]] + ["... and 1 more"]
+    )
+
+
+def test_killed_grader_is_not_flagged_untrusted() -> None:
+    anomalies = ["session_incomplete: pytest stopped before the end of its session"]
+    result = score(FRACTION, report([], [A], status=Status.TIMEOUT, anomalies=anomalies))
+    assert (result.reward, result.flags) == (0.0, [])

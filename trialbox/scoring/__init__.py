@@ -29,8 +29,11 @@ def score(spec: GradingSpec, report: RunReport, request_id: str | None = None) -
         passed = passed_expected(grading.tests, grading.expected_tests)
         if grading.expected_tests_unknown:
             flags.append("expected_tests_unknown")
-        untrusted = sorted(
-            {a.split(":", 1)[0] for a in grading.anomalies} & set(UNTRUSTED_ANOMALIES)
+        # A killed grader (timeout, OOM) never finishes its session: that is not tampering.
+        untrusted = (
+            sorted({a.split(":", 1)[0] for a in grading.anomalies} & set(UNTRUSTED_ANOMALIES))
+            if report.status == Status.SUCCEEDED
+            else []
         )
         flags.extend(f"untrusted_report:{name}" for name in untrusted)
         if grading.neutralized:

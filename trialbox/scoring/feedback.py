@@ -47,16 +47,22 @@ def feedback(report: RunReport, passed: int, expected: int) -> str:
     if expected and passed == expected:
         return f"all {expected} tests passed"
     lines = [f"{passed}/{expected} tests passed"]
-    shown = 0
-    for test in grading.tests:
-        if test.outcome == TestOutcome.PASSED or shown >= MAX_FAILURES:
-            continue
+    # Errors and failures first, with their messages; tests that never ran, in one line.
+    problems = [
+        t for t in grading.tests if t.outcome not in (TestOutcome.PASSED, TestOutcome.MISSING)
+    ]
+    for test in problems[:MAX_FAILURES]:
         # Tracebacks end with the error, so a long message keeps its tail.
         message = " ".join((test.message or "").split())[-MESSAGE_CHARS:]
         lines.append(
             f"{test.outcome.value.upper()} {test.test_id}" + (f": {message}" if message else "")
         )
-        shown += 1
+    if len(problems) > MAX_FAILURES:
+        lines.append(f"... and {len(problems) - MAX_FAILURES} more")
+    missing = [t.test_id for t in grading.tests if t.outcome == TestOutcome.MISSING]
+    if missing:
+        shown = ", ".join(missing[:MAX_FAILURES]) + (", ..." if len(missing) > MAX_FAILURES else "")
+        lines.append(f"NOT RUN ({len(missing)}): {shown}")
     grader = next((c for c in report.commands if c.phase == "grading"), None)
     if grader is not None and (not expected or passed == 0):
         tail = _tail(grader.stderr) or _tail(grader.stdout)
