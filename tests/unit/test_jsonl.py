@@ -77,8 +77,9 @@ def test_every_error_is_listed_with_file_line_and_field(tmp_path: Path) -> None:
         "tasks.jsonl:2: bad JSON: Expecting property name enclosed in double quotes at column 2",
         "tasks.jsonl:3: each line must be a JSON object",
         "tasks.jsonl:4: bogus: unknown field (put free-form data under 'metadata')",
-        f"tasks.jsonl:5: workspace.../x: path '../x' {component}",
-        "tasks.jsonl:6: workspace./etc/passwd: path '/etc/passwd' is absolute; "
+        f"tasks.jsonl:5: workspace[\"../x\"]: path '../x' {component}",
+        'tasks.jsonl:6: workspace["/etc/passwd"]: '
+        "path '/etc/passwd' is absolute; "
         "paths are relative to the workspace",
         "tasks.jsonl:7: limits.memory_mb: Input should be greater than or equal to 32",
         "tasks.jsonl:8: limits.memory_mb: Input should be less than or equal to 65536",

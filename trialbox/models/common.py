@@ -94,7 +94,7 @@ ID_PATTERN = re.compile(r"^[^\x00-\x1f\x7f]{1,200}$")
 
 
 def _check_id(value: str) -> str:
-    if not ID_PATTERN.match(value):
+    if not ID_PATTERN.fullmatch(value):
         raise ValueError("must be 1 to 200 characters with no control characters")
     return value
 

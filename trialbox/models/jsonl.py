@@ -36,18 +36,24 @@ class InvalidInputFiles(InputError):
 
 
 def _field_path(loc: tuple[int | str, ...]) -> str:
+    """('files', '../x.py', '[key]') -> 'files["../x.py"]'; ('commands', 0) -> 'commands[0]'."""
     path = ""
     for part in loc:
         if isinstance(part, int):
             path += f"[{part}]"
         elif part == "[key]":
             continue
+        elif not part.isidentifier():
+            path += f"[{json.dumps(part)}]"
         else:
-            path += f".{part}" if path else str(part)
+            path += f".{part}" if path else part
     return path or "(record)"
 
 
-def _read_jsonl(path: Path, model: type[M], errors: list[LineError]) -> list[tuple[int, M]]:
+def _read_jsonl(
+    path: Path, model: type[M], errors: list[LineError], invalid_ids: set[str] | None = None
+) -> list[tuple[int, M]]:
+    """`invalid_ids` collects the task_id of lines that failed validation, when it has one."""
     name = path.name
     try:
         text = path.read_text(encoding="utf-8")
@@ -56,7 +62,8 @@ def _read_jsonl(path: Path, model: type[M], errors: list[LineError]) -> list[tup
     except UnicodeDecodeError as exc:
         raise InputError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
     records: list[tuple[int, M]] = []
-    for number, line in enumerate(text.splitlines(), start=1):
+    # Only "\n" ends a record: U+2028 and friends are legal raw inside JSON strings.
+    for number, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
         try:
@@ -72,6 +79,8 @@ def _read_jsonl(path: Path, model: type[M], errors: list[LineError]) -> list[tup
         try:
             records.append((number, model.model_validate(raw)))
         except ValidationError as exc:
+            if invalid_ids is not None and isinstance(raw.get("task_id"), str):
+                invalid_ids.add(raw["task_id"])
             for err in exc.errors():
                 reason = err["msg"].removeprefix("Value error, ")
                 if err["type"] == "extra_forbidden":
@@ -85,7 +94,8 @@ def _read_jsonl(path: Path, model: type[M], errors: list[LineError]) -> list[tup
 def load_tasks_and_samples(tasks_path: Path, samples_path: Path) -> tuple[list[Task], list[Sample]]:
     """Validate both files fully; raise `InvalidInputFiles` listing every error, or return both."""
     errors: list[LineError] = []
-    tasks = _read_jsonl(tasks_path, Task, errors)
+    invalid_tasks: set[str] = set()
+    tasks = _read_jsonl(tasks_path, Task, errors, invalid_tasks)
     samples = _read_jsonl(samples_path, Sample, errors)
     task_ids: dict[str, int] = {}
     for number, task in tasks:
@@ -102,7 +112,7 @@ def load_tasks_and_samples(tasks_path: Path, samples_path: Path) -> tuple[list[T
     seen: dict[tuple[str, str], int] = {}
     for number, sample in samples:
         key = (sample.task_id, sample.sample_id)
-        if sample.task_id not in task_ids:
+        if sample.task_id not in task_ids and sample.task_id not in invalid_tasks:
             errors.append(
                 LineError(
                     samples_path.name,

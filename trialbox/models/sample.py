@@ -41,7 +41,7 @@ REQUEST_ID = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
 
 
 def _check_request_id(value: str) -> str:
-    if not REQUEST_ID.match(value):
+    if not REQUEST_ID.fullmatch(value):
         raise ValueError(
             "request_id must be 1 to 80 characters of A-Z, a-z, 0-9, '_' or '-' "
             "(it names a Step Functions execution)"

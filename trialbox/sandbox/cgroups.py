@@ -172,7 +172,7 @@ class CgroupV1(Cgroup):
                 _write(path, limit)
         _write(self._dir("pids") / "pids.max", str(pids))
         _write(self._dir("cpu") / "cpu.cfs_period_us", str(CPU_PERIOD_US))
-        _write(self._dir("cpu") / "cpu.cfs_quota_us", str(int(cpus * CPU_PERIOD_US)))
+        _write(self._dir("cpu") / "cpu.cfs_quota_us", str(round(cpus * CPU_PERIOD_US)))
 
     def _reset_counters(self) -> None:
         _write(self._dir("memory") / "memory.max_usage_in_bytes", "0")
@@ -226,7 +226,7 @@ class CgroupV2(Cgroup):
         _write(path / "memory.max", str(memory_mb * MiB))
         _write(path / "memory.swap.max", "0")
         _write(path / "pids.max", str(pids))
-        _write(path / "cpu.max", f"{int(cpus * CPU_PERIOD_US)} {CPU_PERIOD_US}")
+        _write(path / "cpu.max", f"{round(cpus * CPU_PERIOD_US)} {CPU_PERIOD_US}")
 
     def _freeze(self, frozen: bool) -> None:
         path = self.dirs[0]

@@ -8,8 +8,11 @@ from __future__ import annotations
 import json
 import sys
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
+from typing import Annotated, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
 
 from trialbox.models.report import Neutralized, TestOutcome, TestRecord
 from trialbox.models.task import pytest_args
@@ -91,36 +94,65 @@ def grading_env(base: dict[str, str], runtime: Runtime, nonce: str, root: str) -
     }
 
 
-@dataclass
-class _Phases:
-    reports: dict[str, dict[str, object]] = field(default_factory=dict)
-
-    def outcome(self) -> tuple[TestOutcome, float, str | None]:
-        setup, call, teardown = (self.reports.get(w) for w in ("setup", "call", "teardown"))
-        duration = sum(float(str(r.get("duration") or 0)) for r in self.reports.values())
-        outcome = TestOutcome.ERROR
-        message: str | None = "the test reported no call phase"
-        if setup and setup["outcome"] == "failed":
-            outcome, message = TestOutcome.ERROR, _text(setup)
-        elif setup and setup["outcome"] == "skipped":
-            outcome = TestOutcome.XFAILED if setup.get("wasxfail") else TestOutcome.SKIPPED
-            message = _text(setup)
-        elif call:
-            message = _text(call)
-            if call["outcome"] == "passed":
-                outcome = TestOutcome.XPASSED if call.get("wasxfail") else TestOutcome.PASSED
-            elif call["outcome"] == "skipped":
-                outcome = TestOutcome.XFAILED if call.get("wasxfail") else TestOutcome.SKIPPED
-            else:
-                outcome = TestOutcome.FAILED
-        if teardown and teardown["outcome"] == "failed":
-            outcome, message = TestOutcome.ERROR, _text(teardown)
-        return outcome, round(duration, 4), message
+class _Event(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+    nonce: str
 
 
-def _text(report: dict[str, object]) -> str | None:
-    message = report.get("message")
-    return str(message) if message else None
+class CollectedEvent(_Event):
+    event: Literal["collected"]
+    ids: list[str]
+
+
+class CollectErrorEvent(_Event):
+    event: Literal["collect_error"]
+    id: str = ""  # the session's own collector (say, a missing test path) has the id ""
+    message: str | None = None
+
+
+class PhaseEvent(_Event):
+    event: Literal["test"]
+    id: str
+    when: Literal["setup", "call", "teardown"]
+    outcome: Literal["passed", "failed", "skipped"]
+    wasxfail: bool = False
+    duration: float = 0.0
+    message: str | None = None
+
+
+class FinishEvent(_Event):
+    event: Literal["finish"]
+    exitstatus: int
+
+
+PluginEvent = Annotated[
+    CollectedEvent | CollectErrorEvent | PhaseEvent | FinishEvent, Field(discriminator="event")
+]
+EVENT = TypeAdapter(PluginEvent)
+
+
+def fold_phases(phases: dict[str, PhaseEvent]) -> tuple[TestOutcome, float, str | None]:
+    """One test's setup/call/teardown reports, as one outcome (pytest's own rules)."""
+    setup, call, teardown = (phases.get(w) for w in ("setup", "call", "teardown"))
+    duration = round(sum(p.duration for p in phases.values()), 4)
+    outcome = TestOutcome.ERROR
+    message: str | None = "the test reported no call phase"
+    if setup and setup.outcome == "failed":
+        outcome, message = TestOutcome.ERROR, setup.message
+    elif setup and setup.outcome == "skipped":
+        outcome = TestOutcome.XFAILED if setup.wasxfail else TestOutcome.SKIPPED
+        message = setup.message
+    elif call:
+        message = call.message
+        if call.outcome == "passed":
+            outcome = TestOutcome.XPASSED if call.wasxfail else TestOutcome.PASSED
+        elif call.outcome == "skipped":
+            outcome = TestOutcome.XFAILED if call.wasxfail else TestOutcome.SKIPPED
+        else:
+            outcome = TestOutcome.FAILED
+    if teardown and teardown.outcome == "failed":
+        outcome, message = TestOutcome.ERROR, teardown.message
+    return outcome, duration, message
 
 
 @dataclass
@@ -139,43 +171,52 @@ def collate(
     exit_code: int | None,
     overflowed: bool = False,
 ) -> Collated:
-    """Fold the plugin's events into outcomes. Expected ids that never ran are `missing`."""
+    """Fold the plugin's events into outcomes. Expected ids that never ran are `missing`.
+
+    The report comes from inside the sandbox, so every line is validated: a line without the
+    run's nonce is foreign, one with the nonce but the wrong shape is malformed.
+    """
     anomalies: list[str] = []
-    phases: dict[str, _Phases] = {}
+    phases: dict[str, dict[str, PhaseEvent]] = {}
     collected: list[str] = []
     collect_errors: list[TestRecord] = []
     finish: int | None = None
-    foreign = 0
+    foreign = malformed = 0
     for line in report.splitlines():
         try:
-            event = json.loads(line)
+            raw = json.loads(line)
         except ValueError:
             foreign += 1
             continue
-        if not isinstance(event, dict) or event.get("nonce") != nonce:
+        if not isinstance(raw, dict) or raw.get("nonce") != nonce:
             foreign += 1
             continue
-        kind = event.get("event")
-        if kind == "collected":
-            collected = [str(i) for i in event.get("ids", [])]
-        elif kind == "collect_error":
+        try:
+            event = EVENT.validate_python(raw)
+        except ValidationError:
+            malformed += 1
+            continue
+        if isinstance(event, CollectedEvent):
+            collected = event.ids
+        elif isinstance(event, CollectErrorEvent):
             collect_errors.append(
                 TestRecord(
-                    test_id=str(event.get("id") or "(collection)"),
+                    test_id=event.id or "(collection)",
                     outcome=TestOutcome.ERROR,
-                    message=_text(event),
+                    message=event.message,
                 )
             )
-        elif kind == "test":
-            test = phases.setdefault(str(event.get("id")), _Phases())
-            when = str(event.get("when"))
-            if when in test.reports:
-                anomalies.append(f"duplicate_report: {event.get('id')} {when}")
-            test.reports[when] = event
-        elif kind == "finish":
-            finish = int(event.get("exitstatus", -1))
+        elif isinstance(event, PhaseEvent):
+            test = phases.setdefault(event.id, {})
+            if event.when in test:
+                anomalies.append(f"duplicate_report: {event.id} {event.when}")
+            test[event.when] = event
+        else:
+            finish = event.exitstatus
     if foreign:
         anomalies.append(f"foreign_report_lines: {foreign} line(s) without the run's nonce ignored")
+    if malformed:
+        anomalies.append(f"malformed_report: {malformed} line(s) with the nonce but a bad shape")
     if overflowed:
         anomalies.append("report_overflow: the plugin's report exceeded its cap")
     if finish is None:
@@ -184,7 +225,7 @@ def collate(
         anomalies.append(
             f"exit_code_mismatch: pytest reported {finish}, the process exited {exit_code}"
         )
-    outcomes = {test_id: test.outcome() for test_id, test in phases.items()}
+    outcomes = {test_id: fold_phases(test) for test_id, test in phases.items()}
     if exit_code == 0 and any(
         o[0] in (TestOutcome.FAILED, TestOutcome.ERROR) for o in outcomes.values()
     ):

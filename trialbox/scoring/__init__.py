@@ -15,12 +15,14 @@ UNTRUSTED_ANOMALIES = (
     "exit_zero_with_failures",
     "report_overflow",
     "duplicate_report",
+    "malformed_report",
 )
 
 
 def score(spec: GradingSpec, report: RunReport, request_id: str | None = None) -> ExecutionResult:
     grading = report.grading
     flags: list[str] = []
+    untrusted: list[str] = []
     passed = expected = 0
     scored: float | None = None
     breakdown: dict[str, float] = {}
@@ -54,7 +56,7 @@ def score(spec: GradingSpec, report: RunReport, request_id: str | None = None) -
         loss_mask=loss_mask,
         tests_passed=passed,
         tests_expected=expected,
-        feedback=feedback(report, passed, expected),
+        feedback=feedback(report, passed, expected, untrusted),
         flags=flags,
         error=report.error,
         commands=report.commands,

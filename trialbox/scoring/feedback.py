@@ -27,7 +27,7 @@ def _killed(command: CommandResult, report: RunReport, timeout_s: float) -> str:
     return f"{where} killed: memory limit{memory}"
 
 
-def feedback(report: RunReport, passed: int, expected: int) -> str:
+def feedback(report: RunReport, passed: int, expected: int, untrusted: list[str]) -> str:
     if report.status == Status.SANDBOX_ERROR:
         return f"sandbox error (not your code): {report.error}"
     limits = report.provenance.limits if report.provenance else None
@@ -44,6 +44,11 @@ def feedback(report: RunReport, passed: int, expected: int) -> str:
     grading = report.grading
     if grading is None:
         return "not graded"
+    if untrusted:
+        return (
+            f"reward 0: the test run cannot be trusted ({', '.join(untrusted)}); "
+            "the pytest process must run to the end of its session undisturbed"
+        )
     if expected and passed == expected:
         return f"all {expected} tests passed"
     lines = [f"{passed}/{expected} tests passed"]
