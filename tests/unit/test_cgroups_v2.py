@@ -188,3 +188,9 @@ def test_v1_reuse_resets_counters_and_oom_baseline(v1_root: Path) -> None:
     assert group.stats() == CgroupStats(cpu_s=0.0, peak_memory_mb=0.0, oom_kills=0)
     (memory / "memory.oom_control").write_text("oom_kill 3\n")
     assert group.stats().oom_kills == 2
+
+
+def test_fractional_cpu_quota_is_rounded_not_truncated(v2_root: Path) -> None:
+    group = CgroupV2(v2_root, "trialbox", "slot-1")
+    group.create(memory_mb=64, pids=8, cpus=0.29)
+    assert (v2_root / "trialbox" / "slot-1" / "cpu.max").read_text() == "29000 100000"

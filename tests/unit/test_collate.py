@@ -218,3 +218,16 @@ def test_grading_argv() -> None:
         "tests",
     ]
     assert grading_argv(["pytest", "-x"], runtime, "/grade")[-1:] == ["-x"]
+
+
+def test_events_with_the_nonce_but_a_bad_shape_are_malformed_not_a_crash() -> None:
+    lines = [
+        event(event="finish", exitstatus=None),
+        event(event="test", id="tests/test_a.py::one", when="call"),
+        event(event="test", id="tests/test_a.py::one", when="call", outcome="won"),
+        *passing(F + "one"),
+        finish(0),
+    ]
+    result = run(lines, [F + "one"], exit_code=0)
+    assert result.anomalies == ["malformed_report: 3 line(s) with the nonce but a bad shape"]
+    assert [t.outcome for t in result.tests] == [Outcome.PASSED]

@@ -120,3 +120,13 @@ def test_missing_file(tmp_path: Path) -> None:
         load_tasks_and_samples(tmp_path / "nope.jsonl", samples)
     assert str(exc.value) == f"{tmp_path / 'nope.jsonl'}: no such file"
     assert not isinstance(exc.value, InvalidInputFiles)
+
+
+def test_unicode_line_separators_inside_strings_are_not_record_breaks(tmp_path: Path) -> None:
+    task = json.loads(TASK_LINE) | {"prompt": "a\u2028b\u0085c"}
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps(task, ensure_ascii=False) + "\n", encoding="utf-8")
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text(SAMPLE_LINE + "\n")
+    loaded, _ = load_tasks_and_samples(tasks, samples)
+    assert loaded[0].prompt == "a\u2028b\u0085c"

@@ -293,3 +293,10 @@ def test_reward_for_platform_failures_is_masked(status: Status) -> None:
 
 def test_reward_rules_cover_every_status() -> None:
     assert set(REWARD_RULES) == set(Status)
+
+
+def test_ids_with_a_trailing_newline_are_rejected() -> None:
+    with pytest.raises(ValidationError, match="no control characters"):
+        Sample(task_id="t\n", sample_id="s")
+    with pytest.raises(ValidationError, match="request_id must be"):
+        ExecutionRequest(request_id="abc\n", task_ref="set@v/t")
