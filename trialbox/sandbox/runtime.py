@@ -17,6 +17,7 @@ from pathlib import Path
 
 from trialbox.errors import SandboxSetupError
 from trialbox.sandbox.config import SandboxConfig
+from trialbox.sandbox.host import favor_dynamic_cgroups
 
 MANIFEST = "trialbox-runtime.json"
 PLUGIN_DIR = "trialbox"  # inside the runtime: the trusted plugin and pytest config
@@ -139,6 +140,7 @@ def main(argv: list[str] | None = None) -> int:
     args.state_dir.mkdir(parents=True, exist_ok=True)
     args.state_dir.chmod(0o711)
     print(f"sandbox runtime {runtime.version} ({runtime.hash[:12]}) at {runtime.root}")
+    print(favor_dynamic_cgroups())
     return 0
 
 
