@@ -33,6 +33,7 @@ GRADE_FIELDS = (
     "tests_expected",
     "feedback",
     "flags",
+    "notes",
     "error",
     "tests",
     "commands",

@@ -52,6 +52,7 @@ class ExecutionResult(StrictModel):
     tests_expected: int = 0
     feedback: str = ""
     flags: list[str] = Field(default_factory=list)
+    notes: list[str] = Field(default_factory=list, description="adjustments, e.g. clamped limits")
     error: str | None = None
     commands: list[CommandResult] = Field(default_factory=list)
     tests: list[TestRecord] = Field(default_factory=list)

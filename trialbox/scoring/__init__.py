@@ -58,6 +58,7 @@ def score(spec: GradingSpec, report: RunReport, request_id: str | None = None) -
         tests_expected=expected,
         feedback=feedback(report, passed, expected, untrusted),
         flags=flags,
+        notes=report.notes,
         error=report.error,
         commands=report.commands,
         tests=grading.tests if grading else [],

@@ -1,0 +1,82 @@
+"""Slots are machine-wide, and a runner killed mid-run leaves nothing the next one keeps."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from tests.sandbox.conftest import ADD_TASK
+from trialbox.errors import SandboxSetupError
+from trialbox.models import Limits, Sample, Task
+from trialbox.sandbox.runner import Runner
+from trialbox.sandbox.slots import processes_of
+from trialbox.scoring import score
+
+HOLDER = textwrap.dedent(
+    """
+    import sys
+    from trialbox.models import Limits
+    from trialbox.sandbox.config import SandboxConfig
+    from trialbox.sandbox.runner import Runner
+    config = SandboxConfig.from_env().model_copy(update={"backend": sys.argv[1]})
+    Runner(config).exec(["sh", "-c", "echo started > marker; sleep 300"], Limits(timeout_s=600))
+    """
+)
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "rlimit"])
+def test_a_runner_killed_mid_run_is_swept_by_the_next(runner: Runner, backend: str) -> None:
+    holder = subprocess.Popen([sys.executable, "-c", HOLDER, backend], start_new_session=True)
+    slots = runner.slots
+    deadline = time.monotonic() + 20
+    markers: list = []
+    while not markers and time.monotonic() < deadline:
+        markers = list(slots.slots_dir.glob("*/work/marker"))
+        time.sleep(0.05)
+    assert markers, "the holder never started its sandbox"
+    index = int(markers[0].parent.parent.name)
+    slot = slots.slot(index)
+    os.killpg(holder.pid, signal.SIGKILL)  # the runner dies; its sandbox does not
+    holder.wait()
+    time.sleep(0.2)
+    if backend == "bwrap":  # --die-with-parent: the sandbox went with its runner
+        assert os.path.ismount(slot.work_dir)
+    else:  # a setsid'd tree outlives its runner: only the sweep can end it
+        assert processes_of(slot.uids), "the orphaned sandbox should still be running"
+    assert slot.work_dir.exists()
+    assert (slots.locks_dir / f"{index}.dirty").exists()
+
+    config = runner.config.model_copy(update={"backend": backend})
+    Runner(config)  # a new runner's startup sweep
+    assert processes_of(slot.uids) == []
+    assert not os.path.ismount(slot.work_dir) and not slot.work_dir.exists()
+    assert not (slots.locks_dir / f"{index}.dirty").exists()
+
+
+def test_a_runner_killed_while_holding_every_slot_never_blocks_the_next(runner: Runner) -> None:
+    config = runner.config.model_copy(update={"slots": 1, "slot_wait_s": 0.3})
+    single = Runner(config)
+    result = single.exec(["true"], Limits())
+    assert result.exit_code == 0
+    with (
+        single.slots.acquire(),
+        pytest.raises(SandboxSetupError, match="all 1 sandbox slots stayed busy for 0 s"),
+    ):
+        single.exec(["true"], Limits())
+
+
+def test_disk_clamp_is_noted_in_the_result(runner: Runner) -> None:
+    task = Task.model_validate(ADD_TASK | {"limits": {"memory_mb": 64, "disk_mb": 64}})
+    sample = Sample(task_id=task.task_id, sample_id="clamp")
+    result = score(task.grading, runner.run(task, sample))
+    assert result.notes == [
+        "disk_mb 64 clamped to 32 (half of memory_mb 64): the workspace is a tmpfs charged "
+        "to the memory limit"
+    ]
+    assert result.provenance is not None and result.provenance.limits.disk_mb == 32
