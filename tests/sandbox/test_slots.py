@@ -59,7 +59,7 @@ def test_a_runner_killed_mid_run_is_swept_by_the_next(runner: Runner, backend: s
     assert not (slots.locks_dir / f"{index}.dirty").exists()
 
 
-def test_a_runner_killed_while_holding_every_slot_never_blocks_the_next(runner: Runner) -> None:
+def test_busy_slots_give_a_clear_error_after_the_wait(runner: Runner) -> None:
     config = runner.config.model_copy(update={"slots": 1, "slot_wait_s": 0.3})
     single = Runner(config)
     result = single.exec(["true"], Limits())
