@@ -1,0 +1,1 @@
+"""The CDK app's constructs, one per capability. `trialbox` never imports this package."""

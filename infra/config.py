@@ -1,0 +1,66 @@
+"""StackConfig: the validated `cdk.json` context. A bad value fails synth with its name."""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+
+CONTEXT_KEY = "trialbox"
+
+# Fargate's valid (cpu units -> memory MiB) pairs for ARM64 tasks.
+FARGATE_MEMORY = {
+    256: range(512, 2049, 512),
+    512: range(1024, 4097, 1024),
+    1024: range(2048, 8193, 1024),
+    2048: range(4096, 16385, 1024),
+    4096: range(8192, 30721, 1024),
+}
+
+
+class PoolConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    min_workers: int = Field(default=0, ge=0, le=1000)
+    max_workers: int = Field(default=10, ge=1, le=5000)
+    cpu: int = 1024
+    memory_mb: int = 2048
+    spot: bool = True
+
+    @model_validator(mode="after")
+    def _valid(self) -> PoolConfig:
+        if self.min_workers > self.max_workers:
+            raise ValueError("pool.min_workers must not exceed pool.max_workers")
+        if self.cpu not in FARGATE_MEMORY:
+            raise ValueError(f"pool.cpu must be one of {sorted(FARGATE_MEMORY)}")
+        if self.memory_mb not in FARGATE_MEMORY[self.cpu]:
+            allowed = FARGATE_MEMORY[self.cpu]
+            raise ValueError(
+                f"pool.memory_mb {self.memory_mb} is not valid with cpu {self.cpu} "
+                f"({allowed.start}-{allowed.stop - 1} in steps of {allowed.step})"
+            )
+        return self
+
+
+class StackConfig(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+    stack_name: str = Field(default="Trialbox", pattern=r"^[A-Za-z][A-Za-z0-9-]{0,127}$")
+    pool: PoolConfig = Field(default_factory=PoolConfig)
+    heartbeat_s: int = Field(default=60, ge=5, le=3600, description="worker liveness")
+    execute_margin_s: int = Field(default=120, ge=10, description="beyond the runner's deadline")
+    trace_retention_days: int = Field(default=30, ge=1)
+    result_ttl_days: int = Field(default=30, ge=1)
+    log_retention_days: Literal[1, 7, 30, 90, 180, 365] = 30
+    dispatcher_batch_size: int = Field(default=10, ge=1, le=10)
+
+    @classmethod
+    def from_context(cls, context: dict[str, Any] | None) -> StackConfig:
+        try:
+            return cls.model_validate(context or {})
+        except ValidationError as exc:
+            lines = [
+                f"  {CONTEXT_KEY}.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
+                for e in exc.errors()
+            ]
+            raise SystemExit("invalid cdk.json context:\n" + "\n".join(lines)) from None

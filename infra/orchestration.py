@@ -1,0 +1,98 @@
+"""The Rollout state machine: Prepare -> Execute (pool worker, task token) -> Score -> Record.
+
+Every failure is caught into Record with its error class, so every execution ends with one
+terminal result. Only a lost sandbox is retried (heartbeat or token timeout); a policy timeout
+is a completed run the worker reports with SendTaskSuccess, so it is never retried.
+"""
+
+from __future__ import annotations
+
+from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_sqs as sqs
+from aws_cdk import aws_stepfunctions as sfn
+from aws_cdk import aws_stepfunctions_tasks as tasks
+from constructs import Construct
+
+from infra.lambdas import TrialboxFunction, retention
+
+LOST_SANDBOX_ERRORS = ["States.HeartbeatTimeout", "States.Timeout"]
+LOST_SANDBOX_RETRIES = 2
+
+
+class Orchestration(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        prepare: TrialboxFunction,
+        scorer: TrialboxFunction,
+        recorder: TrialboxFunction,
+        work_queue: sqs.IQueue,
+        log_retention_days: int,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        record = tasks.LambdaInvoke(
+            self,
+            "Record",
+            lambda_function=recorder.function,
+            payload_response_only=True,
+            result_path=sfn.JsonPath.DISCARD,
+        )
+        record.add_retry(errors=["States.ALL"], max_attempts=3, interval=Duration.seconds(1))
+        prepare_step = tasks.LambdaInvoke(
+            self,
+            "Prepare",
+            lambda_function=prepare.function,
+            payload_response_only=True,
+            result_path="$.job",
+        )
+        execute = tasks.SqsSendMessage(
+            self,
+            "Execute",
+            queue=work_queue,
+            integration_pattern=sfn.IntegrationPattern.WAIT_FOR_TASK_TOKEN,
+            message_body=sfn.TaskInput.from_object(
+                {
+                    "task_token": sfn.JsonPath.task_token,
+                    "request_id": sfn.JsonPath.string_at("$.request_id"),
+                    "job_uri": sfn.JsonPath.string_at("$.job.job_uri"),
+                }
+            ),
+            heartbeat_timeout=sfn.Timeout.at("$.job.heartbeat_s"),
+            task_timeout=sfn.Timeout.at("$.job.timeout_s"),
+            result_path="$.execution",
+        )
+        execute.add_retry(
+            errors=LOST_SANDBOX_ERRORS,
+            max_attempts=LOST_SANDBOX_RETRIES,
+            interval=Duration.seconds(1),
+            backoff_rate=2,
+        )
+        score = tasks.LambdaInvoke(
+            self,
+            "Score",
+            lambda_function=scorer.function,
+            payload_response_only=True,
+            result_path="$.score",
+        )
+        for step in (prepare_step, execute, score):
+            step.add_catch(record, errors=["States.ALL"], result_path="$.error")
+        definition = prepare_step.next(execute).next(score).next(record)
+        self.log_group = logs.LogGroup(
+            self,
+            "Logs",
+            retention=retention(log_retention_days),
+            removal_policy=RemovalPolicy.DESTROY,
+        )
+        self.rollout = sfn.StateMachine(
+            self,
+            "Rollout",
+            definition_body=sfn.DefinitionBody.from_chainable(definition),
+            state_machine_type=sfn.StateMachineType.STANDARD,
+            tracing_enabled=True,
+            logs=sfn.LogOptions(
+                destination=self.log_group, level=sfn.LogLevel.ALL, include_execution_data=False
+            ),
+        )

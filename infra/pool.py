@@ -1,0 +1,123 @@
+"""The warm sandbox pool: an ECS service of Fargate workers that long-poll the work queue."""
+
+from __future__ import annotations
+
+from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import aws_applicationautoscaling as autoscaling
+from aws_cdk import aws_ec2 as ec2
+from aws_cdk import aws_ecr_assets as ecr_assets
+from aws_cdk import aws_ecs as ecs
+from aws_cdk import aws_logs as logs
+from constructs import Construct
+
+from infra.config import PoolConfig
+from infra.lambdas import ROOT
+from infra.queues import QueueWithDlq
+from trialbox.constants import ENV_WORK_QUEUE_URL
+
+# The worker drops each job to a per-slot uid: it keeps exactly these (Fargate cannot add any).
+KEPT = frozenset({"CHOWN", "FOWNER", "SETUID", "SETGID", "KILL"})
+SCRATCH = "/var/lib/trialbox"
+
+
+class Pool(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        config: PoolConfig,
+        vpc: ec2.IVpc,
+        subnets: ec2.SubnetSelection,
+        heartbeat_s: int,
+        environment: dict[str, str],
+    ) -> None:
+        super().__init__(scope, construct_id)
+        # The worker extends a message's visibility on every heartbeat.
+        self.work = QueueWithDlq(self, "Work", visibility=Duration.seconds(heartbeat_s * 6))
+        self.cluster = ecs.Cluster(
+            self,
+            "Cluster",
+            vpc=vpc,
+            enable_fargate_capacity_providers=True,
+            container_insights_v2=ecs.ContainerInsights.ENABLED,
+        )
+        self.task_definition = ecs.FargateTaskDefinition(
+            self,
+            "Worker",
+            cpu=config.cpu,
+            memory_limit_mib=config.memory_mb,
+            runtime_platform=ecs.RuntimePlatform(
+                cpu_architecture=ecs.CpuArchitecture.ARM64,
+                operating_system_family=ecs.OperatingSystemFamily.LINUX,
+            ),
+        )
+        self.task_definition.add_volume(name="scratch")
+        log_group = logs.LogGroup(
+            self,
+            "Logs",
+            retention=logs.RetentionDays.ONE_MONTH,
+            removal_policy=RemovalPolicy.DESTROY,
+        )
+        image = ecs.ContainerImage.from_asset(
+            str(ROOT),
+            file="sandbox_image/Dockerfile",
+            platform=ecr_assets.Platform.LINUX_ARM64,
+            exclude=[".venv", ".git", "cdk.out", "**/__pycache__", ".*_cache", "tests"],
+        )
+        linux = ecs.LinuxParameters(self, "Linux", init_process_enabled=True)
+        dropped = [
+            c for c in ecs.Capability if c is not ecs.Capability.ALL and c.value not in KEPT
+        ]
+        linux.drop_capabilities(*dropped)
+        container = self.task_definition.add_container(
+            "worker",
+            image=image,
+            readonly_root_filesystem=True,
+            linux_parameters=linux,
+            logging=ecs.LogDriver.aws_logs(stream_prefix="worker", log_group=log_group),
+            environment={
+                ENV_WORK_QUEUE_URL: self.work.queue.queue_url,
+                "TRIALBOX_SANDBOX_BACKEND": "rlimit",
+                "TRIALBOX_SANDBOX_STATE_DIR": SCRATCH,
+                **environment,
+            },
+            stop_timeout=Duration.seconds(120),
+        )
+        container.add_mount_points(
+            ecs.MountPoint(container_path=SCRATCH, source_volume="scratch", read_only=False),
+            ecs.MountPoint(container_path="/tmp", source_volume="scratch", read_only=False),
+        )
+        self.work.queue.grant_consume_messages(self.task_definition.task_role)
+        self.service = ecs.FargateService(
+            self,
+            "Service",
+            cluster=self.cluster,
+            task_definition=self.task_definition,
+            desired_count=config.min_workers,
+            vpc_subnets=subnets,
+            assign_public_ip=False,
+            capacity_provider_strategies=[
+                ecs.CapacityProviderStrategy(
+                    capacity_provider="FARGATE_SPOT" if config.spot else "FARGATE", weight=1
+                )
+            ],
+            min_healthy_percent=0,
+            max_healthy_percent=200,
+        )
+        scaling = self.service.auto_scale_task_count(
+            min_capacity=config.min_workers, max_capacity=config.max_workers
+        )
+        scaling.scale_on_metric(
+            "Backlog",
+            metric=self.work.queue.metric_approximate_number_of_messages_visible(
+                period=Duration.minutes(1)
+            ),
+            scaling_steps=[
+                {"upper": 0, "change": -1},
+                {"lower": 1, "change": +1},
+                {"lower": 20, "change": +5},
+                {"lower": 100, "change": +20},
+            ],
+            adjustment_type=autoscaling.AdjustmentType.CHANGE_IN_CAPACITY,
+        )

@@ -1,0 +1,59 @@
+"""Task sets, traces and the executions table."""
+
+from __future__ import annotations
+
+from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_s3 as s3
+from constructs import Construct
+
+from trialbox.constants import TABLE_KEY, TABLE_TTL_ATTRIBUTE
+
+
+class Storage(Construct):
+    def __init__(self, scope: Construct, construct_id: str, *, trace_retention_days: int) -> None:
+        super().__init__(scope, construct_id)
+        secure = {
+            "block_public_access": s3.BlockPublicAccess.BLOCK_ALL,
+            "encryption": s3.BucketEncryption.S3_MANAGED,
+            "enforce_ssl": True,
+            "object_ownership": s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
+        }
+        self.access_logs = s3.Bucket(
+            self,
+            "AccessLogs",
+            **secure,
+            lifecycle_rules=[s3.LifecycleRule(expiration=Duration.days(90))],
+            removal_policy=RemovalPolicy.RETAIN,
+        )
+        # Task sets are content-addressed and immutable; versioning keeps an overwrite visible.
+        self.tasksets = s3.Bucket(
+            self,
+            "Tasksets",
+            **secure,
+            versioned=True,
+            server_access_logs_bucket=self.access_logs,
+            server_access_logs_prefix="tasksets/",
+            removal_policy=RemovalPolicy.RETAIN,
+        )
+        self.traces = s3.Bucket(
+            self,
+            "Traces",
+            **secure,
+            server_access_logs_bucket=self.access_logs,
+            server_access_logs_prefix="traces/",
+            lifecycle_rules=[s3.LifecycleRule(expiration=Duration.days(trace_retention_days))],
+            removal_policy=RemovalPolicy.RETAIN,
+        )
+        self.executions = dynamodb.Table(
+            self,
+            "Executions",
+            partition_key=dynamodb.Attribute(name=TABLE_KEY, type=dynamodb.AttributeType.STRING),
+            billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
+            encryption=dynamodb.TableEncryption.AWS_MANAGED,
+            point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
+                point_in_time_recovery_enabled=True
+            ),
+            time_to_live_attribute=TABLE_TTL_ATTRIBUTE,
+            removal_policy=RemovalPolicy.RETAIN,
+        )

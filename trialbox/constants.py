@@ -1,0 +1,32 @@
+"""Names shared by the CDK stack, the Lambda functions, the worker, the SDK and the tests."""
+
+# Environment variables the functions and the worker read (each into one settings model).
+ENV_TASKSETS_BUCKET = "TRIALBOX_TASKSETS_BUCKET"
+ENV_TRACES_BUCKET = "TRIALBOX_TRACES_BUCKET"
+ENV_EXECUTIONS_TABLE = "TRIALBOX_EXECUTIONS_TABLE"
+ENV_ROLLOUT_ARN = "TRIALBOX_ROLLOUT_ARN"
+ENV_WORK_QUEUE_URL = "TRIALBOX_WORK_QUEUE_URL"
+ENV_HEARTBEAT_S = "TRIALBOX_HEARTBEAT_S"
+ENV_RESULT_TTL_DAYS = "TRIALBOX_RESULT_TTL_DAYS"
+
+# Stack outputs, by the names the SDK reads.
+OUTPUT_REQUESTS_QUEUE_URL = "RequestsQueueUrl"
+OUTPUT_WORK_QUEUE_URL = "WorkQueueUrl"
+OUTPUT_TASKSETS_BUCKET = "TasksetsBucketName"
+OUTPUT_TRACES_BUCKET = "TracesBucketName"
+OUTPUT_EXECUTIONS_TABLE = "ExecutionsTableName"
+OUTPUT_ROLLOUT_ARN = "RolloutStateMachineArn"
+
+# Error names the Rollout state machine routes on.
+ERROR_REJECTED = "Trialbox.Rejected"  # the request is invalid: a `rejected` result
+ERROR_SANDBOX = "Sandbox.Error"  # the runner itself failed: a `sandbox_error` result
+
+# The executions table.
+TABLE_KEY = "request_id"
+TABLE_TTL_ATTRIBUTE = "expires_at"
+
+# Object keys.
+TRACES_PREFIX = "traces/"
+JOBS_PREFIX = "jobs/"
+PAYLOADS_PREFIX = "payloads/"
+TASKSETS_PREFIX = "tasksets/"
