@@ -26,13 +26,13 @@ runtime: $(STAMP)
 	$(BIN)/python -m trialbox.sandbox.runtime install --requirements sandbox_image/requirements.txt
 
 lint: $(STAMP)
-	$(BIN)/ruff format --check trialbox tests benchmarks
-	$(BIN)/ruff check trialbox tests benchmarks
+	$(BIN)/ruff format --check trialbox tests benchmarks infra functions app.py
+	$(BIN)/ruff check trialbox tests benchmarks infra functions app.py
 	$(BIN)/mypy
 
 format: $(STAMP)
-	$(BIN)/ruff format trialbox tests benchmarks
-	$(BIN)/ruff check --fix trialbox tests benchmarks
+	$(BIN)/ruff format trialbox tests benchmarks infra functions app.py
+	$(BIN)/ruff check --fix trialbox tests benchmarks infra functions app.py
 
 test: setup lint
 	$(BIN)/pytest -q

@@ -79,7 +79,7 @@ class TrialboxFunction(Construct):
         code: lambda_.Code,
         environment: dict[str, str],
         log_retention_days: int,
-        timeout: Duration = Duration.seconds(30),
+        timeout: Duration | None = None,
         memory_mb: int = 512,
     ) -> None:
         super().__init__(scope, construct_id)
@@ -98,7 +98,7 @@ class TrialboxFunction(Construct):
             handler=f"functions.{name}.handler.handler",
             code=code,
             role=self.role,
-            timeout=timeout,
+            timeout=timeout or Duration.seconds(30),
             memory_size=memory_mb,
             log_group=self.log_group,
             tracing=lambda_.Tracing.ACTIVE,

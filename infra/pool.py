@@ -66,9 +66,7 @@ class Pool(Construct):
             exclude=[".venv", ".git", "cdk.out", "**/__pycache__", ".*_cache", "tests"],
         )
         linux = ecs.LinuxParameters(self, "Linux", init_process_enabled=True)
-        dropped = [
-            c for c in ecs.Capability if c is not ecs.Capability.ALL and c.value not in KEPT
-        ]
+        dropped = [c for c in ecs.Capability if c is not ecs.Capability.ALL and c.value not in KEPT]
         linux.drop_capabilities(*dropped)
         container = self.task_definition.add_container(
             "worker",

@@ -8,8 +8,8 @@ from constructs import Construct
 from infra.config import StackConfig
 from infra.intake import DISPATCHER_TIMEOUT, Intake
 from infra.lambdas import TrialboxFunction, lambda_code
-from infra.network import Network
 from infra.nag import suppress_known_findings
+from infra.network import Network
 from infra.orchestration import Orchestration
 from infra.pool import Pool
 from infra.storage import Storage
@@ -17,8 +17,8 @@ from trialbox import constants as c
 
 
 class TrialboxStack(Stack):
-    def __init__(self, scope: Construct, construct_id: str, *, config: StackConfig, **kw: object) -> None:
-        super().__init__(scope, construct_id, **kw)  # type: ignore[arg-type]
+    def __init__(self, scope: Construct, construct_id: str, *, config: StackConfig) -> None:
+        super().__init__(scope, construct_id)
         storage = Storage(self, "Storage", trace_retention_days=config.trace_retention_days)
         network = Network(self, "Network")
         buckets = {
@@ -49,7 +49,11 @@ class TrialboxStack(Stack):
 
         prepare = function(
             "prepare",
-            buckets | {c.ENV_HEARTBEAT_S: str(config.heartbeat_s), "TRIALBOX_EXECUTE_MARGIN_S": str(config.execute_margin_s)},
+            buckets
+            | {
+                c.ENV_HEARTBEAT_S: str(config.heartbeat_s),
+                c.ENV_EXECUTE_MARGIN_S: str(config.execute_margin_s),
+            },
             Duration.seconds(30),
         )
         scorer = function("scorer", buckets, Duration.seconds(60))
@@ -74,7 +78,7 @@ class TrialboxStack(Stack):
             | table_env
             | {
                 c.ENV_ROLLOUT_ARN: orchestration.rollout.state_machine_arn,
-                "TRIALBOX_REQUESTS_DLQ_URL": intake.requests.dlq.queue_url,
+                c.ENV_REQUESTS_DLQ_URL: intake.requests.dlq.queue_url,
             },
             DISPATCHER_TIMEOUT,
         )

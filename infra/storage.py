@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_s3 as s3
@@ -13,37 +15,34 @@ from trialbox.constants import TABLE_KEY, TABLE_TTL_ATTRIBUTE
 class Storage(Construct):
     def __init__(self, scope: Construct, construct_id: str, *, trace_retention_days: int) -> None:
         super().__init__(scope, construct_id)
-        secure = {
-            "block_public_access": s3.BlockPublicAccess.BLOCK_ALL,
-            "encryption": s3.BucketEncryption.S3_MANAGED,
-            "enforce_ssl": True,
-            "object_ownership": s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
-        }
-        self.access_logs = s3.Bucket(
-            self,
-            "AccessLogs",
-            **secure,
-            lifecycle_rules=[s3.LifecycleRule(expiration=Duration.days(90))],
-            removal_policy=RemovalPolicy.RETAIN,
+
+        def bucket(name: str, **settings: Any) -> s3.Bucket:
+            return s3.Bucket(
+                self,
+                name,
+                block_public_access=s3.BlockPublicAccess.BLOCK_ALL,
+                encryption=s3.BucketEncryption.S3_MANAGED,
+                enforce_ssl=True,
+                object_ownership=s3.ObjectOwnership.BUCKET_OWNER_ENFORCED,
+                removal_policy=RemovalPolicy.RETAIN,
+                **settings,
+            )
+
+        self.access_logs = bucket(
+            "AccessLogs", lifecycle_rules=[s3.LifecycleRule(expiration=Duration.days(90))]
         )
         # Task sets are content-addressed and immutable; versioning keeps an overwrite visible.
-        self.tasksets = s3.Bucket(
-            self,
+        self.tasksets = bucket(
             "Tasksets",
-            **secure,
             versioned=True,
             server_access_logs_bucket=self.access_logs,
             server_access_logs_prefix="tasksets/",
-            removal_policy=RemovalPolicy.RETAIN,
         )
-        self.traces = s3.Bucket(
-            self,
+        self.traces = bucket(
             "Traces",
-            **secure,
             server_access_logs_bucket=self.access_logs,
             server_access_logs_prefix="traces/",
             lifecycle_rules=[s3.LifecycleRule(expiration=Duration.days(trace_retention_days))],
-            removal_policy=RemovalPolicy.RETAIN,
         )
         self.executions = dynamodb.Table(
             self,

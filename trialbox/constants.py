@@ -7,6 +7,8 @@ ENV_EXECUTIONS_TABLE = "TRIALBOX_EXECUTIONS_TABLE"
 ENV_ROLLOUT_ARN = "TRIALBOX_ROLLOUT_ARN"
 ENV_WORK_QUEUE_URL = "TRIALBOX_WORK_QUEUE_URL"
 ENV_HEARTBEAT_S = "TRIALBOX_HEARTBEAT_S"
+ENV_EXECUTE_MARGIN_S = "TRIALBOX_EXECUTE_MARGIN_S"
+ENV_REQUESTS_DLQ_URL = "TRIALBOX_REQUESTS_DLQ_URL"
 ENV_RESULT_TTL_DAYS = "TRIALBOX_RESULT_TTL_DAYS"
 
 # Stack outputs, by the names the SDK reads.
@@ -18,7 +20,7 @@ OUTPUT_EXECUTIONS_TABLE = "ExecutionsTableName"
 OUTPUT_ROLLOUT_ARN = "RolloutStateMachineArn"
 
 # Error names the Rollout state machine routes on.
-ERROR_REJECTED = "Trialbox.Rejected"  # the request is invalid: a `rejected` result
+ERROR_REJECTED = "RequestRejected"  # the request is invalid: a `rejected` result (Prepare)
 ERROR_SANDBOX = "Sandbox.Error"  # the runner itself failed: a `sandbox_error` result
 
 # The executions table.

@@ -121,9 +121,9 @@ def test_lines_without_the_nonce_are_ignored_and_counted() -> None:
         event(nonce="wrong", event="finish", exitstatus=0),
         b"[1, 2]",
         *forged,
-        finish(1),
+        finish(5),
     ]
-    result = run(lines, [F + "one"])
+    result = run(lines, [F + "one"], exit_code=5)
     assert result.tests == [
         TestRecord(test_id=F + "one", outcome=Outcome.MISSING, message="not run")
     ]
@@ -137,8 +137,22 @@ def test_missing_finish_is_session_incomplete() -> None:
 
 
 def test_finish_status_disagreeing_with_exit_code() -> None:
-    result = run([*passing(F + "one"), finish(0)], [F + "one"], exit_code=1)
-    assert result.anomalies == ["exit_code_mismatch: pytest reported 0, the process exited 1"]
+    result = run([*passing(F + "one"), finish(0)], [F + "one"], exit_code=3)
+    assert result.anomalies == ["exit_code_mismatch: pytest reported 0, the process exited 3"]
+
+
+def test_nonzero_exit_with_every_test_passed_is_an_anomaly() -> None:
+    result = run([*passing(F + "one"), finish(1)], [F + "one"], exit_code=1)
+    assert result.anomalies == ["exit_without_failures: pytest exited 1 but no test failed"]
+
+
+def test_tampering_reported_by_the_plugin_and_a_second_finish() -> None:
+    lines = [*passing(F + "one"), event(event="finish", exitstatus=0, tampered=["x.y"])]
+    result = run([*lines, finish(0)], [F + "one"], exit_code=0)
+    assert result.anomalies == [
+        "pytest_tampered: x.y replaced",
+        "duplicate_report: a second session finish",
+    ]
 
 
 def test_no_mismatch_when_the_exit_code_is_unknown() -> None:

@@ -89,8 +89,11 @@ class Backend(ABC):
     name: Literal["bwrap", "rlimit"]
 
     @abstractmethod
-    def prepare_dir(self, path: Path, size_mb: int, owner: int, group: int, mode: int) -> None:
-        """Make `path` an empty directory with this owner, capped at size_mb where possible."""
+    def prepare_dir(
+        self, path: Path, size_mb: int, owner: int, group: int, mode: int, inodes: int = 65536
+    ) -> None:
+        """Make `path` an empty directory with this owner, capped at size_mb (and `inodes`
+        files) where the backend can."""
 
     @abstractmethod
     def release_dir(self, path: Path) -> None: ...

@@ -103,10 +103,12 @@ class BwrapBackend(Backend):
         if cache.exists():
             shutil.copyfile(cache, self.etc_dir / "ld.so.cache")
 
-    def prepare_dir(self, path: Path, size_mb: int, owner: int, group: int, mode: int) -> None:
+    def prepare_dir(
+        self, path: Path, size_mb: int, owner: int, group: int, mode: int, inodes: int = 65536
+    ) -> None:
         self.release_dir(path)
         path.mkdir(mode=0o700)
-        mount_tmpfs(path, size_mb, owner, group, mode)
+        mount_tmpfs(path, size_mb, owner, group, mode, inodes)
 
     def release_dir(self, path: Path) -> None:
         if path.exists():
@@ -185,6 +187,7 @@ class BwrapBackend(Backend):
                 stderr=subprocess.PIPE,
                 pass_fds=fds,
                 env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
+                cwd="/",  # bwrap's init keeps this environment: nothing of the runner's
                 start_new_session=True,
             )
         except BaseException:

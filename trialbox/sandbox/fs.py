@@ -9,6 +9,7 @@ import ctypes
 import ctypes.util
 import io
 import os
+import shutil
 import stat
 import tarfile
 from collections.abc import Callable, Iterator
@@ -26,9 +27,14 @@ MNT_DETACH = 2
 _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
 
 
-def mount_tmpfs(path: Path, size_mb: int, uid: int, gid: int, mode: int) -> None:
+WORKSPACE_INODES = 65536
+
+
+def mount_tmpfs(
+    path: Path, size_mb: int, uid: int, gid: int, mode: int, inodes: int = WORKSPACE_INODES
+) -> None:
     """A size-capped tmpfs (ENOSPC when full), mounted on the host so it outlives the sandbox."""
-    options = f"size={size_mb}m,uid={uid},gid={gid},mode={mode:o},nr_inodes=65536"
+    options = f"size={size_mb}m,uid={uid},gid={gid},mode={mode:o},nr_inodes={inodes}"
     flags = 0x2 | 0x4  # MS_NOSUID | MS_NODEV (not MS_NOEXEC: agents run their own scripts)
     if _libc.mount(b"tmpfs", str(path).encode(), b"tmpfs", flags, options.encode()) != 0:
         err = ctypes.get_errno()
@@ -43,14 +49,20 @@ def unmount(path: Path) -> None:
 
 
 def _open_dirs(root_fd: int, parts: tuple[str, ...], uid: int, gid: int) -> int:
-    """Open (creating as needed) the directory chain under root_fd, refusing symlinks."""
+    """Open (creating as needed) the directory chain under root_fd. Nothing is followed: a
+    link or file in the chain is replaced by a directory."""
     fd = os.dup(root_fd)
     for part in parts:
         try:
+            info = os.stat(part, dir_fd=fd, follow_symlinks=False)
+        except FileNotFoundError:
+            info = None
+        if info is not None and not stat.S_ISDIR(info.st_mode):
+            os.unlink(part, dir_fd=fd)  # a file or link where a directory must go: it loses
+            info = None
+        if info is None:
             os.mkdir(part, 0o755, dir_fd=fd)
             os.chown(part, uid, gid, dir_fd=fd, follow_symlinks=False)
-        except FileExistsError:
-            pass
         try:
             next_fd = os.open(part, DIR_FLAGS, dir_fd=fd)
         finally:
@@ -60,10 +72,8 @@ def _open_dirs(root_fd: int, parts: tuple[str, ...], uid: int, gid: int) -> int:
 
 
 def write_files(root: Path, files: dict[str, FileContent], uid: int, gid: int) -> None:
-    """Write files under `root`, replacing existing regular files, owned by uid:gid.
-
-    Raises OSError (ELOOP/ENOTDIR) if a path crosses a symlink or a non-directory.
-    """
+    """Write files under `root`, owned by uid:gid. Each file replaces whatever is at its path
+    or in the way of its directories (links included, never followed)."""
     root_fd = os.open(root, DIR_FLAGS)
     try:
         for rel, content in files.items():
@@ -83,9 +93,12 @@ def _replace_file(dir_fd: int, name: str, data: bytes, mode: int, uid: int, gid:
     except FileNotFoundError:
         pass
     else:
+        # A later layer wins every collision: a file, link or whole directory in the way goes
+        # (links are removed, never followed).
         if stat.S_ISDIR(info.st_mode):
-            raise IsADirectoryError(f"{name} is a directory")
-        os.unlink(name, dir_fd=dir_fd)  # a symlink or file: the new file replaces it, unfollowed
+            shutil.rmtree(name, dir_fd=dir_fd)
+        else:
+            os.unlink(name, dir_fd=dir_fd)
     fd = os.open(name, CREATE_FLAGS, mode, dir_fd=dir_fd)
     try:
         os.fchown(fd, uid, gid)
@@ -97,24 +110,33 @@ def _replace_file(dir_fd: int, name: str, data: bytes, mode: int, uid: int, gid:
         os.close(fd)
 
 
+MAX_DEPTH = 64  # deeper directories are left out: bounded recursion and open fds
+CHUNK = 1 << 20
+
+
 class Entry(NamedTuple):
     path: str  # relative to the walked root
     info: os.stat_result  # lstat
     fd: int | None  # an open read fd for a regular file
     link: str | None  # the target of a symlink (read, never followed)
+    left_out: str | None = None  # why the walk did not enter or open it
 
 
-def walk_nofollow(root: Path) -> Iterator[Entry]:
-    """Yield every entry under root without following links. Regular files come with an open
-    read fd (closed after the consumer resumes); directories and others with None."""
+Prune = Callable[[str, bool], str | None]  # (relative path, is_dir) -> reason to leave it out
+
+
+def walk_nofollow(root: Path, prune: Prune | None = None) -> Iterator[Entry]:
+    """Every entry under root, without following links. A regular file comes with an open read
+    fd (closed once the consumer resumes). An entry `prune` rejects, or a directory deeper
+    than MAX_DEPTH, comes with `left_out` set and is neither opened nor entered."""
     root_fd = os.open(root, DIR_FLAGS)
     try:
-        yield from _walk(root_fd, "")
+        yield from _walk(root_fd, "", prune, 0)
     finally:
         os.close(root_fd)
 
 
-def _walk(dir_fd: int, prefix: str) -> Iterator[Entry]:
+def _walk(dir_fd: int, prefix: str, prune: Prune | None, depth: int) -> Iterator[Entry]:
     with os.scandir(dir_fd) as entries:
         names = sorted(entry.name for entry in entries)
     for name in names:
@@ -123,11 +145,17 @@ def _walk(dir_fd: int, prefix: str) -> Iterator[Entry]:
             info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)
         except FileNotFoundError:
             continue
-        if stat.S_ISDIR(info.st_mode):
+        is_dir = stat.S_ISDIR(info.st_mode)
+        reason = prune(rel, is_dir) if prune else None
+        if reason is None and is_dir and depth >= MAX_DEPTH:
+            reason = f"deeper than {MAX_DEPTH} directory levels"
+        if reason is not None:
+            yield Entry(rel, info, None, None, reason)
+        elif is_dir:
             yield Entry(rel, info, None, None)
             child = os.open(name, DIR_FLAGS, dir_fd=dir_fd)
             try:
-                yield from _walk(child, f"{rel}/")
+                yield from _walk(child, f"{rel}/", prune, depth + 1)
             finally:
                 os.close(child)
         elif stat.S_ISREG(info.st_mode):
@@ -143,36 +171,37 @@ def _walk(dir_fd: int, prefix: str) -> Iterator[Entry]:
             yield Entry(rel, info, None, None)
 
 
-def read_fd(fd: int) -> bytes:
-    chunks = []
-    while chunk := os.read(fd, 1 << 20):
-        chunks.append(chunk)
-    return b"".join(chunks)
+def _copy_fd(src_fd: int, dir_fd: int, name: str, mode: int, uid: int, gid: int) -> None:
+    """Stream one file (memory stays at one chunk, whatever a sparse file claims)."""
+    _replace_file(dir_fd, name, b"", mode, uid, gid)
+    out = os.open(name, os.O_WRONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    try:
+        while chunk := os.read(src_fd, CHUNK):
+            view = memoryview(chunk)
+            while view:
+                view = view[os.write(out, view) :]
+    finally:
+        os.close(out)
 
 
-Skip = Callable[[str, bool], str | None]  # (relative path, is_dir) -> reason to leave it out
-
-
-def copy_tree(src: Path, dst: Path, skip: Skip, uid: int, gid: int) -> list[tuple[str, str]]:
+def copy_tree(
+    src: Path, dst: Path, prune: Prune, uid: int, gid: int, max_file_bytes: int
+) -> list[tuple[str, str]]:
     """Copy regular files and directories from src into dst (which must exist). Links, fifos,
-    sockets and devices are never copied. Returns (path, reason) for everything left out."""
+    sockets, devices and files over max_file_bytes are never copied. Returns (path, reason)
+    for everything left out."""
     left_out: list[tuple[str, str]] = []
-    skipped_dirs: list[str] = []
     dst_fd = os.open(dst, DIR_FLAGS)
     try:
-        for rel, info, fd, _ in walk_nofollow(src):
-            if any(rel.startswith(f"{d}/") for d in skipped_dirs):
-                continue
+        for rel, info, fd, _, reason in walk_nofollow(src, prune):
             is_dir = stat.S_ISDIR(info.st_mode)
-            if not is_dir and fd is None:
+            if reason is None and not is_dir and fd is None:
                 kind = "symlink" if stat.S_ISLNK(info.st_mode) else "special file"
-                left_out.append((rel, f"{kind}: not copied into the grading tree"))
-                continue
-            reason = skip(rel, is_dir)
-            if reason:
+                reason = f"{kind}: not copied into the grading tree"
+            if reason is None and fd is not None and info.st_size > max_file_bytes:
+                reason = f"{info.st_size} bytes: larger than the workspace"
+            if reason is not None:
                 left_out.append((rel, reason))
-                if is_dir:
-                    skipped_dirs.append(rel)
                 continue
             parts = PurePosixPath(rel).parts
             if is_dir:
@@ -182,7 +211,7 @@ def copy_tree(src: Path, dst: Path, skip: Skip, uid: int, gid: int) -> list[tupl
             parent = _open_dirs(dst_fd, parts[:-1], uid, gid)
             try:
                 mode = 0o755 if info.st_mode & 0o111 else 0o644
-                _replace_file(parent, parts[-1], read_fd(fd), mode, uid, gid)
+                _copy_fd(fd, parent, parts[-1], mode, uid, gid)
             finally:
                 os.close(parent)
     finally:
@@ -194,7 +223,7 @@ def checkpoint(root: Path) -> bytes:
     """A tar.gz of the workspace. Links are stored as links, never followed."""
     buffer = io.BytesIO()
     with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
-        for rel, info, fd, link in walk_nofollow(root):
+        for rel, info, fd, link, _ in walk_nofollow(root):
             member = tarfile.TarInfo(rel)
             member.mode = info.st_mode & 0o777
             member.mtime = int(info.st_mtime)
@@ -202,9 +231,9 @@ def checkpoint(root: Path) -> bytes:
                 member.type = tarfile.DIRTYPE
                 tar.addfile(member)
             elif fd is not None:
-                data = read_fd(fd)
-                member.size = len(data)
-                tar.addfile(member, io.BytesIO(data))
+                member.size = info.st_size
+                with os.fdopen(os.dup(fd), "rb") as stream:
+                    tar.addfile(member, stream)
             elif link is not None:
                 member.type = tarfile.SYMTYPE
                 member.linkname = link

@@ -6,13 +6,15 @@ cross-checked against pytest's exit code and the expected ids.
 from __future__ import annotations
 
 import json
+import os
+import stat
 import sys
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
 from trialbox.models.report import Neutralized, TestOutcome, TestRecord
 from trialbox.models.task import pytest_args
@@ -50,7 +52,9 @@ class HijackFilter:
         if is_dir:
             if name == "__pycache__":
                 return "bytecode cache"
-            if name in self.protected and (self.source / rel / "__init__.py").is_file():
+            if name.endswith((".dist-info", ".egg-info")):
+                return "package metadata (entry points could load a pytest plugin)"
+            if name in self.protected and _is_regular(self.source / rel / "__init__.py"):
                 return f"package shadows the module {name!r}"
             return None
         if name == "conftest.py":
@@ -66,6 +70,14 @@ class HijackFilter:
         if name.endswith((".py", ".so")) and module in self.protected and rel not in self.trusted:
             return f"shadows the module {module!r}"
         return None
+
+
+def _is_regular(path: Path) -> bool:
+    """lstat only: the runner is root and must not learn where a planted link points."""
+    try:
+        return stat.S_ISREG(os.stat(path, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
 
 
 def grading_argv(command: list[str], runtime: Runtime, root: str) -> list[str]:
@@ -89,14 +101,33 @@ def grading_env(base: dict[str, str], runtime: Runtime, nonce: str, root: str) -
     """The backend adds TRIALBOX_REPORT_FD once it has opened the report pipe."""
     return base | {
         "PYTHONPATH": str(runtime.plugin_dir),
+        # Only the trusted plugin loads: no entry-point plugins, from the runtime or elsewhere.
+        "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
         "TRIALBOX_REPORT_NONCE": nonce,
         "TRIALBOX_GRADING_ROOT": root,
     }
 
 
+def clean_text(value: str) -> str:
+    """Undecodable bytes (non-UTF-8 names, surrogate-escaped text) become U+FFFD."""
+    try:
+        return value.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+    except UnicodeEncodeError:  # lone surrogates outside the escape range
+        return value.encode("utf-8", "surrogatepass").decode("utf-8", "replace")
+
+
 class _Event(BaseModel):
     model_config = ConfigDict(extra="ignore")
     nonce: str
+
+    @field_validator("*", mode="after")
+    @classmethod
+    def _clean(cls, value: object) -> object:
+        if isinstance(value, str):
+            return clean_text(value)
+        if isinstance(value, list):
+            return [clean_text(v) if isinstance(v, str) else v for v in value]
+        return value
 
 
 class CollectedEvent(_Event):
@@ -123,6 +154,7 @@ class PhaseEvent(_Event):
 class FinishEvent(_Event):
     event: Literal["finish"]
     exitstatus: int
+    tampered: list[str] = Field(default_factory=list)
 
 
 PluginEvent = Annotated[
@@ -212,7 +244,11 @@ def collate(
                 anomalies.append(f"duplicate_report: {event.id} {event.when}")
             test[event.when] = event
         else:
+            if finish is not None:
+                anomalies.append("duplicate_report: a second session finish")
             finish = event.exitstatus
+            if event.tampered:
+                anomalies.append(f"pytest_tampered: {', '.join(event.tampered)} replaced")
     if foreign:
         anomalies.append(f"foreign_report_lines: {foreign} line(s) without the run's nonce ignored")
     if malformed:
@@ -226,10 +262,14 @@ def collate(
             f"exit_code_mismatch: pytest reported {finish}, the process exited {exit_code}"
         )
     outcomes = {test_id: fold_phases(test) for test_id, test in phases.items()}
-    if exit_code == 0 and any(
+    failures = collect_errors or any(
         o[0] in (TestOutcome.FAILED, TestOutcome.ERROR) for o in outcomes.values()
-    ):
+    )
+    if exit_code == 0 and failures:
         anomalies.append("exit_zero_with_failures: pytest exited 0 although tests failed")
+    if exit_code in (1, 2) and not failures:
+        # pytest exits 1 (failures) or 2 (collection errors) only when it saw one.
+        anomalies.append(f"exit_without_failures: pytest exited {exit_code} but no test failed")
 
     hidden = set(hidden_paths)
     if expected_tests is None:
@@ -258,4 +298,4 @@ def collate(
 
 
 def neutralized(left_out: list[tuple[str, str]]) -> list[Neutralized]:
-    return [Neutralized(path=path, reason=reason) for path, reason in left_out]
+    return [Neutralized(path=clean_text(path), reason=reason) for path, reason in left_out]

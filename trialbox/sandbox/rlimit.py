@@ -31,6 +31,7 @@ from pathlib import Path
 
 from trialbox.sandbox.backend import Backend, CommandSpec, Launched, Measured
 from trialbox.sandbox.config import SandboxConfig
+from trialbox.sandbox.fs import unmount
 from trialbox.sandbox.runtime import Runtime
 from trialbox.sandbox.slots import Slot, kill_processes_of
 
@@ -89,13 +90,17 @@ class RlimitBackend(Backend):
         self.runtime = runtime
         make_runner_undumpable()
 
-    def prepare_dir(self, path: Path, size_mb: int, owner: int, group: int, mode: int) -> None:
+    def prepare_dir(
+        self, path: Path, size_mb: int, owner: int, group: int, mode: int, inodes: int = 65536
+    ) -> None:
         self.release_dir(path)
         path.mkdir(mode=mode)
         os.chown(path, owner, group)
         path.chmod(mode)
 
     def release_dir(self, path: Path) -> None:
+        if os.path.ismount(path):  # left by the bwrap backend on a machine that has both
+            unmount(path)
         if path.exists():
             shutil.rmtree(path)
 

@@ -7,7 +7,6 @@ import secrets
 from pathlib import Path
 
 from trialbox import __version__
-from trialbox.errors import SandboxError
 from trialbox.models.common import FileContent, file_bytes
 from trialbox.models.limits import Limits
 from trialbox.models.report import (
@@ -16,6 +15,8 @@ from trialbox.models.report import (
     Provenance,
     RunReport,
     Status,
+    TestOutcome,
+    TestRecord,
 )
 from trialbox.models.sample import Sample
 from trialbox.models.task import Task
@@ -107,7 +108,12 @@ class Runner:
             )
             if files_dir is not None:
                 fs.copy_tree(
-                    files_dir, slot.work_dir, lambda *_: None, slot.agent_uid, slot.agent_uid
+                    files_dir,
+                    slot.work_dir,
+                    lambda *_: None,
+                    slot.agent_uid,
+                    slot.agent_uid,
+                    limits.disk_mb * MiB,
                 )
             outcome = self.backend.run(slot, self._agent_spec(argv, slot, limits))
         return command_result("exec", argv, outcome)
@@ -130,7 +136,7 @@ class Runner:
                 grading = self._run_in_slot(
                     slot, task, sample, limits, grade, commands, checkpoint_to
                 )
-        except (SandboxError, OSError) as exc:
+        except Exception as exc:  # the runner's own failure: no reward, never a crash
             return RunReport(
                 task_id=task.task_id,
                 sample_id=sample.sample_id,
@@ -182,16 +188,44 @@ class Runner:
             return None
         return self._grade(slot, task, limits, commands)
 
+    def _ungradable(self, task: Task, reason: str) -> GradingReport:
+        expected = task.grading.expected_tests or []
+        return GradingReport(
+            command=[],
+            pytest_exit_code=None,
+            tests=[
+                TestRecord(test_id=t, outcome=TestOutcome.MISSING, message="not run")
+                for t in expected
+            ],
+            expected_tests=expected,
+            expected_tests_unknown=task.grading.expected_tests is None,
+            neutralized=[],
+            anomalies=[f"grading_setup_failed: the workspace could not be copied ({reason})"],
+        )
+
     def _grade(
         self, slot: Slot, task: Task, limits: Limits, commands: list[CommandResult]
     ) -> tuple[GradingReport, Status]:
         hidden_mb = sum(len(file_bytes(c)) for c in task.hidden_tests.values()) // MiB
-        self.backend.prepare_dir(slot.grade_dir, limits.disk_mb + hidden_mb + 1, 0, 0, 0o755)
+        # Readable by the grader's group only: under rlimit, other slots can traverse /slots.
+        self.backend.prepare_dir(
+            slot.grade_dir,
+            limits.disk_mb + hidden_mb + 1,
+            0,
+            slot.grader_uid,
+            0o750,
+            inodes=2 * fs.WORKSPACE_INODES + len(task.hidden_tests),
+        )
         trusted = frozenset(task.workspace) | frozenset(task.hidden_tests)
         skip = HijackFilter(slot.work_dir, self.protected, trusted)
-        left_out = fs.copy_tree(slot.work_dir, slot.grade_dir, skip, 0, 0)
-        # Root-owned and mode 644/755: readable, never writable, by the grader's uid.
-        fs.write_files(slot.grade_dir, dict[str, FileContent](task.hidden_tests), 0, 0)
+        try:
+            left_out = fs.copy_tree(slot.work_dir, slot.grade_dir, skip, 0, 0, limits.disk_mb * MiB)
+            # Root-owned, mode 644/755: readable, never writable, by the grader's uid. The
+            # hidden tests win every collision with what the agent left.
+            fs.write_files(slot.grade_dir, dict[str, FileContent](task.hidden_tests), 0, 0)
+        except OSError as exc:
+            # The agent's tree could not be graded (say, it filled the disk): its failure.
+            return self._ungradable(task, f"{type(exc).__name__}: {exc}"), Status.SUCCEEDED
         root = self._sandbox_path(slot.grade_dir)
         argv = grading_argv(task.grading.command, self.runtime, root)
         nonce = secrets.token_hex(16)

@@ -120,7 +120,13 @@ class SlotPool:
                     if dirty.exists():  # its last holder died holding it
                         self.sweep(slot)
                     dirty.touch()
-                    yield slot
+                    try:
+                        yield slot
+                    except BaseException:
+                        with contextlib.suppress(Exception):  # the body's error matters more
+                            self.release(slot)
+                            dirty.unlink()
+                        raise
                     self.release(slot)
                     dirty.unlink()  # only a clean release leaves the slot unmarked
                     return

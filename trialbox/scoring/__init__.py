@@ -16,6 +16,9 @@ UNTRUSTED_ANOMALIES = (
     "report_overflow",
     "duplicate_report",
     "malformed_report",
+    "exit_without_failures",
+    "pytest_tampered",
+    "grading_setup_failed",
 )
 
 

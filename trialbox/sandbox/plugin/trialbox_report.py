@@ -3,7 +3,11 @@
 It reports every collected id and every test phase as JSON lines on a pipe the runner passed
 in, tagged with a per-run nonce, then appends the grading root to sys.path *after* the
 runtime's own paths so no workspace file can shadow pytest, its plugins or the stdlib.
-Standard library only: it runs inside the sandbox runtime.
+
+The solution runs in this process, so tampering cannot be made impossible, only hard and
+visible: the emitter is bound to each hook as a default argument (a replaced module global
+changes nothing), and pytest's reporting internals are fingerprinted at import and compared at
+the end of the session. Standard library only: it runs inside the sandbox runtime.
 """
 
 from __future__ import annotations
@@ -13,6 +17,11 @@ import os
 import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING
+
+import _pytest.main
+import _pytest.python
+import _pytest.reports
+import _pytest.runner
 
 if TYPE_CHECKING:
     import pytest
@@ -34,10 +43,23 @@ def _make_emitter() -> Emit:
     return emit
 
 
-_emit = _make_emitter()
+_EMIT = _make_emitter()
 sys.path.append(os.environ.pop("TRIALBOX_GRADING_ROOT"))
 
 MESSAGE_CHARS = 2000
+# What a solution would patch to turn failures into passes.
+_WATCHED = {
+    "TestReport.from_item_and_call": (_pytest.reports.TestReport, "from_item_and_call"),
+    "TestReport.__init__": (_pytest.reports.TestReport, "__init__"),
+    "CollectReport.__init__": (_pytest.reports.CollectReport, "__init__"),
+    "runner.call_and_report": (_pytest.runner, "call_and_report"),
+    "runner.runtestprotocol": (_pytest.runner, "runtestprotocol"),
+    "runner.call_runtest_hook": (_pytest.runner, "call_runtest_hook"),
+    "runner.CallInfo.from_call": (_pytest.runner.CallInfo, "from_call"),
+    "python.pytest_pyfunc_call": (_pytest.python, "pytest_pyfunc_call"),
+    "main.pytest_runtestloop": (_pytest.main, "pytest_runtestloop"),
+}
+_ORIGINAL = {name: vars(owner).get(attr) for name, (owner, attr) in _WATCHED.items()}
 
 
 def _message(report: pytest.CollectReport | pytest.TestReport) -> str | None:
@@ -54,16 +76,16 @@ def _message(report: pytest.CollectReport | pytest.TestReport) -> str | None:
     return text[-MESSAGE_CHARS:]
 
 
-def pytest_collectreport(report: pytest.CollectReport) -> None:
+def pytest_collectreport(report: pytest.CollectReport, _emit: Emit = _EMIT) -> None:
     if report.failed:
         _emit({"event": "collect_error", "id": report.nodeid, "message": _message(report)})
 
 
-def pytest_collection_finish(session: pytest.Session) -> None:
+def pytest_collection_finish(session: pytest.Session, _emit: Emit = _EMIT) -> None:
     _emit({"event": "collected", "ids": [item.nodeid for item in session.items]})
 
 
-def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+def pytest_runtest_logreport(report: pytest.TestReport, _emit: Emit = _EMIT) -> None:
     _emit(
         {
             "event": "test",
@@ -77,5 +99,19 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     )
 
 
-def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
-    _emit({"event": "finish", "exitstatus": int(exitstatus)})
+_HOOKS = (pytest_collectreport, pytest_collection_finish, pytest_runtest_logreport)
+_HOOK_CODE = {hook.__name__: (hook.__code__, hook.__defaults__) for hook in _HOOKS}
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int, _emit: Emit = _EMIT) -> None:
+    tampered = [
+        name
+        for name, (owner, attr) in _WATCHED.items()
+        if vars(owner).get(attr) is not _ORIGINAL[name]
+    ]
+    tampered += [
+        f"trialbox_report.{hook.__name__}"
+        for hook in _HOOKS
+        if (hook.__code__, hook.__defaults__) != _HOOK_CODE[hook.__name__]
+    ]
+    _emit({"event": "finish", "exitstatus": int(exitstatus), "tampered": tampered})

@@ -1,0 +1,118 @@
+"""Workspaces built to fool or break the grader (found in review): each gets a fair score,
+never a `sandbox_error` (which would mask it from the trainer), and never a crash."""
+
+from __future__ import annotations
+
+import resource
+
+from tests.sandbox.conftest import CORRECT, Grade
+from trialbox.models import Status
+
+WRONG = "def add(a, b):\n    return 3\n"
+FORCE_PASS = (
+    "import pytest\n"
+    "@pytest.hookimpl(hookwrapper=True)\n"
+    "def pytest_runtest_makereport(item, call):\n"
+    "    outcome = yield\n"
+    "    outcome.get_result().outcome = 'passed'\n"
+)
+
+
+def test_entry_point_plugin_in_a_planted_dist_info_does_not_load(grade: Grade) -> None:
+    files = {
+        "solution.py": WRONG,
+        "evil-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: evil\nVersion: 1.0\n",
+        "evil-1.0.dist-info/entry_points.txt": "[pytest11]\nevil = evilplug\n",
+        "evilplug.py": FORCE_PASS,
+    }
+    report, result = grade(files)
+    assert result.reward == 0.5
+    assert report.grading is not None
+    assert "evil-1.0.dist-info" in {n.path for n in report.grading.neutralized}
+
+
+def test_patching_pytest_reports_from_the_solution_is_detected(grade: Grade) -> None:
+    solution = WRONG + (
+        "import _pytest.reports as r\n"
+        "_orig = r.TestReport.from_item_and_call\n"
+        "def forged(item, call):\n"
+        "    report = _orig(item, call)\n"
+        "    report.outcome = 'passed'\n"
+        "    report.longrepr = None\n"
+        "    return report\n"
+        "r.TestReport.from_item_and_call = staticmethod(forged)\n"
+    )
+    report, result = grade({"solution.py": solution})
+    assert result.reward == 0.0
+    assert "untrusted_report:pytest_tampered" in result.flags
+    assert report.grading is not None
+    assert any("TestReport.from_item_and_call" in a for a in report.grading.anomalies)
+
+
+def test_replacing_the_plugins_emitter_changes_nothing(grade: Grade) -> None:
+    solution = WRONG + (
+        "import sys, json\n"
+        "plugin = sys.modules['trialbox_report']\n"
+        "real = plugin._EMIT\n"
+        "def lie(event):\n"
+        "    if event.get('outcome') == 'failed':\n"
+        "        event['outcome'] = 'passed'\n"
+        "    real(event)\n"
+        "plugin._EMIT = lie\n"
+    )
+    _, result = grade({"solution.py": solution})
+    assert result.reward == 0.5
+
+
+def test_paths_colliding_with_hidden_tests_lose_to_them(grade: Grade) -> None:
+    for files in (
+        {"solution.py": CORRECT, "tests": "a file where the hidden tests go"},
+        {"solution.py": CORRECT, "tests/test_add.py/x": "a directory at a hidden test"},
+    ):
+        _, result = grade(files)
+        assert (result.status, result.reward) == (Status.SUCCEEDED, 1.0), result.error
+
+
+def test_a_workspace_full_of_inodes_still_grades(grade: Grade) -> None:
+    commands = [["sh", "-c", "mkdir many && cd many && seq 1 65000 | xargs touch"]]
+    _, result = grade({"solution.py": CORRECT}, commands, limits={"timeout_s": 60})
+    assert (result.status, result.reward) == (Status.SUCCEEDED, 1.0), result.feedback
+
+
+def test_a_huge_sparse_file_is_left_out_without_memory_growth(grade: Grade) -> None:
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    report, result = grade({"solution.py": CORRECT}, [["truncate", "-s", "2G", "big"]])
+    grown_mib = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert (result.status, result.reward) == (Status.SUCCEEDED, 1.0)
+    assert report.grading is not None
+    reasons = {n.path: n.reason for n in report.grading.neutralized}
+    assert reasons["big"] == "2147483648 bytes: larger than the workspace"
+    assert grown_mib < 64
+
+
+def test_a_very_deep_tree_is_cut_off_not_a_crash(grade: Grade) -> None:
+    commands = [["sh", "-c", "for i in $(seq 1100); do mkdir d && cd d || exit 1; done"]]
+    report, result = grade({"solution.py": CORRECT}, commands, limits={"timeout_s": 30})
+    assert (result.status, result.reward) == (Status.SUCCEEDED, 1.0), result.error
+    assert report.grading is not None
+    assert any("deeper than 64" in n.reason for n in report.grading.neutralized)
+
+
+def test_undecodable_text_in_messages_and_names_is_replaced(grade: Grade) -> None:
+    solution = (
+        "def add(a, b):\n"
+        "    raise AssertionError(b'bad \\xff'.decode('utf-8', 'surrogateescape'))\n"
+    )
+    commands = [
+        [
+            "python",
+            "-c",
+            "open(b'name-\\xff.txt', 'w').close(); import os; os.symlink('/etc', b'l\\xfe')",
+        ]
+    ]
+    report, result = grade({"solution.py": solution}, commands)
+    assert (result.status, result.reward) == (Status.SUCCEEDED, 0.0), result.error
+    result.model_dump_json()  # serializable: no lone surrogates left
+    assert "bad \ufffd" in result.feedback
+    assert report.grading is not None
+    assert "l\ufffd" in {n.path for n in report.grading.neutralized}

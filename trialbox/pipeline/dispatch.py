@@ -1,0 +1,97 @@
+"""The dispatcher: one requests-queue message in, exactly one of: an execution started (or
+found already started with the same content), a `rejected` result, or a dead letter."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+from pydantic import ValidationError
+
+from trialbox.models import ExecutionRequest, ExecutionResult, Status
+from trialbox.models.sample import REQUEST_ID
+from trialbox.pipeline.jobs import RequestPointer, RolloutInput
+from trialbox.pipeline.record import record, validation_message
+from trialbox.pipeline.stores import ObjectStore, ResultTable
+
+
+class Dispatched(StrEnum):
+    STARTED = "started"
+    ALREADY_STARTED = "already_started"
+    REJECTED = "rejected"
+    DEAD_LETTERED = "dead_lettered"
+
+
+@dataclass
+class Dispatcher:
+    sfn: Any
+    rollout_arn: str
+    table: ResultTable
+    payloads: ObjectStore
+    dead_letter: Callable[[str, str], None]  # (body, reason)
+
+    def __call__(self, body: str) -> Dispatched:
+        try:
+            raw = json.loads(body)
+        except ValueError:
+            raw = None
+        request_id = raw.get("request_id") if isinstance(raw, dict) else None
+        if not isinstance(request_id, str) or not REQUEST_ID.fullmatch(request_id):
+            self.dead_letter(body, "no recoverable request_id")
+            return Dispatched.DEAD_LETTERED
+        assert isinstance(raw, dict)
+        pointer = None
+        if "payload_uri" in raw:
+            try:
+                pointer = RequestPointer.model_validate(raw)
+                raw = json.loads(self.payloads.get_bytes(pointer.payload_uri))
+            except (ValidationError, ValueError, OSError) as exc:
+                return self._reject(request_id, f"payload_uri: the payload cannot be read ({exc})")
+        try:
+            request = ExecutionRequest.model_validate(raw)
+        except ValidationError as exc:
+            return self._reject(request_id, validation_message(exc))
+        if request.request_id != request_id:
+            return self._reject(request_id, "request_id: differs from the pointer's request_id")
+        rollout = RolloutInput(
+            request_id=request_id,
+            request=None if pointer else request,
+            payload_uri=pointer.payload_uri if pointer else None,
+        )
+        return self._start(rollout, body)
+
+    def _reject(self, request_id: str, message: str) -> Dispatched:
+        result = ExecutionResult(
+            request_id=request_id,
+            status=Status.REJECTED,
+            reward=None,
+            loss_mask=True,
+            error=message,
+            feedback=f"rejected: {message}",
+        )
+        record(result, self.table, None)  # an existing terminal result stays as it is
+        return Dispatched.REJECTED
+
+    def _start(self, rollout: RolloutInput, body: str) -> Dispatched:
+        payload = rollout.model_dump_json(exclude_none=True)
+        try:
+            self.sfn.start_execution(
+                stateMachineArn=self.rollout_arn, name=rollout.request_id, input=payload
+            )
+            return Dispatched.STARTED
+        except self.sfn.exceptions.ExecutionAlreadyExists:
+            pass
+        existing = self.sfn.describe_execution(executionArn=self.execution_arn(rollout.request_id))
+        if (
+            RolloutInput.model_validate_json(existing["input"]).fingerprint()
+            == rollout.fingerprint()
+        ):
+            return Dispatched.ALREADY_STARTED  # a redelivered message: it runs once
+        self.dead_letter(body, f"request_id {rollout.request_id} reused with different content")
+        return Dispatched.DEAD_LETTERED
+
+    def execution_arn(self, name: str) -> str:
+        return self.rollout_arn.replace(":stateMachine:", ":execution:", 1) + f":{name}"

@@ -1,0 +1,99 @@
+"""What travels between the pipeline's steps. Everything large goes by S3 reference: a Step
+Functions state holds at most 256 KiB."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from typing import Literal
+
+from pydantic import Field
+
+from trialbox.constants import JOBS_PREFIX, TRACES_PREFIX
+from trialbox.models import ExecutionRequest, Limits, Sample, StrictModel, Task
+from trialbox.models.common import Files
+from trialbox.models.sample import Argv, RequestId
+
+
+class RequestPointer(StrictModel):
+    """A requests-queue message whose request sits in S3 (payloads over 128 KiB)."""
+
+    request_id: RequestId
+    payload_uri: str
+
+
+class RolloutInput(StrictModel):
+    """The Rollout execution's input: the request inline, or where it is."""
+
+    request_id: RequestId
+    request: ExecutionRequest | None = None
+    payload_uri: str | None = None
+
+    def fingerprint(self) -> str:
+        return hashlib.sha256(self.model_dump_json(exclude_none=True).encode()).hexdigest()
+
+
+class JobSpec(StrictModel):
+    """A resolved job: what the worker runs. Written by Prepare, read by worker and scorer."""
+
+    request_id: RequestId
+    task: Task
+    files: Files = Field(default_factory=dict)
+    commands: list[Argv] = Field(default_factory=list)
+    grade: bool = True
+    limits: Limits
+    taskset_sha256: str | None = None
+
+    def sample(self) -> Sample:
+        return Sample(
+            task_id=self.task.task_id,
+            sample_id=self.request_id,
+            files=self.files,
+            commands=self.commands,
+            metadata=None,
+        )
+
+
+class JobRef(StrictModel):
+    """Prepare's small answer, kept in the execution state as `$.job`."""
+
+    request_id: RequestId
+    job_uri: str
+    timeout_s: int = Field(description="the Execute step's TimeoutSeconds")
+    heartbeat_s: int = Field(description="the Execute step's HeartbeatSeconds")
+
+
+class WorkMessage(StrictModel):
+    """A work-queue message (built by the state machine)."""
+
+    task_token: str
+    request_id: RequestId
+    job_uri: str
+
+
+class ExecutionDone(StrictModel):
+    """What the worker sends with SendTaskSuccess."""
+
+    report_uri: str
+    worker: str | None = None
+
+
+class ScoreRef(StrictModel):
+    result_uri: str
+    status: str
+    reward: float | None
+
+
+def job_key(request_id: str, name: str) -> str:
+    return f"{JOBS_PREFIX}{request_id}/{name}"
+
+
+def trace_key(request_id: str) -> str:
+    return f"{TRACES_PREFIX}{request_id}.json"
+
+
+def canonical(value: object) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"))
+
+
+ErrorKind = Literal["rejected", "sandbox_error"]

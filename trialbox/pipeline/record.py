@@ -1,0 +1,91 @@
+"""Terminal results: the table item (one per request id) and the trace object."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import ValidationError
+
+from trialbox.constants import ERROR_REJECTED
+from trialbox.models import ExecutionResult, Status
+from trialbox.models.result import reward_for
+from trialbox.pipeline.jobs import trace_key
+from trialbox.pipeline.stores import ObjectStore, ResultTable
+
+# DynamoDB items are capped at 400 KB; larger results are kept whole only in the trace.
+MAX_INLINE_RESULT = 300_000
+
+
+def validation_message(exc: ValidationError) -> str:
+    parts = []
+    for error in exc.errors():
+        field = ".".join(str(p) for p in error["loc"]) or "(request)"
+        parts.append(f"{field}: {error['msg'].removeprefix('Value error, ')}")
+    return "; ".join(parts)
+
+
+def failure_result(request_id: str, error: str, cause: str | None) -> ExecutionResult:
+    """A result for a request that never produced a run report."""
+    status = Status.REJECTED if error == ERROR_REJECTED else Status.SANDBOX_ERROR
+    reward, loss_mask = reward_for(status, None)
+    detail = _cause_message(cause)
+    message = detail if status == Status.REJECTED else f"{error}: {detail}" if detail else error
+    return ExecutionResult(
+        request_id=request_id,
+        status=status,
+        reward=reward,
+        loss_mask=loss_mask,
+        error=message,
+        feedback=message
+        if status == Status.REJECTED
+        else f"sandbox error (not your code): {message}",
+    )
+
+
+def _cause_message(cause: str | None) -> str:
+    """Step Functions' Cause for a Lambda error is the JSON {errorMessage, errorType, ...}."""
+    if not cause:
+        return ""
+    try:
+        parsed = json.loads(cause)
+    except ValueError:
+        return cause
+    if isinstance(parsed, dict) and "errorMessage" in parsed:
+        return str(parsed["errorMessage"])
+    return cause
+
+
+def table_attributes(result: ExecutionResult, trace_uri: str | None) -> dict[str, Any]:
+    body = result.model_dump_json()
+    if len(body) > MAX_INLINE_RESULT:
+        trimmed = result.model_copy(update={"commands": [], "tests": result.tests[:200]})
+        body = trimmed.model_dump_json()
+    return {
+        "status": result.status.value,
+        "reward": result.reward,
+        "loss_mask": result.loss_mask,
+        "task_id": result.task_id,
+        "sample_id": result.sample_id,
+        "result_uri": trace_uri,
+        "result": body,
+    }
+
+
+def record(
+    result: ExecutionResult,
+    table: ResultTable,
+    traces: ObjectStore | None,
+    trace: dict[str, Any] | None = None,
+) -> bool:
+    """Write the trace (if a store is given), then the one terminal item. False: it existed."""
+    request_id = result.request_id
+    assert request_id is not None
+    trace_uri = None
+    if traces is not None:
+        trace_uri = traces.uri(trace_key(request_id))
+        result = result.model_copy(update={"trace_uri": trace_uri})
+        traces.put_json(
+            trace_key(request_id), {"result": json.loads(result.model_dump_json()), **(trace or {})}
+        )
+    return table.put_terminal(request_id, table_attributes(result, trace_uri))

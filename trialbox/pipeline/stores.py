@@ -1,0 +1,72 @@
+"""Adapters over S3 and DynamoDB: the only places the pipeline touches AWS data."""
+
+from __future__ import annotations
+
+import json
+import time
+from typing import Any
+
+from botocore.exceptions import ClientError
+from pydantic import BaseModel
+
+from trialbox.constants import TABLE_KEY, TABLE_TTL_ATTRIBUTE
+
+
+def parse_s3_uri(uri: str) -> tuple[str, str]:
+    if not uri.startswith("s3://") or "/" not in uri[5:]:
+        raise ValueError(f"{uri!r} is not an s3://bucket/key URI")
+    bucket, key = uri[5:].split("/", 1)
+    return bucket, key
+
+
+class ObjectStore:
+    def __init__(self, s3: Any, bucket: str) -> None:
+        self.s3 = s3
+        self.bucket = bucket
+
+    def uri(self, key: str) -> str:
+        return f"s3://{self.bucket}/{key}"
+
+    def put_json(self, key: str, value: BaseModel | dict[str, Any]) -> str:
+        body = value.model_dump_json() if isinstance(value, BaseModel) else json.dumps(value)
+        self.s3.put_object(
+            Bucket=self.bucket, Key=key, Body=body.encode(), ContentType="application/json"
+        )
+        return self.uri(key)
+
+    def get_bytes(self, uri: str) -> bytes:
+        bucket, key = parse_s3_uri(uri)
+        return bytes(self.s3.get_object(Bucket=bucket, Key=key)["Body"].read())
+
+
+class ResultTable:
+    """Exactly one terminal result per request id: a conditional put, first writer wins."""
+
+    def __init__(self, dynamodb: Any, table: str, ttl_days: int) -> None:
+        self.dynamodb = dynamodb
+        self.table = table
+        self.ttl_days = ttl_days
+
+    def put_terminal(self, request_id: str, attributes: dict[str, Any]) -> bool:
+        item: dict[str, dict[str, Any]] = {TABLE_KEY: {"S": request_id}}
+        for name, value in attributes.items():
+            if value is None:
+                continue
+            if isinstance(value, bool):
+                item[name] = {"BOOL": value}
+            elif isinstance(value, int | float):
+                item[name] = {"N": repr(value)}
+            else:
+                item[name] = {"S": str(value)}
+        item[TABLE_TTL_ATTRIBUTE] = {"N": str(int(time.time()) + self.ttl_days * 86400)}
+        try:
+            self.dynamodb.put_item(
+                TableName=self.table,
+                Item=item,
+                ConditionExpression=f"attribute_not_exists({TABLE_KEY})",
+            )
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True
