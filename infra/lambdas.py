@@ -22,7 +22,7 @@ from constructs import Construct
 
 ROOT = Path(__file__).resolve().parents[1]
 # What a handler imports at run time, beyond the Lambda runtime's own boto3.
-LAMBDA_REQUIREMENTS = ("pydantic==2.14.4", "aws-lambda-powertools==3.37.0")
+LAMBDA_REQUIREMENTS = ("pydantic==2.14.4", "aws-lambda-powertools==3.37.0", "aws-xray-sdk==2.15.0")
 RUNTIME = lambda_.Runtime.PYTHON_3_13
 
 

@@ -32,7 +32,10 @@ class TrialboxStack(Stack):
             vpc=network.vpc,
             subnets=network.subnets,
             heartbeat_s=config.heartbeat_s,
-            environment={c.ENV_TRACES_BUCKET: storage.traces.bucket_name},
+            environment={
+                c.ENV_TRACES_BUCKET: storage.traces.bucket_name,
+                c.ENV_HEARTBEAT_S: str(config.heartbeat_s),
+            },
         )
         code = lambda_code()
 

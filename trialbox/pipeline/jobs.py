@@ -37,6 +37,7 @@ class JobSpec(StrictModel):
     """A resolved job: what the worker runs. Written by Prepare, read by worker and scorer."""
 
     request_id: RequestId
+    sample_id: str | None = None
     task: Task
     files: Files = Field(default_factory=dict)
     commands: list[Argv] = Field(default_factory=list)

@@ -1,0 +1,60 @@
+"""Dispatcher: requests queue -> one Rollout execution per request (partial batch response)."""
+
+from typing import Any
+
+from aws_lambda_powertools import Logger, Metrics, Tracer
+from aws_lambda_powertools.metrics import MetricUnit
+from aws_lambda_powertools.utilities.batch import (
+    BatchProcessor,
+    EventType,
+    process_partial_response,
+)
+from aws_lambda_powertools.utilities.batch.types import PartialItemFailureResponse
+from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from trialbox.pipeline.dispatch import Dispatcher
+from trialbox.pipeline.settings import FunctionSettings, client
+from trialbox.pipeline.stores import ObjectStore, ResultTable
+
+logger = Logger()
+tracer = Tracer()
+metrics = Metrics()
+processor = BatchProcessor(event_type=EventType.SQS)
+settings = FunctionSettings.from_env()
+sqs = client("sqs")
+
+
+def dead_letter(body: str, reason: str) -> None:
+    logger.warning("dead-lettering a request", extra={"reason": reason})
+    metrics.add_metric(name="RequestsDeadLettered", unit=MetricUnit.Count, value=1)
+    sqs.send_message(
+        QueueUrl=settings.required("requests_dlq_url"),
+        MessageBody=body,
+        MessageAttributes={"reason": {"DataType": "String", "StringValue": reason}},
+    )
+
+
+dispatch = Dispatcher(
+    sfn=client("stepfunctions"),
+    rollout_arn=settings.required("rollout_arn"),
+    table=ResultTable(
+        client("dynamodb"), settings.required("executions_table"), settings.result_ttl_days
+    ),
+    payloads=ObjectStore(client("s3"), settings.traces_bucket),
+    dead_letter=dead_letter,
+)
+
+
+def record_handler(record: SQSRecord) -> None:
+    outcome = dispatch(record.body)
+    metrics.add_metric(name=f"Requests_{outcome.value}", unit=MetricUnit.Count, value=1)
+
+
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler
+@metrics.log_metrics
+def handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
+    return process_partial_response(
+        event=event, record_handler=record_handler, processor=processor, context=context
+    )

@@ -1,0 +1,31 @@
+"""Prepare: resolve the task, merge limits, write the job spec; return a small reference."""
+
+from typing import Any
+
+from aws_lambda_powertools import Logger, Tracer
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from trialbox.pipeline.jobs import RolloutInput
+from trialbox.pipeline.prepare import Preparer
+from trialbox.pipeline.settings import FunctionSettings, client
+from trialbox.pipeline.stores import ObjectStore
+
+logger = Logger()
+tracer = Tracer()
+settings = FunctionSettings.from_env()
+s3 = client("s3")
+prepare = Preparer(
+    tasksets=ObjectStore(s3, settings.tasksets_bucket),
+    jobs=ObjectStore(s3, settings.traces_bucket),
+    heartbeat_s=settings.heartbeat_s,
+    margin_s=settings.execute_margin_s,
+)
+
+
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    rollout = RolloutInput.model_validate(
+        {k: v for k, v in event.items() if k in RolloutInput.model_fields}
+    )
+    return prepare(rollout).model_dump()

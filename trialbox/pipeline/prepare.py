@@ -1,0 +1,91 @@
+"""Prepare: resolve the task, merge limits (a request may only tighten them), write the job
+spec, and answer with a small reference and the Execute step's timeouts."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+
+from pydantic import ValidationError
+
+from trialbox.constants import TASKSETS_PREFIX
+from trialbox.models import ExecutionRequest, Task, TaskRef
+from trialbox.pipeline.jobs import JobRef, JobSpec, RolloutInput, job_key
+from trialbox.pipeline.record import validation_message
+from trialbox.pipeline.stores import ObjectStore
+
+
+class RequestRejected(Exception):
+    """The request cannot run as given; its message says why. (Step Functions routes on the
+    class name, `constants.ERROR_REJECTED`.)"""
+
+
+def taskset_key(taskset: str, version: str) -> str:
+    return f"{TASKSETS_PREFIX}{taskset}@{version}.jsonl"
+
+
+@dataclass
+class Preparer:
+    tasksets: ObjectStore
+    jobs: ObjectStore
+    heartbeat_s: int
+    margin_s: int
+
+    def __call__(self, rollout: RolloutInput) -> JobRef:
+        request = self._request(rollout)
+        task, taskset_sha = self._task(request)
+        limits = request.limits.tighten(task.limits)
+        job = JobSpec(
+            request_id=request.request_id,
+            sample_id=request.sample_id,
+            task=task,
+            files=request.files,
+            commands=request.commands,
+            grade=request.grade,
+            limits=limits,
+            taskset_sha256=taskset_sha,
+        )
+        uri = self.jobs.put_json(job_key(request.request_id, "job.json"), job)
+        # The runner enforces each command's deadline itself; the token timeout only catches
+        # a sandbox that vanished, so it sits beyond the runner's worst case plus a margin.
+        grading_s = (task.grading.timeout_s or limits.timeout_s) if request.grade else 0
+        worst = len(request.commands) * limits.timeout_s + grading_s
+        return JobRef(
+            request_id=request.request_id,
+            job_uri=uri,
+            timeout_s=int(worst) + self.margin_s,
+            heartbeat_s=self.heartbeat_s,
+        )
+
+    def _request(self, rollout: RolloutInput) -> ExecutionRequest:
+        if rollout.request is not None:
+            return rollout.request
+        if rollout.payload_uri is None:
+            raise RequestRejected("the execution input has neither a request nor a payload_uri")
+        try:
+            return ExecutionRequest.model_validate_json(self.jobs.get_bytes(rollout.payload_uri))
+        except ValidationError as exc:
+            raise RequestRejected(validation_message(exc)) from exc
+
+    def _task(self, request: ExecutionRequest) -> tuple[Task, str | None]:
+        if request.task is not None:
+            return request.task, None
+        assert request.task_ref is not None
+        ref = TaskRef.parse(request.task_ref)
+        key = taskset_key(ref.taskset, ref.version)
+        try:
+            body = self.tasksets.get_bytes(self.tasksets.uri(key))
+        except self.tasksets.s3.exceptions.NoSuchKey as exc:
+            raise RequestRejected(
+                f"task_ref: task set {ref.taskset}@{ref.version} not found"
+            ) from exc
+        for line in body.decode().split("\n"):
+            if not line.strip():
+                continue
+            raw = json.loads(line)
+            if raw.get("task_id") == ref.task_id:
+                try:
+                    return Task.model_validate(raw), ref.version
+                except ValidationError as exc:
+                    raise RequestRejected(f"task {ref}: {validation_message(exc)}") from exc
+        raise RequestRejected(f"task_ref: no task {ref.task_id!r} in {ref.taskset}@{ref.version}")

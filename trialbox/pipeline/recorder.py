@@ -1,0 +1,49 @@
+"""The Record step: every execution ends here, with a score or with the error that stopped it."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from pydantic import ConfigDict, Field
+
+from trialbox.models import ExecutionResult, StrictModel
+from trialbox.pipeline.jobs import ScoreRef
+from trialbox.pipeline.record import failure_result, record
+from trialbox.pipeline.stores import ObjectStore, ResultTable
+
+
+class StepError(StrictModel):
+    Error: str
+    Cause: str | None = None
+
+
+class RecordInput(StrictModel):
+    """The Rollout state as Record sees it (extra keys are the state machine's own)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    request_id: str
+    score: ScoreRef | None = None
+    error: StepError | None = None
+    job: dict[str, Any] | None = None
+    execution: dict[str, Any] | None = None
+    request: dict[str, Any] | None = Field(default=None, exclude=True)
+
+
+@dataclass
+class Recorder:
+    table: ResultTable
+    traces: ObjectStore
+
+    def __call__(self, state: RecordInput) -> bool:
+        if state.score is not None:
+            result = ExecutionResult.model_validate_json(
+                self.traces.get_bytes(state.score.result_uri)
+            )
+        else:
+            error = state.error or StepError(Error="States.Unknown", Cause="no score and no error")
+            result = failure_result(state.request_id, error.Error, error.Cause)
+        trace = {"state": json.loads(state.model_dump_json(exclude={"request"}))}
+        return record(result, self.table, self.traces, trace)

@@ -1,0 +1,24 @@
+"""The Score step: the raw run report and the job's grading spec in, the typed result out.
+The sandbox never scores itself."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from trialbox.models import RunReport
+from trialbox.pipeline.jobs import ExecutionDone, JobRef, JobSpec, ScoreRef, job_key
+from trialbox.pipeline.stores import ObjectStore
+from trialbox.scoring import score
+
+
+@dataclass
+class Scorer:
+    jobs: ObjectStore
+
+    def __call__(self, job_ref: JobRef, done: ExecutionDone) -> ScoreRef:
+        job = JobSpec.model_validate_json(self.jobs.get_bytes(job_ref.job_uri))
+        report = RunReport.model_validate_json(self.jobs.get_bytes(done.report_uri))
+        result = score(job.task.grading, report, request_id=job.request_id)
+        result = result.model_copy(update={"sample_id": job.sample_id})
+        uri = self.jobs.put_json(job_key(job.request_id, "result.json"), result)
+        return ScoreRef(result_uri=uri, status=result.status.value, reward=result.reward)

@@ -1,0 +1,38 @@
+"""`python -m trialbox.worker`: the Fargate entrypoint. SIGTERM finishes the current job."""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import sys
+
+import boto3
+
+from trialbox import constants as c
+from trialbox.pipeline.stores import ObjectStore
+from trialbox.sandbox.runner import Runner
+from trialbox.worker.loop import Worker
+from trialbox.worker.run import job_runner
+
+
+def main() -> int:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
+    runner = Runner()
+    worker = Worker(
+        sqs=boto3.client("sqs"),
+        sfn=boto3.client("stepfunctions"),
+        jobs=ObjectStore(boto3.client("s3"), os.environ[c.ENV_TRACES_BUCKET]),
+        queue_url=os.environ[c.ENV_WORK_QUEUE_URL],
+        run_job=job_runner(runner),
+        heartbeat_s=int(os.environ.get(c.ENV_HEARTBEAT_S, "60")),
+        name=socket.gethostname(),
+    )
+    signal.signal(signal.SIGTERM, lambda *_: worker.stop.set())
+    worker.serve()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,138 @@
+"""Long-poll the work queue; run each job in the sandbox; heartbeat while it runs; upload the
+raw report; answer the task token; delete the message only after the callback."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from botocore.exceptions import ClientError
+from pydantic import ValidationError
+
+from trialbox.constants import ERROR_SANDBOX
+from trialbox.models import RunReport, Status
+from trialbox.pipeline.jobs import ExecutionDone, JobSpec, WorkMessage, job_key
+from trialbox.pipeline.stores import ObjectStore
+
+log = logging.getLogger("trialbox.worker")
+# The execution moved on (timed out, retried elsewhere, or ended): this token is dead.
+GONE = ("TaskTimedOut", "InvalidToken", "TaskDoesNotExist")
+
+RunJob = Callable[[JobSpec], RunReport]
+
+
+@dataclass
+class Worker:
+    sqs: Any
+    sfn: Any
+    jobs: ObjectStore
+    queue_url: str
+    run_job: RunJob
+    heartbeat_s: int
+    name: str = "worker"
+    wait_s: int = 20
+    stop: threading.Event = field(default_factory=threading.Event)
+
+    def serve(self) -> None:
+        while not self.stop.is_set():
+            self.poll_once()
+
+    def poll_once(self) -> bool:
+        answer = self.sqs.receive_message(
+            QueueUrl=self.queue_url,
+            MaxNumberOfMessages=1,
+            WaitTimeSeconds=self.wait_s,
+            VisibilityTimeout=self.heartbeat_s * 3,
+        )
+        messages = answer.get("Messages", [])
+        for message in messages:
+            self.handle(message)
+        return bool(messages)
+
+    def handle(self, message: dict[str, Any]) -> None:
+        receipt = message["ReceiptHandle"]
+        try:
+            work = WorkMessage.model_validate_json(message["Body"])
+        except ValidationError:
+            log.error("dropping a work message that is not a job: %.200s", message["Body"])
+            self._delete(receipt)
+            return
+        if not self._beat(work.task_token):  # a stale redelivery: its execution moved on
+            self._delete(receipt)
+            return
+        lost = threading.Event()
+        done = threading.Event()
+        beating = threading.Thread(
+            target=self._heartbeats, args=(work.task_token, receipt, done, lost), daemon=True
+        )
+        beating.start()
+        try:
+            outcome = self._run(work)
+        finally:
+            done.set()
+            beating.join()
+        if lost.is_set():
+            log.warning("%s: the execution moved on; dropping the result", work.request_id)
+        else:
+            self._answer(work, outcome)
+        self._delete(receipt)
+
+    def _run(self, work: WorkMessage) -> tuple[str, str]:
+        """('success', report_uri) or ('failure', cause)."""
+        try:
+            job = JobSpec.model_validate_json(self.jobs.get_bytes(work.job_uri))
+            report = self.run_job(job)
+        except Exception as exc:  # the runner itself failed: a typed failure, never a reward
+            log.exception("%s: the runner failed", work.request_id)
+            return "failure", f"{type(exc).__name__}: {exc}"
+        uri = self.jobs.put_json(job_key(work.request_id, "report.json"), report)
+        if report.status == Status.SANDBOX_ERROR:
+            return "failure", report.error or "the sandbox failed"
+        return "success", uri
+
+    def _answer(self, work: WorkMessage, outcome: tuple[str, str]) -> None:
+        kind, value = outcome
+        try:
+            if kind == "success":
+                done = ExecutionDone(report_uri=value, worker=self.name)
+                self.sfn.send_task_success(taskToken=work.task_token, output=done.model_dump_json())
+            else:
+                self.sfn.send_task_failure(
+                    taskToken=work.task_token, error=ERROR_SANDBOX, cause=value[:32_000]
+                )
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] not in GONE:
+                raise
+            log.warning("%s: the execution moved on before the callback", work.request_id)
+
+    def _beat(self, token: str) -> bool:
+        try:
+            self.sfn.send_task_heartbeat(taskToken=token)
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] in GONE:
+                return False
+            raise
+        return True
+
+    def _heartbeats(
+        self, token: str, receipt: str, done: threading.Event, lost: threading.Event
+    ) -> None:
+        interval = max(1.0, self.heartbeat_s / 3)
+        while not done.wait(interval):
+            try:
+                if not self._beat(token):
+                    lost.set()
+                    return
+                self.sqs.change_message_visibility(
+                    QueueUrl=self.queue_url,
+                    ReceiptHandle=receipt,
+                    VisibilityTimeout=self.heartbeat_s * 3,
+                )
+            except ClientError:
+                log.exception("heartbeat failed; trying again")
+
+    def _delete(self, receipt: str) -> None:
+        self.sqs.delete_message(QueueUrl=self.queue_url, ReceiptHandle=receipt)
