@@ -36,8 +36,16 @@ def resources(template: Template, kind: str) -> dict[str, Any]:
 def definition(template: Template) -> dict[str, Any]:
     (machine,) = resources(template, "AWS::StepFunctions::StateMachine").values()
     parts = machine["Properties"]["DefinitionString"]["Fn::Join"][1]
-    # Intrinsics (function ARNs, the queue URL) sit inside JSON strings: a placeholder will do.
-    return json.loads("".join(p if isinstance(p, str) else "INTRINSIC" for p in parts))
+    # Intrinsics sit inside JSON strings: stand-ins of the right shape will do.
+    return json.loads("".join(p if isinstance(p, str) else _stand_in(p) for p in parts))
+
+
+def _stand_in(intrinsic: dict[str, Any]) -> str:
+    if intrinsic.get("Ref") == "AWS::Partition":
+        return "aws"
+    if "Fn::GetAtt" in intrinsic:
+        return f"arn:aws:lambda:us-east-1:000000000000:function:{intrinsic['Fn::GetAtt'][0]}"
+    return "https://sqs.us-east-1.amazonaws.com/000000000000/work"
 
 
 def test_rollout_shape_retries_and_catches(template: Template) -> None:

@@ -1,0 +1,89 @@
+"""moto in-process: fake credentials first, the mock started before any client is made."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import boto3
+import pytest
+from moto import mock_aws
+
+from trialbox import constants as c
+from trialbox.pipeline.stores import ObjectStore, ResultTable
+
+REGION = "us-east-1"
+MOTO_CONFIG: Any = {
+    "stepfunctions": {"execute_state_machine": True},
+    "lambda": {"use_docker": False},
+}
+
+
+@dataclass
+class Aws:
+    s3: Any
+    sqs: Any
+    sfn: Any
+    dynamodb: Any
+    tasksets: ObjectStore
+    traces: ObjectStore
+    table: ResultTable
+    work_queue: str
+    dlq: str
+
+    def item(self, request_id: str) -> dict[str, Any] | None:
+        found = self.dynamodb.get_item(
+            TableName=self.table.table, Key={c.TABLE_KEY: {"S": request_id}}
+        )
+        return found.get("Item")
+
+    def messages(self, queue: str) -> list[dict[str, Any]]:
+        answer = self.sqs.receive_message(
+            QueueUrl=queue, MaxNumberOfMessages=10, MessageAttributeNames=["All"]
+        )
+        return list(answer.get("Messages", []))
+
+    def state_machine(self, name: str, definition: dict[str, Any]) -> str:
+        arn = self.sfn.create_state_machine(
+            name=name,
+            definition=json.dumps(definition),
+            roleArn="arn:aws:iam::123456789012:role/sfn",
+        )["stateMachineArn"]
+        return str(arn)
+
+
+@pytest.fixture
+def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[Aws]:
+    for key, value in {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_SESSION_TOKEN": "testing",
+        "AWS_DEFAULT_REGION": REGION,
+    }.items():
+        monkeypatch.setenv(key, value)
+    monkeypatch.delenv("AWS_ENDPOINT_URL", raising=False)
+    with mock_aws(config=MOTO_CONFIG):
+        s3 = boto3.client("s3")
+        sqs = boto3.client("sqs")
+        dynamodb = boto3.client("dynamodb")
+        for bucket in ("tasksets", "traces"):
+            s3.create_bucket(Bucket=bucket)
+        dynamodb.create_table(
+            TableName="executions",
+            KeySchema=[{"AttributeName": c.TABLE_KEY, "KeyType": "HASH"}],
+            AttributeDefinitions=[{"AttributeName": c.TABLE_KEY, "AttributeType": "S"}],
+            BillingMode="PAY_PER_REQUEST",
+        )
+        yield Aws(
+            s3=s3,
+            sqs=sqs,
+            sfn=boto3.client("stepfunctions"),
+            dynamodb=dynamodb,
+            tasksets=ObjectStore(s3, "tasksets"),
+            traces=ObjectStore(s3, "traces"),
+            table=ResultTable(dynamodb, "executions", ttl_days=30),
+            work_queue=sqs.create_queue(QueueName="work")["QueueUrl"],
+            dlq=sqs.create_queue(QueueName="requests-dlq")["QueueUrl"],
+        )

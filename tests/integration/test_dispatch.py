@@ -1,0 +1,108 @@
+"""The dispatcher under moto: started, already started, rejected or dead-lettered."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from tests.integration.conftest import Aws
+from tests.sandbox.conftest import ADD_TASK, CORRECT
+from trialbox.pipeline.dispatch import Dispatched, Dispatcher
+
+PASS_MACHINE = {"StartAt": "Wait", "States": {"Wait": {"Type": "Wait", "Seconds": 60, "End": True}}}
+
+
+@pytest.fixture
+def dispatcher(aws: Aws) -> Dispatcher:
+    arn = aws.state_machine("rollout", PASS_MACHINE)
+
+    def dead_letter(body: str, reason: str) -> None:
+        aws.sqs.send_message(
+            QueueUrl=aws.dlq,
+            MessageBody=body,
+            MessageAttributes={"reason": {"DataType": "String", "StringValue": reason}},
+        )
+
+    return Dispatcher(aws.sfn, arn, aws.table, aws.traces, dead_letter)
+
+
+def request(request_id: str = "r-1", **changes: Any) -> str:
+    body = {"request_id": request_id, "task": ADD_TASK, "files": {"solution.py": CORRECT}}
+    return json.dumps(body | changes)
+
+
+def dead_letters(aws: Aws) -> list[tuple[str, str]]:
+    return [
+        (m["Body"], m["MessageAttributes"]["reason"]["StringValue"]) for m in aws.messages(aws.dlq)
+    ]
+
+
+def test_a_valid_request_starts_one_execution_named_after_it(
+    aws: Aws, dispatcher: Dispatcher
+) -> None:
+    assert dispatcher(request()) == Dispatched.STARTED
+    executions = aws.sfn.list_executions(stateMachineArn=dispatcher.rollout_arn)["executions"]
+    assert [e["name"] for e in executions] == ["r-1"]
+    started = aws.sfn.describe_execution(executionArn=executions[0]["executionArn"])
+    assert json.loads(started["input"])["request"]["task"]["task_id"] == "add-two"
+
+
+def test_a_redelivered_message_runs_once(aws: Aws, dispatcher: Dispatcher) -> None:
+    assert dispatcher(request()) == Dispatched.STARTED
+    # Step Functions itself answers a same-name, same-input start with the running execution;
+    # after it ended, the dispatcher compares the input.
+    assert dispatcher(request()) in (Dispatched.STARTED, Dispatched.ALREADY_STARTED)
+    executions = aws.sfn.list_executions(stateMachineArn=dispatcher.rollout_arn)["executions"]
+    assert len(executions) == 1
+    assert dead_letters(aws) == []
+
+
+def test_the_same_id_with_other_content_is_dead_lettered(aws: Aws, dispatcher: Dispatcher) -> None:
+    assert dispatcher(request()) == Dispatched.STARTED
+    other = request(files={"solution.py": "def add(a, b):\n    return 0\n"})
+    assert dispatcher(other) == Dispatched.DEAD_LETTERED
+    assert dead_letters(aws) == [(other, "request_id r-1 reused with different content")]
+    executions = aws.sfn.list_executions(stateMachineArn=dispatcher.rollout_arn)["executions"]
+    assert len(executions) == 1
+
+
+def test_an_invalid_request_gets_a_rejected_result_and_no_execution(
+    aws: Aws, dispatcher: Dispatcher
+) -> None:
+    bad = request("r-bad", limits={"memory_mb": 0}, colour="red")
+    assert dispatcher(bad) == Dispatched.REJECTED
+    item = aws.item("r-bad")
+    assert item is not None and item["status"] == {"S": "rejected"}
+    assert item["loss_mask"] == {"BOOL": True} and "reward" not in item
+    result = json.loads(item["result"]["S"])
+    assert result["error"] == (
+        "limits.memory_mb: Input should be greater than or equal to 32; "
+        "colour: Extra inputs are not permitted"
+    )
+    assert aws.sfn.list_executions(stateMachineArn=dispatcher.rollout_arn)["executions"] == []
+
+
+@pytest.mark.parametrize(
+    ("body", "reason"),
+    [
+        ("not json", "no recoverable request_id"),
+        (json.dumps({"files": {}}), "no recoverable request_id"),
+        (json.dumps({"request_id": "has spaces"}), "no recoverable request_id"),
+    ],
+)
+def test_no_recoverable_request_id_goes_to_the_dlq(
+    aws: Aws, dispatcher: Dispatcher, body: str, reason: str
+) -> None:
+    assert dispatcher(body) == Dispatched.DEAD_LETTERED
+    assert dead_letters(aws) == [(body, reason)]
+
+
+def test_a_large_request_comes_by_pointer(aws: Aws, dispatcher: Dispatcher) -> None:
+    uri = aws.traces.put_json("payloads/r-big.json", json.loads(request("r-big")))
+    pointer = json.dumps({"request_id": "r-big", "payload_uri": uri})
+    assert dispatcher(pointer) == Dispatched.STARTED
+    (execution,) = aws.sfn.list_executions(stateMachineArn=dispatcher.rollout_arn)["executions"]
+    started = aws.sfn.describe_execution(executionArn=execution["executionArn"])
+    assert json.loads(started["input"]) == {"request_id": "r-big", "payload_uri": uri}

@@ -1,0 +1,116 @@
+"""Prepare, Score and Record under moto, with a real sandbox run in between."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tests.integration.conftest import Aws
+from tests.sandbox.conftest import ADD_TASK, CORRECT
+from trialbox.models import ExecutionRequest
+from trialbox.pipeline.jobs import ExecutionDone, JobSpec, RolloutInput
+from trialbox.pipeline.prepare import Preparer, RequestRejected, taskset_key
+from trialbox.pipeline.recorder import RecordInput, Recorder, StepError
+from trialbox.pipeline.score import Scorer
+from trialbox.sandbox.runner import Runner
+
+
+@pytest.fixture
+def preparer(aws: Aws) -> Preparer:
+    return Preparer(aws.tasksets, aws.traces, heartbeat_s=30, margin_s=60)
+
+
+def rollout(**fields: object) -> RolloutInput:
+    body = {"request_id": "r-1", "task": ADD_TASK, "files": {"solution.py": CORRECT}} | fields
+    request = ExecutionRequest.model_validate(body)
+    return RolloutInput(request_id=request.request_id, request=request)
+
+
+def test_prepare_writes_the_job_and_sizes_the_token_timeout(aws: Aws, preparer: Preparer) -> None:
+    ref = preparer(
+        rollout(commands=[["true"], ["true"]], limits={"timeout_s": 3, "memory_mb": 9999})
+    )
+    job = JobSpec.model_validate_json(aws.traces.get_bytes(ref.job_uri))
+    assert job.limits.timeout_s == 3 and job.limits.memory_mb == 512  # only tightened
+    assert (ref.timeout_s, ref.heartbeat_s) == (2 * 3 + 3 + 60, 30)
+    assert ref.job_uri == "s3://traces/jobs/r-1/job.json"
+
+
+def test_prepare_resolves_a_task_ref_from_the_task_set(aws: Aws, preparer: Preparer) -> None:
+    line = json.dumps(ADD_TASK | {"task_id": "group/add"})
+    aws.s3.put_object(Bucket="tasksets", Key=taskset_key("demo", "abc"), Body=line.encode())
+    body = {"request_id": "r-2", "task_ref": "demo@abc/group/add"}
+    request = ExecutionRequest.model_validate(body)
+    ref = preparer(RolloutInput(request_id="r-2", request=request))
+    job = JobSpec.model_validate_json(aws.traces.get_bytes(ref.job_uri))
+    assert job.task.task_id == "group/add" and job.taskset_sha256 == "abc"
+
+
+@pytest.mark.parametrize(
+    ("task_ref", "message"),
+    [
+        ("nope@v1/add-two", "task_ref: task set nope@v1 not found"),
+        ("demo@abc/missing", "task_ref: no task 'missing' in demo@abc"),
+    ],
+)
+def test_prepare_rejects_what_cannot_be_found(
+    aws: Aws, preparer: Preparer, task_ref: str, message: str
+) -> None:
+    aws.s3.put_object(
+        Bucket="tasksets", Key=taskset_key("demo", "abc"), Body=json.dumps(ADD_TASK).encode()
+    )
+    request = ExecutionRequest.model_validate({"request_id": "r-3", "task_ref": task_ref})
+    with pytest.raises(RequestRejected, match=message):
+        preparer(RolloutInput(request_id="r-3", request=request))
+
+
+def test_score_then_record_exactly_once(aws: Aws, preparer: Preparer) -> None:
+    ref = preparer(rollout())
+    job = JobSpec.model_validate_json(aws.traces.get_bytes(ref.job_uri))
+    report = Runner().run(job.task, job.sample(), limits=job.limits)
+    report_uri = aws.traces.put_json("jobs/r-1/report.json", report)
+    scored = Scorer(aws.traces)(ref, ExecutionDone(report_uri=report_uri))
+    assert (scored.status, scored.reward) == ("succeeded", 1.0)
+
+    recorder = Recorder(aws.table, aws.traces)
+    state = RecordInput(request_id="r-1", score=scored, job=ref.model_dump())
+    assert recorder(state) is True
+    assert recorder(state) is False  # the first terminal write wins
+    item = aws.item("r-1")
+    assert item is not None
+    assert (item["status"], item["reward"]) == ({"S": "succeeded"}, {"N": "1.0"})
+    assert item["result_uri"] == {"S": "s3://traces/traces/r-1.json"}
+    trace = json.loads(aws.traces.get_bytes("s3://traces/traces/r-1.json"))
+    assert trace["result"]["tests_passed"] == 2 and trace["state"]["job"]["job_uri"] == ref.job_uri
+
+
+@pytest.mark.parametrize(
+    ("error", "cause", "status", "message"),
+    [
+        (
+            "RequestRejected",
+            json.dumps(
+                {"errorMessage": "task_ref: task set x@1 not found", "errorType": "RequestRejected"}
+            ),
+            "rejected",
+            "task_ref: task set x@1 not found",
+        ),
+        (
+            "Sandbox.Error",
+            "bwrap failed to start",
+            "sandbox_error",
+            "Sandbox.Error: bwrap failed to start",
+        ),
+        ("States.Timeout", None, "sandbox_error", "States.Timeout"),
+    ],
+)
+def test_failures_are_recorded_with_their_error_class(
+    aws: Aws, error: str, cause: str | None, status: str, message: str
+) -> None:
+    state = RecordInput(request_id="r-9", error=StepError(Error=error, Cause=cause))
+    assert Recorder(aws.table, aws.traces)(state) is True
+    item = aws.item("r-9")
+    assert item is not None and item["status"] == {"S": status}
+    assert item["loss_mask"] == {"BOOL": True} and "reward" not in item
+    assert json.loads(item["result"]["S"])["error"] == message

@@ -1,0 +1,125 @@
+"""The worker against a real (moto-executed) waitForTaskToken state."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from typing import Any
+
+from tests.integration.conftest import Aws
+from tests.sandbox.conftest import ADD_TASK, CORRECT
+from trialbox.models import RunReport, Status, Task
+from trialbox.pipeline.jobs import ExecutionDone, JobSpec
+from trialbox.sandbox.runner import Runner
+from trialbox.worker.loop import Worker
+from trialbox.worker.run import job_runner
+
+
+def waiting_machine(aws: Aws, heartbeat_s: int = 30) -> str:
+    return aws.state_machine(
+        "execute",
+        {
+            "StartAt": "Execute",
+            "States": {
+                "Execute": {
+                    "Type": "Task",
+                    "Resource": "arn:aws:states:::sqs:sendMessage.waitForTaskToken",
+                    "HeartbeatSeconds": heartbeat_s,
+                    "TimeoutSeconds": 120,
+                    "Parameters": {
+                        "QueueUrl": aws.work_queue,
+                        "MessageBody": {
+                            "task_token.$": "$$.Task.Token",
+                            "request_id.$": "$.request_id",
+                            "job_uri.$": "$.job_uri",
+                        },
+                    },
+                    "End": True,
+                }
+            },
+        },
+    )
+
+
+def job(aws: Aws, request_id: str, solution: str = CORRECT) -> str:
+    spec = JobSpec(
+        request_id=request_id,
+        task=Task.model_validate(ADD_TASK),
+        files={"solution.py": solution},
+        limits=Task.model_validate(ADD_TASK).limits,
+    )
+    return aws.traces.put_json(f"jobs/{request_id}/job.json", spec)
+
+
+def wait_for(aws: Aws, arn: str, timeout_s: float = 30) -> dict[str, Any]:
+    deadline = time.monotonic() + timeout_s
+    while time.monotonic() < deadline:
+        described = aws.sfn.describe_execution(executionArn=arn)
+        if described["status"] != "RUNNING":
+            return dict(described)
+        time.sleep(0.1)
+    raise AssertionError("the execution did not finish")
+
+
+def worker(aws: Aws, run_job: Any) -> Worker:
+    return Worker(aws.sqs, aws.sfn, aws.traces, aws.work_queue, run_job, heartbeat_s=3, wait_s=1)
+
+
+def test_the_worker_runs_the_job_and_answers_the_token(aws: Aws) -> None:
+    machine = waiting_machine(aws)
+    uri = job(aws, "w-1")
+    arn = aws.sfn.start_execution(
+        stateMachineArn=machine, name="w-1", input=json.dumps({"request_id": "w-1", "job_uri": uri})
+    )["executionArn"]
+    deadline = time.monotonic() + 10
+    the_worker = worker(aws, job_runner(Runner()))
+    while not the_worker.poll_once():
+        assert time.monotonic() < deadline, "no work message arrived"
+    done = wait_for(aws, arn)
+    assert done["status"] == "SUCCEEDED"
+    output = ExecutionDone.model_validate_json(done["output"])
+    report = RunReport.model_validate_json(aws.traces.get_bytes(output.report_uri))
+    assert report.status == Status.SUCCEEDED and report.grading is not None
+    assert aws.messages(aws.work_queue) == []  # deleted after the callback
+
+
+def test_a_runner_failure_is_a_typed_task_failure(aws: Aws) -> None:
+    machine = waiting_machine(aws)
+    uri = job(aws, "w-2")
+    arn = aws.sfn.start_execution(
+        stateMachineArn=machine, name="w-2", input=json.dumps({"request_id": "w-2", "job_uri": uri})
+    )["executionArn"]
+
+    def broken(_: JobSpec) -> RunReport:
+        raise RuntimeError("no sandbox here")
+
+    the_worker = worker(aws, broken)
+    deadline = time.monotonic() + 10
+    while not the_worker.poll_once():
+        assert time.monotonic() < deadline
+    done = wait_for(aws, arn)
+    assert done["status"] == "FAILED"
+    assert done.get("error") == "Sandbox.Error"
+
+
+def test_a_job_whose_execution_moved_on_is_dropped_unreported(aws: Aws) -> None:
+    machine = waiting_machine(aws, heartbeat_s=1)
+    uri = job(aws, "w-3")
+    arn = aws.sfn.start_execution(
+        stateMachineArn=machine, name="w-3", input=json.dumps({"request_id": "w-3", "job_uri": uri})
+    )["executionArn"]
+    deadline = time.monotonic() + 10
+    messages: list[dict[str, Any]] = []
+    while not messages:
+        assert time.monotonic() < deadline
+        messages = aws.messages(aws.work_queue)
+    assert wait_for(aws, arn)["status"] == "FAILED"  # the heartbeat expired: the token is dead
+    ran = threading.Event()
+
+    def run(_: JobSpec) -> RunReport:
+        ran.set()
+        raise AssertionError("must not run")
+
+    worker(aws, run).handle(messages[0])
+    assert not ran.is_set()
