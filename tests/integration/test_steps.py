@@ -11,7 +11,7 @@ from tests.sandbox.conftest import ADD_TASK, CORRECT
 from trialbox.models import ExecutionRequest
 from trialbox.pipeline.jobs import ExecutionDone, JobSpec, RolloutInput
 from trialbox.pipeline.prepare import Preparer, RequestRejected, taskset_key
-from trialbox.pipeline.recorder import RecordInput, Recorder, StepError
+from trialbox.pipeline.recorder import Recorder, RecordInput, StepError
 from trialbox.pipeline.score import Scorer
 from trialbox.sandbox.runner import Runner
 
