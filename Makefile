@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup venv system runtime lint format test test-fast bench clean
+.PHONY: setup venv system runtime lint format test bench clean template
 
 setup: venv system runtime
 
@@ -42,3 +42,7 @@ bench: setup
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+
+# Refresh the synthesized template the local twin ships as package data.
+template: $(STAMP)
+	$(BIN)/python -m trialbox.local.template

@@ -1,0 +1,51 @@
+"""Every moto patch the twin needs, in one place. Each names the moto 5.2.5 defect it works
+around; tests/local/test_patches.py fails if a patch stops being needed or stops working."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from moto.awslambda_simple.models import LambdaSimpleBackend
+from moto.stepfunctions.parser.asl.eval.callback.callback import CallbackEndpoint
+
+Invoke = Callable[[str, bytes], tuple[bool, bytes]]
+
+_original_invoke = LambdaSimpleBackend.invoke
+_original_setup_heartbeat = CallbackEndpoint.setup_heartbeat_endpoint
+
+
+def route_lambda_invocations(invoke: Invoke) -> None:
+    """Defect: with `lambda.use_docker: False`, moto's Lambda echoes the payload back instead
+    of running anything. The twin routes each invoke to the real handler; an unhandled error
+    sets `x-amz-function-error` so Step Functions' Retry/Catch see its errorType, as on AWS."""
+
+    def patched(
+        self: Any, function_name: str, qualifier: Any, body: Any, headers: Any, response: Any
+    ) -> bytes:
+        name = function_name.rsplit(":function:", 1)[-1].split(":", 1)[0]
+        ok, payload = invoke(name, body if isinstance(body, bytes) else str(body or "").encode())
+        if not ok:
+            response["x-amz-function-error"] = "Unhandled"
+        return payload
+
+    LambdaSimpleBackend.invoke = patched  # type: ignore[method-assign]
+
+
+def keep_early_callbacks() -> None:
+    """Defect: a SendTaskSuccess that arrives before the heartbeat endpoint exists is lost (the
+    task then fails with a heartbeat timeout). After setting the endpoint up, notify it if an
+    outcome is already there."""
+
+    def patched(self: CallbackEndpoint, heartbeat_seconds: int) -> Any:
+        endpoint = _original_setup_heartbeat(self, heartbeat_seconds)
+        if self.get_outcome() is not None:
+            endpoint.notify()
+        return endpoint
+
+    CallbackEndpoint.setup_heartbeat_endpoint = patched  # type: ignore[method-assign]
+
+
+def undo() -> None:
+    LambdaSimpleBackend.invoke = _original_invoke  # type: ignore[method-assign]
+    CallbackEndpoint.setup_heartbeat_endpoint = _original_setup_heartbeat  # type: ignore[method-assign]

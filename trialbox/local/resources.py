@@ -1,0 +1,202 @@
+"""Create the template's resources in moto through the APIs, with the template's settings, and
+evaluate intrinsics (Ref, Fn::GetAtt, Fn::Join, Fn::Sub, Fn::Select, Fn::Split) against them.
+The template is never deployed into moto's CloudFormation (research/local-aws.md says why)."""
+
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from typing import Any
+
+ACCOUNT = "123456789012"
+REGION = "us-east-1"
+
+
+@dataclass(frozen=True)
+class FunctionSpec:
+    name: str
+    handler: str  # "functions.<name>.handler.handler"
+    environment: dict[str, str]
+
+
+@dataclass(frozen=True)
+class EventSourceMapping:
+    queue_url: str
+    function: str
+    batch_size: int
+    report_batch_item_failures: bool
+
+
+@dataclass
+class LocalStack:
+    outputs: dict[str, str] = field(default_factory=dict)
+    functions: dict[str, FunctionSpec] = field(default_factory=dict)
+    mappings: list[EventSourceMapping] = field(default_factory=list)
+    state_machines: dict[str, str] = field(default_factory=dict)  # logical id -> arn
+
+
+class Resolver:
+    def __init__(self, template: dict[str, Any]) -> None:
+        self.resources: dict[str, Any] = template["Resources"]
+        self.physical: dict[str, dict[str, str]] = {}
+        for logical, resource in self.resources.items():
+            self.physical[logical] = self._names(logical, resource["Type"])
+
+    @staticmethod
+    def _names(logical: str, kind: str) -> dict[str, str]:
+        if kind == "AWS::SQS::Queue":
+            url = f"http://sqs.{REGION}.localhost.localstack.cloud/{ACCOUNT}/{logical}"
+            arn = f"arn:aws:sqs:{REGION}:{ACCOUNT}:{logical}"
+            return {"Ref": url, "Arn": arn, "QueueName": logical, "QueueUrl": url}
+        if kind == "AWS::S3::Bucket":
+            name = logical.lower()[:63]
+            return {"Ref": name, "Arn": f"arn:aws:s3:::{name}"}
+        if kind == "AWS::DynamoDB::Table":
+            arn = f"arn:aws:dynamodb:{REGION}:{ACCOUNT}:table/{logical}"
+            return {"Ref": logical, "Arn": arn}
+        if kind == "AWS::Lambda::Function":
+            arn = f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{logical}"
+            return {"Ref": logical, "Arn": arn}
+        if kind == "AWS::StepFunctions::StateMachine":
+            arn = f"arn:aws:states:{REGION}:{ACCOUNT}:stateMachine:{logical}"
+            return {"Ref": arn, "Arn": arn, "Name": logical}
+        return {"Ref": f"local-{logical}", "Arn": f"arn:aws:local:{REGION}:{ACCOUNT}:{logical}"}
+
+    def set_queue_url(self, logical: str, url: str) -> None:
+        self.physical[logical]["Ref"] = self.physical[logical]["QueueUrl"] = url
+
+    def resolve(self, value: Any) -> Any:
+        if isinstance(value, list):
+            return [self.resolve(v) for v in value]
+        if not isinstance(value, dict):
+            return value
+        if len(value) != 1:
+            return {k: self.resolve(v) for k, v in value.items()}
+        ((key, arg),) = value.items()
+        if key == "Ref":
+            return self._ref(arg)
+        if key == "Fn::GetAtt":
+            logical, attribute = arg if isinstance(arg, list) else arg.split(".", 1)
+            return self.physical[logical].get(attribute, self.physical[logical]["Arn"])
+        if key == "Fn::Join":
+            separator, parts = arg
+            return separator.join(str(self.resolve(p)) for p in parts)
+        if key == "Fn::Select":
+            index, items = arg
+            return self.resolve(items)[int(index)]
+        if key == "Fn::Split":
+            separator, text = arg
+            return str(self.resolve(text)).split(separator)
+        if key == "Fn::Sub":
+            text, variables = (arg, {}) if isinstance(arg, str) else arg
+            values = {k: str(self.resolve(v)) for k, v in variables.items()}
+            return re.sub(
+                r"\$\{([^}]+)\}",
+                lambda m: values.get(m.group(1)) or str(self._ref(m.group(1))),
+                text,
+            )
+        return {key: self.resolve(arg)}
+
+    def _ref(self, name: str) -> str:
+        pseudo = {
+            "AWS::Partition": "aws",
+            "AWS::Region": REGION,
+            "AWS::AccountId": ACCOUNT,
+            "AWS::URLSuffix": "amazonaws.com",
+            "AWS::StackName": "Trialbox",
+        }
+        if name in pseudo:
+            return pseudo[name]
+        if "." in name:
+            logical, attribute = name.split(".", 1)
+            return self.physical[logical].get(attribute, self.physical[logical]["Arn"])
+        return self.physical[name]["Ref"]
+
+
+def create(template: dict[str, Any], clients: dict[str, Any]) -> LocalStack:
+    resolver = Resolver(template)
+    resources = resolver.resources
+    stack = LocalStack()
+    by_type: dict[str, list[str]] = {}
+    for logical, resource in resources.items():
+        by_type.setdefault(resource["Type"], []).append(logical)
+
+    for logical in by_type.get("AWS::S3::Bucket", []):
+        name = resolver.physical[logical]["Ref"]
+        clients["s3"].create_bucket(Bucket=name)
+        props = resources[logical].get("Properties", {})
+        if props.get("VersioningConfiguration", {}).get("Status") == "Enabled":
+            clients["s3"].put_bucket_versioning(
+                Bucket=name, VersioningConfiguration={"Status": "Enabled"}
+            )
+
+    # Dead-letter queues first: a redrive policy names its DLQ's ARN.
+    queues = sorted(
+        by_type.get("AWS::SQS::Queue", []),
+        key=lambda q: "RedrivePolicy" in resources[q].get("Properties", {}),
+    )
+    for logical in queues:
+        props = resources[logical].get("Properties", {})
+        attributes = {
+            name: str(props[name])
+            for name in ("VisibilityTimeout", "MessageRetentionPeriod", "DelaySeconds")
+            if name in props
+        }
+        if "RedrivePolicy" in props:
+            attributes["RedrivePolicy"] = json.dumps(resolver.resolve(props["RedrivePolicy"]))
+        url = clients["sqs"].create_queue(QueueName=logical, Attributes=attributes)["QueueUrl"]
+        resolver.set_queue_url(logical, url)
+
+    for logical in by_type.get("AWS::DynamoDB::Table", []):
+        props = resources[logical]["Properties"]
+        clients["dynamodb"].create_table(
+            TableName=logical,
+            KeySchema=props["KeySchema"],
+            AttributeDefinitions=props["AttributeDefinitions"],
+            BillingMode=props.get("BillingMode", "PAY_PER_REQUEST"),
+        )
+        ttl = props.get("TimeToLiveSpecification")
+        if ttl:
+            clients["dynamodb"].update_time_to_live(
+                TableName=logical,
+                TimeToLiveSpecification={"AttributeName": ttl["AttributeName"], "Enabled": True},
+            )
+
+    for logical in by_type.get("AWS::Lambda::Function", []):
+        props = resources[logical]["Properties"]
+        env = resolver.resolve(props.get("Environment", {}).get("Variables", {}))
+        stack.functions[logical] = FunctionSpec(logical, props["Handler"], env)
+
+    for logical in by_type.get("AWS::StepFunctions::StateMachine", []):
+        props = resources[logical]["Properties"]
+        definition = resolver.resolve(props["DefinitionString"])
+        for key, value in resolver.resolve(props.get("DefinitionSubstitutions", {})).items():
+            definition = definition.replace(f"${{{key}}}", str(value))
+        arn = clients["stepfunctions"].create_state_machine(
+            name=logical,
+            definition=definition,
+            roleArn=f"arn:aws:iam::{ACCOUNT}:role/{logical}",
+            type=props.get("StateMachineType", "STANDARD"),
+        )["stateMachineArn"]
+        stack.state_machines[logical] = arn
+
+    for logical in by_type.get("AWS::Lambda::EventSourceMapping", []):
+        props = resources[logical]["Properties"]
+        queue_arn = resolver.resolve(props["EventSourceArn"])
+        queue = next(q for q in queues if resolver.physical[q]["Arn"] == queue_arn)
+        stack.mappings.append(
+            EventSourceMapping(
+                queue_url=resolver.physical[queue]["QueueUrl"],
+                function=str(resolver.resolve(props["FunctionName"])),
+                batch_size=int(props.get("BatchSize", 10)),
+                report_batch_item_failures="ReportBatchItemFailures"
+                in props.get("FunctionResponseTypes", []),
+            )
+        )
+
+    stack.outputs = {
+        name: str(resolver.resolve(output["Value"]))
+        for name, output in template.get("Outputs", {}).items()
+    }
+    return stack
