@@ -29,7 +29,7 @@ def route_lambda_invocations(invoke: Invoke) -> None:
             response["x-amz-function-error"] = "Unhandled"
         return payload
 
-    LambdaSimpleBackend.invoke = patched  # type: ignore[method-assign]
+    LambdaSimpleBackend.invoke = patched  # type: ignore[method-assign,assignment]
 
 
 def keep_early_callbacks() -> None:
@@ -40,7 +40,7 @@ def keep_early_callbacks() -> None:
     def patched(self: CallbackEndpoint, heartbeat_seconds: int) -> Any:
         endpoint = _original_setup_heartbeat(self, heartbeat_seconds)
         if self.get_outcome() is not None:
-            endpoint.notify()
+            endpoint.notify()  # type: ignore[no-untyped-call]
         return endpoint
 
     CallbackEndpoint.setup_heartbeat_endpoint = patched  # type: ignore[method-assign]

@@ -29,7 +29,7 @@ SYNTH = "from app import build_app;build_app(context={'aws:cdk:bundling-stacks':
 
 
 def normalize(template: dict[str, Any]) -> dict[str, Any]:
-    return json.loads(ASSET_HASH.sub("ASSET", json.dumps(template, sort_keys=True)))
+    return dict(json.loads(ASSET_HASH.sub("ASSET", json.dumps(template, sort_keys=True))))
 
 
 def source_hash(root: Path = CHECKOUT) -> str:

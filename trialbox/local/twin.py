@@ -65,11 +65,14 @@ class LocalTwin:
         )
 
     def start(self) -> LocalTwin:
+        logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
         self._server = ThreadedMotoServer(ip_address="127.0.0.1", port=self.port, verbose=False)
         self._server.start()
         self.port = self._server.get_host_and_port()[1]
         # moto's interpreter calls services at localhost:MOTO_PORT.
         os.environ["MOTO_PORT"] = str(self.port)
+        # moto's backends are process-wide: a twin starts from an empty account.
+        requests.post(f"{self.endpoint_url}/moto-api/reset", timeout=10)
         requests.post(f"{self.endpoint_url}/moto-api/config", json=MOTO_CONFIG, timeout=10)
         clients = {s: self.client(s) for s in ("s3", "sqs", "dynamodb", "stepfunctions")}
         self.stack = create(load_template(), clients)
@@ -90,30 +93,31 @@ class LocalTwin:
             poller = Poller(self.client("sqs"), mapping, self.functions.invoke)
             poller.start()
             self._threads.append(poller)
-        runner = Runner()
-        for index in range(self.workers):
-            worker = Worker(
-                sqs=self.client("sqs"),
-                sfn=self.client("stepfunctions"),
-                jobs=ObjectStore(self.client("s3"), self.output(c.OUTPUT_TRACES_BUCKET)),
-                queue_url=self.output(c.OUTPUT_WORK_QUEUE_URL),
-                run_job=job_runner(runner),
-                heartbeat_s=self.heartbeat_s,
-                name=f"local-{index}",
-                wait_s=1,
-            )
-            thread = threading.Thread(target=worker.serve, daemon=True, name=worker.name)
-            thread.start()
-            self._workers.append(worker)
-            self._threads.append(thread)
+        self._runner = Runner()
+        for _ in range(self.workers):
+            self.add_worker()
         return self
+
+    def add_worker(self) -> Worker:
+        """One more pool worker (the same loop as on Fargate, with the bwrap backend)."""
+        worker = Worker(
+            sqs=self.client("sqs"),
+            sfn=self.client("stepfunctions"),
+            jobs=ObjectStore(self.client("s3"), self.output(c.OUTPUT_TRACES_BUCKET)),
+            queue_url=self.output(c.OUTPUT_WORK_QUEUE_URL),
+            run_job=job_runner(self._runner),
+            heartbeat_s=self.heartbeat_s,
+            name=f"local-{len(self._workers)}",
+            wait_s=1,
+        )
+        thread = threading.Thread(target=worker.serve, daemon=True, name=worker.name)
+        thread.start()
+        self._workers.append(worker)
+        self._threads.append(thread)
+        return worker
 
     def output(self, name: str) -> str:
         return self.stack.outputs[name]
-
-    def kill_worker(self, index: int) -> None:
-        """Stop polling on one worker (tests use it to lose a sandbox mid-job)."""
-        self._workers[index].stop.set()
 
     def stop(self) -> None:
         for worker in self._workers:

@@ -1,0 +1,41 @@
+"""A worker that takes a job and dies: the heartbeat lapses, Execute is retried, and a fresh
+worker produces the correct result."""
+
+from __future__ import annotations
+
+import time
+
+from tests.e2e.conftest import request
+from tests.sandbox.conftest import CORRECT
+from trialbox import constants as c
+from trialbox.client import Client, Resources
+from trialbox.local.twin import LocalTwin
+
+
+def test_a_worker_killed_mid_job_gives_a_retry_and_a_correct_result() -> None:
+    with LocalTwin(workers=0, heartbeat_s=3) as twin:
+        client = Client(
+            Resources.from_outputs(twin.stack.outputs),
+            endpoint_url=twin.endpoint_url,
+            session=__import__("boto3").session.Session(
+                aws_access_key_id="local", aws_secret_access_key="local", region_name="us-east-1"
+            ),
+        )
+        client.submit([request("e-lost", CORRECT)])
+        sqs = twin.client("sqs")
+        deadline = time.monotonic() + 30
+        taken: list = []
+        while not taken:  # the doomed worker takes the job, then never beats or answers
+            assert time.monotonic() < deadline, "no work arrived"
+            taken = sqs.receive_message(
+                QueueUrl=twin.output(c.OUTPUT_WORK_QUEUE_URL), WaitTimeSeconds=1
+            ).get("Messages", [])
+        twin.add_worker()
+        (result,) = client.wait(["e-lost"], timeout=120)
+        assert result.reward == 1.0
+        sfn = twin.client("stepfunctions")
+        arn = twin.output(c.OUTPUT_ROLLOUT_ARN).replace(":stateMachine:", ":execution:")
+        history = sfn.get_execution_history(executionArn=f"{arn}:e-lost")["events"]
+        kinds = [e["type"] for e in history]
+        assert "TaskTimedOut" in kinds
+        assert kinds.count("TaskSubmitted") == 2 or kinds.count("TaskScheduled") >= 2

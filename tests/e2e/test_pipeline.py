@@ -1,0 +1,60 @@
+"""SDK -> SQS -> dispatcher -> Rollout (Prepare, Execute on a worker, Score, Record) -> SDK."""
+
+from __future__ import annotations
+
+import json
+
+from tests.e2e.conftest import request
+from tests.sandbox.conftest import CORRECT
+from trialbox import constants as c
+from trialbox.client import Client
+from trialbox.models import Status
+
+WRONG = "def add(a, b):\n    return 3\n"
+
+
+def test_correct_scores_one_and_wrong_scores_less(client: Client) -> None:
+    good, bad = client.run([request("e-good", CORRECT), request("e-bad", WRONG)], timeout=120)
+    assert (good.status, good.reward, good.loss_mask) == (Status.SUCCEEDED, 1.0, False)
+    assert (bad.status, bad.reward) == (Status.SUCCEEDED, 0.5)
+    assert "FAILED tests/test_add.py::test_negative" in bad.feedback
+    assert good.trace_uri == "s3://storagetraces5d09ed83/traces/e-good.json"
+    assert good.provenance is not None and good.provenance.backend == "bwrap"
+
+
+def test_a_bad_request_is_rejected_with_its_reason(client: Client) -> None:
+    bad = request("e-reject", CORRECT).model_copy(update={"task_ref": None})
+    bad_body = json.loads(bad.model_dump_json()) | {"limits": {"memory_mb": 0}}
+    client._clients["sqs"].send_message(
+        QueueUrl=client.resources.requests_queue_url, MessageBody=json.dumps(bad_body)
+    )
+    (result,) = client.wait(["e-reject"], timeout=60)
+    assert (result.status, result.reward, result.loss_mask) == (Status.REJECTED, None, True)
+    assert result.error == "limits.memory_mb: Input should be greater than or equal to 32"
+
+
+def test_a_task_ref_that_does_not_exist_is_rejected_by_prepare(client: Client) -> None:
+    missing = request("e-noref", CORRECT).model_copy(update={"task": None, "task_ref": "x@1/y"})
+    (result,) = client.run([missing], timeout=60)
+    assert result.status == Status.REJECTED
+    assert result.error == "task_ref: task set x@1 not found"
+
+
+def test_a_duplicate_request_id_executes_once(client: Client) -> None:
+    same = request("e-dup", CORRECT)
+    client.submit([same])
+    client.submit([same])
+    (result,) = client.wait(["e-dup"], timeout=120)
+    assert result.reward == 1.0
+    twin = client._twin
+    assert twin is not None
+    sfn = twin.client("stepfunctions")
+    executions = sfn.list_executions(stateMachineArn=twin.output(c.OUTPUT_ROLLOUT_ARN))
+    assert [e["name"] for e in executions["executions"]].count("e-dup") == 1
+
+
+def test_fifty_concurrent_samples_all_reach_terminal_results(client: Client) -> None:
+    requests = [request(f"e-many-{i}", CORRECT if i % 2 else WRONG) for i in range(50)]
+    results = client.run(requests, timeout=600)
+    assert len(results) == 50
+    assert [r.reward for r in results] == [1.0 if i % 2 else 0.5 for i in range(50)]

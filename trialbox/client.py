@@ -1,0 +1,184 @@
+"""The SDK: submit execution requests, wait for typed results.
+
+Config precedence: argument > environment (TRIALBOX_ENDPOINT_URL and friends) > stack outputs.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass
+from types import TracebackType
+from typing import TYPE_CHECKING, Any
+
+import boto3
+from botocore.exceptions import BotoCoreError, ClientError
+
+from trialbox import constants as c
+from trialbox.errors import TrialboxError
+from trialbox.models import ExecutionRequest, ExecutionResult
+
+if TYPE_CHECKING:
+    from trialbox.local.twin import LocalTwin
+
+MAX_INLINE_BYTES = 128 * 1024
+ENV = {
+    "endpoint_url": "TRIALBOX_ENDPOINT_URL",
+    "requests_queue_url": "TRIALBOX_REQUESTS_QUEUE_URL",
+    "executions_table": "TRIALBOX_EXECUTIONS_TABLE",
+    "traces_bucket": "TRIALBOX_TRACES_BUCKET",
+    "tasksets_bucket": "TRIALBOX_TASKSETS_BUCKET",
+}
+
+
+class AwsCallError(TrialboxError):
+    """AWS refused a call; the message names the call and the reason."""
+
+
+class WaitTimeout(TrialboxError):
+    def __init__(self, missing: list[str], timeout_s: float) -> None:
+        self.missing = missing
+        super().__init__(
+            f"{len(missing)} request(s) had no terminal result after {timeout_s:g} s "
+            f"(first: {', '.join(missing[:5])})"
+        )
+
+
+@dataclass(frozen=True)
+class Resources:
+    requests_queue_url: str
+    executions_table: str
+    traces_bucket: str
+    tasksets_bucket: str
+
+    @classmethod
+    def from_outputs(cls, outputs: dict[str, str]) -> Resources:
+        return cls(
+            requests_queue_url=outputs[c.OUTPUT_REQUESTS_QUEUE_URL],
+            executions_table=outputs[c.OUTPUT_EXECUTIONS_TABLE],
+            traces_bucket=outputs[c.OUTPUT_TRACES_BUCKET],
+            tasksets_bucket=outputs[c.OUTPUT_TASKSETS_BUCKET],
+        )
+
+
+class Client:
+    def __init__(
+        self,
+        resources: Resources | None = None,
+        *,
+        endpoint_url: str | None = None,
+        session: Any = None,
+        twin: LocalTwin | None = None,
+    ) -> None:
+        self.endpoint_url = endpoint_url or os.environ.get(ENV["endpoint_url"])
+        if resources is None:
+            values = {k: os.environ.get(v) for k, v in ENV.items() if k != "endpoint_url"}
+            missing = [ENV[k] for k, v in values.items() if not v]
+            if missing:
+                raise TrialboxError(
+                    f"no Trialbox resources given: set {', '.join(missing)}, pass "
+                    "Resources.from_outputs(stack outputs), or use Client.local()"
+                )
+            resources = Resources(**values)  # type: ignore[arg-type]
+        self.resources = resources
+        session = session or boto3.session.Session()
+        self._clients = {
+            name: session.client(name, endpoint_url=self.endpoint_url)
+            for name in ("sqs", "dynamodb", "s3")
+        }
+        self._twin = twin
+
+    @classmethod
+    def local(cls, workers: int = 2) -> Client:
+        """An in-process local twin; closed with the client."""
+        from trialbox.local.twin import LocalTwin
+
+        twin = LocalTwin(workers=workers).start()
+        session = boto3.session.Session(
+            aws_access_key_id="local", aws_secret_access_key="local", region_name="us-east-1"
+        )
+        return cls(
+            Resources.from_outputs(twin.stack.outputs),
+            endpoint_url=twin.endpoint_url,
+            session=session,
+            twin=twin,
+        )
+
+    def submit(self, requests: list[ExecutionRequest]) -> list[str]:
+        """SendMessageBatch, ten at a time; payloads over 128 KiB go to S3 first."""
+        sqs, s3 = self._clients["sqs"], self._clients["s3"]
+        for start in range(0, len(requests), 10):
+            entries = []
+            for index, request in enumerate(requests[start : start + 10]):
+                body = request.model_dump_json(exclude_defaults=True)
+                if len(body.encode()) > MAX_INLINE_BYTES:
+                    key = f"{c.PAYLOADS_PREFIX}{request.request_id}.json"
+                    self._call(
+                        s3.put_object, Bucket=self.resources.traces_bucket, Key=key, Body=body
+                    )
+                    uri = f"s3://{self.resources.traces_bucket}/{key}"
+                    body = json.dumps({"request_id": request.request_id, "payload_uri": uri})
+                entries.append({"Id": str(index), "MessageBody": body})
+            answer = self._call(
+                sqs.send_message_batch, QueueUrl=self.resources.requests_queue_url, Entries=entries
+            )
+            if answer.get("Failed"):
+                raise AwsCallError(f"SendMessageBatch failed for {answer['Failed']}")
+        return [r.request_id for r in requests]
+
+    def poll(self, request_ids: list[str]) -> dict[str, ExecutionResult]:
+        """The terminal results that exist now (BatchGetItem, 100 keys at a time)."""
+        found: dict[str, ExecutionResult] = {}
+        table = self.resources.executions_table
+        for start in range(0, len(request_ids), 100):
+            keys: list[dict[str, Any]] = [
+                {c.TABLE_KEY: {"S": rid}} for rid in request_ids[start : start + 100]
+            ]
+            while keys:
+                answer = self._call(
+                    self._clients["dynamodb"].batch_get_item,
+                    RequestItems={table: {"Keys": keys, "ConsistentRead": True}},
+                )
+                for item in answer["Responses"].get(table, []):
+                    result = ExecutionResult.model_validate_json(item["result"]["S"])
+                    found[item[c.TABLE_KEY]["S"]] = result
+                keys = answer.get("UnprocessedKeys", {}).get(table, {}).get("Keys", [])
+        return found
+
+    def wait(
+        self, request_ids: list[str], timeout: float = 600, delay: float = 0.2, max_delay: float = 5
+    ) -> list[ExecutionResult]:
+        """Poll with backoff until every id has a result; raises WaitTimeout (with the ids)."""
+        deadline = time.monotonic() + timeout
+        results: dict[str, ExecutionResult] = {}
+        while True:
+            pending = [rid for rid in request_ids if rid not in results]
+            results.update(self.poll(pending))
+            pending = [rid for rid in request_ids if rid not in results]
+            if not pending:
+                return [results[rid] for rid in request_ids]
+            if time.monotonic() >= deadline:
+                raise WaitTimeout(pending, timeout)
+            time.sleep(delay)
+            delay = min(max_delay, delay * 1.5)
+
+    def run(self, requests: list[ExecutionRequest], timeout: float = 600) -> list[ExecutionResult]:
+        return self.wait(self.submit(requests), timeout)
+
+    def _call(self, method: Any, **kwargs: Any) -> Any:
+        try:
+            return method(**kwargs)
+        except (ClientError, BotoCoreError) as exc:
+            raise AwsCallError(f"{method.__name__}: {exc}") from exc
+
+    def close(self) -> None:
+        if self._twin is not None:
+            self._twin.stop()
+            self._twin = None
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
+        self.close()
