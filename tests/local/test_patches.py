@@ -1,0 +1,60 @@
+"""Each moto patch fails a test if it stops being needed or stops working."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+
+import pytest
+from moto.awslambda_simple.models import LambdaSimpleBackend
+from moto.stepfunctions.parser.asl.eval.callback.callback import (
+    CallbackEndpoint,
+    CallbackOutcomeSuccess,
+)
+
+from trialbox.local import patches
+
+
+@pytest.fixture(autouse=True)
+def restore() -> Iterator[None]:
+    yield
+    patches.undo()
+
+
+def invoke(backend: LambdaSimpleBackend, name: str, body: str) -> tuple[bytes, dict[str, str]]:
+    headers: dict[str, str] = {}
+    payload = backend.invoke(name, None, body, {}, headers)
+    assert isinstance(payload, bytes)
+    return payload, headers
+
+
+def test_moto_lambda_echoes_without_the_patch_and_runs_handlers_with_it() -> None:
+    backend = LambdaSimpleBackend("us-east-1", "123456789012")
+    assert invoke(backend, "f", '{"x": 1}') == (b'{"x": 1}', {})  # still needed
+
+    calls: list[tuple[str, bytes]] = []
+
+    def host(name: str, payload: bytes) -> tuple[bool, bytes]:
+        calls.append((name, payload))
+        return name != "broken", b'{"ok": true}'
+
+    patches.route_lambda_invocations(host)
+    arn = "arn:aws:lambda:us-east-1:123456789012:function:Prepare:$LATEST"
+    assert invoke(backend, arn, "{}") == (b'{"ok": true}', {})
+    assert invoke(backend, "broken", "{}")[1] == {"x-amz-function-error": "Unhandled"}
+    assert calls == [("Prepare", b"{}"), ("broken", b"{}")]
+
+
+def early_callback_is_seen(timeout_s: float) -> bool:
+    endpoint = CallbackEndpoint("token")
+    endpoint.notify(CallbackOutcomeSuccess(callback_id="token", output="{}"))
+    heartbeat = endpoint.setup_heartbeat_endpoint(heartbeat_seconds=timeout_s)
+    return bool(heartbeat.clear_and_wait())
+
+
+def test_an_early_callback_is_lost_without_the_patch_and_kept_with_it() -> None:
+    assert early_callback_is_seen(0.2) is False  # still needed: moto waits out the heartbeat
+    patches.keep_early_callbacks()
+    started = time.monotonic()
+    assert early_callback_is_seen(5) is True
+    assert time.monotonic() - started < 1
