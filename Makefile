@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup venv system runtime lint format test bench clean template
+.PHONY: setup venv system runtime lint format test demo bench clean template
 
 setup: venv system runtime
 
@@ -36,6 +36,9 @@ format: $(STAMP)
 
 test: setup lint
 	$(BIN)/pytest -q
+
+demo: setup
+	$(BIN)/trialbox demo --out demo-results.jsonl
 
 bench: setup
 	$(BIN)/python benchmarks/sandbox_overhead.py

@@ -2,12 +2,15 @@
 
 import typer
 
+from trialbox.cli.run import demo_command, run_command
 from trialbox.cli.sandbox import sandbox_app
 
 app = typer.Typer(
     no_args_is_help=True, add_completion=False, help="Trialbox: sandboxes for agent RL on code."
 )
 app.add_typer(sandbox_app, name="sandbox")
+app.command("run")(run_command)
+app.command("demo")(demo_command)
 
 
 def main() -> None:

@@ -9,6 +9,7 @@ source edit and mean nothing to the twin.
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import re
@@ -69,9 +70,8 @@ def shipped() -> dict[str, Any]:
 def load_template() -> dict[str, Any]:
     """A checkout's fresh (cached) synth when the CDK is installed, else the shipped copy."""
     if is_checkout():
-        try:
-            import aws_cdk  # noqa: F401
-        except ImportError:
+        # find_spec, not import: importing the CDK starts node (and its banner).
+        if importlib.util.find_spec("aws_cdk") is None:
             return shipped()
         cached = CACHE / f"template-{source_hash()}.json"
         if cached.exists():

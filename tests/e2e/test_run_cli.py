@@ -1,0 +1,67 @@
+"""`trialbox run` and `trialbox demo` as a user runs them."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.sandbox.conftest import ADD_TASK, CORRECT
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "tasksets"
+
+
+def trialbox(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "trialbox", *args], capture_output=True, text=True, timeout=600
+    )
+
+
+def test_demo_runs_the_bundled_task_set(tmp_path: Path) -> None:
+    out = tmp_path / "demo.jsonl"
+    done = trialbox("demo", "--out", str(out))
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    got = {(r["task_id"], r["sample_id"]): (r["status"], r["reward"]) for r in rows}
+    assert len({r["task_id"] for r in rows}) == 8
+    assert all(got[(t, "correct")] == ("succeeded", 1.0) for t, s in got if s == "correct")
+    assert got[("fibonacci", "timeout")] == ("timeout", 0.0)
+    assert got[("word-count", "memory-hog")] == ("oom", 0.0)
+    assert got[("roman", "test-tamperer")] == ("succeeded", 0.0)
+    assert got[("binary-search", "hard-coder")][1] < 1.0
+    assert "mean reward" in done.stdout and "succeeded" in done.stdout
+    for key in ("request_id", "loss_mask", "tests_passed", "tests_expected", "duration_s"):
+        assert key in rows[0]
+
+
+def test_run_rejects_bad_input_before_submitting(tmp_path: Path) -> None:
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps(ADD_TASK) + "\n")
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text(json.dumps({"task_id": "add-two"}) + "\n{bad\n")
+    done = trialbox("run", "--tasks", str(tasks), "--samples", str(samples), "--out", "x.jsonl")
+    assert done.returncode == 2
+    assert "samples.jsonl:1: sample_id: Field required" in done.stderr
+    assert "samples.jsonl:2: bad JSON" in done.stderr
+
+
+def test_rerunning_with_the_same_run_id_skips_finished_samples(tmp_path: Path) -> None:
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps(ADD_TASK) + "\n")
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text(
+        json.dumps({"task_id": "add-two", "sample_id": "a", "files": {"solution.py": CORRECT}})
+        + "\n"
+    )
+    out = tmp_path / "out.jsonl"
+    args = ["run", "--tasks", str(tasks), "--samples", str(samples), "--out", str(out)]
+    first = trialbox(*args, "--run-id", "r1", "--local")
+    assert first.returncode == 0, first.stderr
+    row = json.loads(out.read_text())
+    assert row["reward"] == 1.0 and row["request_id"].startswith("r1-add-two-a-")
+    row["feedback"] = "kept from the first run"
+    out.write_text(json.dumps(row) + "\n")
+    again = trialbox(*args, "--run-id", "r1", "--local")
+    assert again.returncode == 0, again.stderr
+    assert json.loads(out.read_text())["feedback"] == "kept from the first run"
