@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup venv system runtime lint format test demo bench clean template
+.PHONY: setup venv system runtime lint format test demo bench clean template synth
 
 setup: venv system runtime
 
@@ -45,6 +45,9 @@ bench: setup
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
+
+synth: $(STAMP)
+	JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 $(BIN)/python app.py
 
 # Refresh the synthesized template the local twin ships as package data.
 template: $(STAMP)

@@ -2,6 +2,7 @@
 
 import typer
 
+from trialbox.cli.local import local_app
 from trialbox.cli.run import demo_command, run_command
 from trialbox.cli.sandbox import sandbox_app
 
@@ -9,6 +10,7 @@ app = typer.Typer(
     no_args_is_help=True, add_completion=False, help="Trialbox: sandboxes for agent RL on code."
 )
 app.add_typer(sandbox_app, name="sandbox")
+app.add_typer(local_app, name="local")
 app.command("run")(run_command)
 app.command("demo")(demo_command)
 
