@@ -47,7 +47,7 @@ clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
 
 synth: $(STAMP)
-	JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 $(BIN)/python app.py
+	CDK_OUTDIR=cdk.out JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION=20 $(BIN)/python app.py
 
 # Refresh the synthesized template the local twin ships as package data.
 template: $(STAMP)
