@@ -37,7 +37,7 @@ MOTO_CONFIG = {"stepfunctions": {"execute_state_machine": True}, "lambda": {"use
 
 
 class LocalTwin:
-    def __init__(self, workers: int = 2, heartbeat_s: int = 10, port: int = 0) -> None:
+    def __init__(self, workers: int = 2, heartbeat_s: int = 60, port: int = 0) -> None:
         self.workers = workers
         self.heartbeat_s = heartbeat_s
         self.port = port
