@@ -123,3 +123,27 @@ def test_a_job_whose_execution_moved_on_is_dropped_unreported(aws: Aws) -> None:
 
     worker(aws, run).handle(messages[0])
     assert not ran.is_set()
+
+
+def test_a_stop_request_finishes_the_current_job_and_loses_nothing(aws: Aws) -> None:
+    machine = waiting_machine(aws)
+    uri = job(aws, "w-4")
+    arn = aws.sfn.start_execution(
+        stateMachineArn=machine, name="w-4", input=json.dumps({"request_id": "w-4", "job_uri": uri})
+    )["executionArn"]
+    started = threading.Event()
+    real = job_runner(Runner())
+
+    def slow(spec: JobSpec) -> RunReport:
+        started.set()
+        time.sleep(1)  # SIGTERM arrives mid-job (the entrypoint's handler sets `stop`)
+        return real(spec)
+
+    the_worker = worker(aws, slow)
+    serving = threading.Thread(target=the_worker.serve)
+    serving.start()
+    assert started.wait(15)
+    the_worker.stop.set()
+    serving.join(timeout=60)
+    assert not serving.is_alive()
+    assert wait_for(aws, arn)["status"] == "SUCCEEDED"
