@@ -52,6 +52,12 @@ def job(aws: Aws, request_id: str, solution: str = CORRECT) -> str:
     return aws.traces.put_json(f"jobs/{request_id}/job.json", spec)
 
 
+def start(aws: Aws, machine: str, request_id: str, job_uri: str) -> str:
+    payload = json.dumps({"request_id": request_id, "job_uri": job_uri})
+    started = aws.sfn.start_execution(stateMachineArn=machine, name=request_id, input=payload)
+    return str(started["executionArn"])
+
+
 def wait_for(aws: Aws, arn: str, timeout_s: float = 30) -> dict[str, Any]:
     deadline = time.monotonic() + timeout_s
     while time.monotonic() < deadline:
@@ -69,9 +75,7 @@ def worker(aws: Aws, run_job: Any) -> Worker:
 def test_the_worker_runs_the_job_and_answers_the_token(aws: Aws) -> None:
     machine = waiting_machine(aws)
     uri = job(aws, "w-1")
-    arn = aws.sfn.start_execution(
-        stateMachineArn=machine, name="w-1", input=json.dumps({"request_id": "w-1", "job_uri": uri})
-    )["executionArn"]
+    arn = start(aws, machine, "w-1", uri)
     deadline = time.monotonic() + 10
     the_worker = worker(aws, job_runner(Runner()))
     while not the_worker.poll_once():
@@ -87,9 +91,7 @@ def test_the_worker_runs_the_job_and_answers_the_token(aws: Aws) -> None:
 def test_a_runner_failure_is_a_typed_task_failure(aws: Aws) -> None:
     machine = waiting_machine(aws)
     uri = job(aws, "w-2")
-    arn = aws.sfn.start_execution(
-        stateMachineArn=machine, name="w-2", input=json.dumps({"request_id": "w-2", "job_uri": uri})
-    )["executionArn"]
+    arn = start(aws, machine, "w-2", uri)
 
     def broken(_: JobSpec) -> RunReport:
         raise RuntimeError("no sandbox here")
@@ -106,9 +108,7 @@ def test_a_runner_failure_is_a_typed_task_failure(aws: Aws) -> None:
 def test_a_job_whose_execution_moved_on_is_dropped_unreported(aws: Aws) -> None:
     machine = waiting_machine(aws, heartbeat_s=1)
     uri = job(aws, "w-3")
-    arn = aws.sfn.start_execution(
-        stateMachineArn=machine, name="w-3", input=json.dumps({"request_id": "w-3", "job_uri": uri})
-    )["executionArn"]
+    arn = start(aws, machine, "w-3", uri)
     deadline = time.monotonic() + 10
     messages: list[dict[str, Any]] = []
     while not messages:
@@ -128,9 +128,7 @@ def test_a_job_whose_execution_moved_on_is_dropped_unreported(aws: Aws) -> None:
 def test_a_stop_request_finishes_the_current_job_and_loses_nothing(aws: Aws) -> None:
     machine = waiting_machine(aws)
     uri = job(aws, "w-4")
-    arn = aws.sfn.start_execution(
-        stateMachineArn=machine, name="w-4", input=json.dumps({"request_id": "w-4", "job_uri": uri})
-    )["executionArn"]
+    arn = start(aws, machine, "w-4", uri)
     started = threading.Event()
     real = job_runner(Runner())
 

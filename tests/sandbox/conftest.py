@@ -34,6 +34,31 @@ ADD_TASK: dict[str, Any] = {
 }
 CORRECT = "def add(a, b):\n    return a + b\n"
 
+# Hostile programs both backends are tested against.
+FORK_BOMB = (
+    "import os, time\n"
+    "n = 0\n"
+    "try:\n"
+    "    while True:\n"
+    "        if os.fork() == 0:\n"
+    "            time.sleep(60)\n"
+    "            os._exit(0)\n"
+    "        n += 1\n"
+    "except OSError as e:\n"
+    "    print(n, e.errno)\n"
+)
+SETSID_DAEMON = (
+    "import os, signal, time\n"
+    "if os.fork() == 0:\n"
+    "    os.setsid()\n"
+    "    if os.fork() == 0:\n"
+    "        signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
+    "        time.sleep(120)\n"
+    "    os._exit(0)\n"
+    "time.sleep(0.2)\n"
+    "print('parent done')\n"
+)
+
 
 @pytest.fixture(scope="session")
 def runner() -> Runner:

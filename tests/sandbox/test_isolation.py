@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.sandbox.conftest import Exec
+from tests.sandbox.conftest import FORK_BOMB, SETSID_DAEMON, Exec
 from trialbox.models import Limits, Status
 from trialbox.sandbox.runner import Runner
 from trialbox.sandbox.slots import processes_of
@@ -42,18 +42,7 @@ def test_infinite_loop_times_out_within_two_seconds_of_the_limit(run_exec: Exec)
 
 
 def test_fork_bomb_is_contained_and_nothing_survives(run_exec: Exec, runner: Runner) -> None:
-    code = (
-        "import os, time\n"
-        "n = 0\n"
-        "try:\n"
-        "    while True:\n"
-        "        if os.fork() == 0:\n"
-        "            time.sleep(60)\n"
-        "            os._exit(0)\n"
-        "        n += 1\n"
-        "except OSError as e:\n"
-        "    print(n, e.errno)\n"
-    )
+    code = FORK_BOMB
     result = run_exec(code, pids=32, timeout_s=5)
     forked, errno = map(int, result.stdout.split())
     assert errno == 11  # EAGAIN: pids.max reached
@@ -63,17 +52,7 @@ def test_fork_bomb_is_contained_and_nothing_survives(run_exec: Exec, runner: Run
 
 
 def test_double_forked_daemon_ignoring_sigterm_is_gone(run_exec: Exec, runner: Runner) -> None:
-    code = (
-        "import os, signal, time\n"
-        "if os.fork() == 0:\n"
-        "    os.setsid()\n"
-        "    if os.fork() == 0:\n"
-        "        signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-        "        time.sleep(120)\n"
-        "    os._exit(0)\n"
-        "time.sleep(0.2)\n"
-        "print('parent done')\n"
-    )
+    code = SETSID_DAEMON
     result = run_exec(code)
     assert result.stdout == "parent done\n"
     assert result.wall_s < 5

@@ -12,7 +12,7 @@ import uuid
 
 import pytest
 
-from tests.sandbox.conftest import ADD_TASK, CORRECT
+from tests.sandbox.conftest import ADD_TASK, CORRECT, FORK_BOMB, SETSID_DAEMON
 from trialbox.models import Limits, Sample, Status, Task
 from trialbox.sandbox.config import SandboxConfig
 from trialbox.sandbox.runner import Runner
@@ -37,34 +37,14 @@ def test_timeout_kills_the_whole_session(rlimit: Runner) -> None:
 
 
 def test_setsid_daemon_is_killed_by_kill_minus_one(rlimit: Runner) -> None:
-    code = (
-        "import os, signal, time\n"
-        "if os.fork() == 0:\n"
-        "    os.setsid()\n"
-        "    if os.fork() == 0:\n"
-        "        signal.signal(signal.SIGTERM, signal.SIG_IGN)\n"
-        "        time.sleep(120)\n"
-        "    os._exit(0)\n"
-        "print('parent done')\n"
-    )
+    code = SETSID_DAEMON
     result = rlimit.exec(["python", "-c", code], Limits())
     assert result.stdout == "parent done\n"
     assert processes_of(uids(rlimit)) == []
 
 
 def test_fork_bomb_hits_nproc(rlimit: Runner) -> None:
-    code = (
-        "import os, time\n"
-        "n = 0\n"
-        "try:\n"
-        "    while True:\n"
-        "        if os.fork() == 0:\n"
-        "            time.sleep(60)\n"
-        "            os._exit(0)\n"
-        "        n += 1\n"
-        "except OSError as e:\n"
-        "    print(n, e.errno)\n"
-    )
+    code = FORK_BOMB
     result = rlimit.exec(["python", "-c", code], Limits(pids=32))
     forked, errno = map(int, result.stdout.split())
     assert errno == 11 and forked < 32
