@@ -33,21 +33,19 @@ class Orchestration(Construct):
         log_retention_days: int,
     ) -> None:
         super().__init__(scope, construct_id)
-        record = tasks.LambdaInvoke(
-            self,
-            "Record",
-            lambda_function=recorder.function,
-            payload_response_only=True,
-            result_path=sfn.JsonPath.DISCARD,
-        )
+
+        def invoke(name: str, function: TrialboxFunction, result_path: str) -> tasks.LambdaInvoke:
+            return tasks.LambdaInvoke(
+                self,
+                name,
+                lambda_function=function.function,
+                payload_response_only=True,
+                result_path=result_path,
+            )
+
+        record = invoke("Record", recorder, sfn.JsonPath.DISCARD)
         record.add_retry(errors=["States.ALL"], max_attempts=3, interval=Duration.seconds(1))
-        prepare_step = tasks.LambdaInvoke(
-            self,
-            "Prepare",
-            lambda_function=prepare.function,
-            payload_response_only=True,
-            result_path="$.job",
-        )
+        prepare_step = invoke("Prepare", prepare, "$.job")
         execute = tasks.SqsSendMessage(
             self,
             "Execute",
@@ -70,13 +68,7 @@ class Orchestration(Construct):
             interval=Duration.seconds(1),
             backoff_rate=2,
         )
-        score = tasks.LambdaInvoke(
-            self,
-            "Score",
-            lambda_function=scorer.function,
-            payload_response_only=True,
-            result_path="$.score",
-        )
+        score = invoke("Score", scorer, "$.score")
         for step in (prepare_step, execute, score):
             step.add_catch(record, errors=["States.ALL"], result_path="$.error")
         definition = prepare_step.next(execute).next(score).next(record)

@@ -105,6 +105,15 @@ class Client:
             twin=twin,
         )
 
+    def push_taskset(self, key: str, body: bytes) -> None:
+        """Upload a task set file; requests refer to it by `taskset@version/task_id`."""
+        self._call(
+            self._clients["s3"].put_object,
+            Bucket=self.resources.tasksets_bucket,
+            Key=key,
+            Body=body,
+        )
+
     def submit(self, requests: list[ExecutionRequest]) -> list[str]:
         """SendMessageBatch, ten at a time; payloads over 128 KiB go to S3 first."""
         sqs, s3 = self._clients["sqs"], self._clients["s3"]

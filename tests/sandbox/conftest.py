@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
-from collections.abc import Callable
+import threading
+import time
+import uuid
+from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -90,3 +95,23 @@ def grade(runner: Runner) -> Grade:
         return report, score(task.grading, report)
 
     return run
+
+
+@contextlib.contextmanager
+def secret_in_another_slot(runner: Runner) -> Iterator[Path]:
+    """A sandbox in another slot holds a secret file; yields its host path while it runs."""
+    secret = f"secret-{uuid.uuid4()}"
+    other = threading.Thread(
+        target=runner.exec, args=(["sh", "-c", f"echo {secret} > mine; sleep 3"], Limits())
+    )
+    other.start()
+    try:
+        deadline = time.monotonic() + 5
+        found: list[Path] = []
+        while not found and time.monotonic() < deadline:
+            found = list(runner.slots.slots_dir.glob("*/work/mine"))
+            time.sleep(0.05)
+        assert found, "the other sandbox never wrote its secret"
+        yield found[0]
+    finally:
+        other.join()

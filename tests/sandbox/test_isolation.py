@@ -5,14 +5,12 @@ from __future__ import annotations
 import os
 import resource
 import socket
-import threading
-import time
 import uuid
 from pathlib import Path
 
 import pytest
 
-from tests.sandbox.conftest import FORK_BOMB, SETSID_DAEMON, Exec
+from tests.sandbox.conftest import FORK_BOMB, SETSID_DAEMON, Exec, secret_in_another_slot
 from trialbox.models import Limits, Status
 from trialbox.sandbox.runner import Runner
 from trialbox.sandbox.slots import processes_of
@@ -122,22 +120,8 @@ def test_loopback_and_dns_are_unreachable(run_exec: Exec) -> None:
 
 
 def test_host_secrets_and_other_workspaces_are_unreadable(runner: Runner) -> None:
-    secret = f"secret-{uuid.uuid4()}"
-    other = threading.Thread(
-        target=runner.exec,
-        args=(["sh", "-c", f"echo {secret} > mine; sleep 3"], Limits()),
-    )
-    other.start()
-    try:
-        deadline = time.monotonic() + 5
-        path = None
-        while path is None and time.monotonic() < deadline:
-            found = [p for p in runner.slots.slots_dir.glob("*/work/mine")]
-            path = found[0] if found else None
-            time.sleep(0.05)
-        assert path is not None and path.read_text().strip() == secret
+    with secret_in_another_slot(runner) as path:
         code = (
-            "import sys\n"
             f"for p in ['/root/.bashrc', '/etc/shadow', {str(path)!r}]:\n"
             "    try:\n"
             "        open(p).read(); print('read', p)\n"
@@ -145,8 +129,6 @@ def test_host_secrets_and_other_workspaces_are_unreadable(runner: Runner) -> Non
             "        print(type(e).__name__)\n"
         )
         result = runner.exec(["python", "-c", code], Limits())
-    finally:
-        other.join()
     assert result.stdout == "FileNotFoundError\nFileNotFoundError\nFileNotFoundError\n"
 
 

@@ -6,13 +6,15 @@ processes, loopback/network isolation, a per-workspace disk cap and a cgroup OOM
 
 from __future__ import annotations
 
-import threading
-import time
-import uuid
-
 import pytest
 
-from tests.sandbox.conftest import ADD_TASK, CORRECT, FORK_BOMB, SETSID_DAEMON
+from tests.sandbox.conftest import (
+    ADD_TASK,
+    CORRECT,
+    FORK_BOMB,
+    SETSID_DAEMON,
+    secret_in_another_slot,
+)
 from trialbox.models import Limits, Sample, Status, Task
 from trialbox.sandbox.config import SandboxConfig
 from trialbox.sandbox.runner import Runner
@@ -86,26 +88,12 @@ def test_environment_is_explicit_and_uid_unprivileged(
 
 
 def test_other_slots_workspace_is_unreadable(rlimit: Runner) -> None:
-    secret = f"secret-{uuid.uuid4()}"
-    other = threading.Thread(
-        target=rlimit.exec, args=(["sh", "-c", f"echo {secret} > mine; sleep 3"], Limits())
-    )
-    other.start()
-    try:
-        path = None
-        deadline = time.monotonic() + 5
-        while path is None and time.monotonic() < deadline:
-            found = list(rlimit.slots.slots_dir.glob("*/work/mine"))
-            path = found[0] if found else None
-            time.sleep(0.05)
-        assert path is not None
+    with secret_in_another_slot(rlimit) as path:
         code = (
             f"try:\n    open({str(path)!r}).read()\n"
             "except OSError as e:\n    print(type(e).__name__)"
         )
         result = rlimit.exec(["python", "-c", code], Limits())
-    finally:
-        other.join()
     assert result.stdout == "PermissionError\n"
 
 

@@ -65,12 +65,7 @@ def run_job(
     interrupted = False
     try:
         with _client(local, endpoint_url, stack) as client:
-            client._call(
-                client._clients["s3"].put_object,
-                Bucket=client.resources.tasksets_bucket,
-                Key=taskset_key(taskset, version),
-                Body=tasks.read_bytes(),
-            )
+            client.push_taskset(taskset_key(taskset, version), tasks.read_bytes())
             submitted: dict[str, float] = {}
             by_id = {r.request_id: (r, s) for r, s in zip(requests, sample_list, strict=True)}
             with Progress(console=err, transient=True) as progress:
