@@ -13,7 +13,7 @@ from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
 import boto3
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import BotoCoreError, ClientError, NoRegionError
 
 from trialbox import constants as c
 from trialbox.errors import TrialboxError
@@ -54,6 +54,14 @@ class Resources:
 
     @classmethod
     def from_outputs(cls, outputs: dict[str, str]) -> Resources:
+        needed = [c.OUTPUT_REQUESTS_QUEUE_URL, c.OUTPUT_EXECUTIONS_TABLE]
+        needed += [c.OUTPUT_TRACES_BUCKET, c.OUTPUT_TASKSETS_BUCKET]
+        missing = [name for name in needed if name not in outputs]
+        if missing:
+            raise TrialboxError(
+                f"not a Trialbox stack: its outputs lack {', '.join(missing)} "
+                "(deploy this version's stack, or pass the resource names)"
+            )
         return cls(
             requests_queue_url=outputs[c.OUTPUT_REQUESTS_QUEUE_URL],
             executions_table=outputs[c.OUTPUT_EXECUTIONS_TABLE],
@@ -84,10 +92,29 @@ class Client:
         self.resources = resources
         session = session or boto3.session.Session()
         self._clients = {
-            name: session.client(name, endpoint_url=self.endpoint_url)
-            for name in ("sqs", "dynamodb", "s3")
+            name: _service(session, name, self.endpoint_url) for name in ("sqs", "dynamodb", "s3")
         }
         self._twin = twin
+
+    @classmethod
+    def from_stack(cls, stack_name: str, *, session: Any = None) -> Client:
+        """The resources of a deployed stack, read from its CloudFormation outputs."""
+        session = session or boto3.session.Session()
+        cfn = _service(session, "cloudformation", None)
+        try:
+            described = cfn.describe_stacks(StackName=stack_name)
+        except (ClientError, BotoCoreError) as exc:
+            raise AwsCallError(
+                f"cannot read stack {stack_name!r} in {session.region_name}: {exc}"
+            ) from exc
+        stack = described["Stacks"][0]
+        outputs = {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
+        return cls(Resources.from_outputs(outputs), session=session)
+
+    @property
+    def capacity(self) -> int | None:
+        """Jobs the pool runs at once, when known (the local twin's workers)."""
+        return self._twin.workers if self._twin is not None else None
 
     @classmethod
     def local(cls, workers: int = 2) -> Client:
@@ -172,10 +199,19 @@ class Client:
             time.sleep(delay)
             delay = min(max_delay, delay * 1.5)
 
+    def read_object(self, uri: str) -> bytes:
+        """An `s3://bucket/key` object: a trace or a report."""
+        bucket, _, key = uri.removeprefix("s3://").partition("/")
+        if not uri.startswith("s3://") or not key:
+            raise TrialboxError(f"not an s3://bucket/key URI: {uri!r}")
+        answer = self._call(self._clients["s3"].get_object, Bucket=bucket, Key=key)
+        return bytes(answer["Body"].read())
+
     def run(self, requests: list[ExecutionRequest], timeout: float = 600) -> list[ExecutionResult]:
         return self.wait(self.submit(requests), timeout)
 
-    def _call(self, method: Any, **kwargs: Any) -> Any:
+    @staticmethod
+    def _call(method: Any, **kwargs: Any) -> Any:
         try:
             return method(**kwargs)
         except (ClientError, BotoCoreError) as exc:
@@ -191,3 +227,13 @@ class Client:
 
     def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
         self.close()
+
+
+def _service(session: Any, name: str, endpoint_url: str | None) -> Any:
+    try:
+        return session.client(name, endpoint_url=endpoint_url)
+    except NoRegionError as exc:
+        raise TrialboxError(
+            "no AWS region configured: set AWS_REGION (or AWS_DEFAULT_REGION) to the region "
+            "the stack is deployed in"
+        ) from exc

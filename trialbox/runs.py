@@ -4,11 +4,13 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import re
 import statistics
 from collections import Counter
 from pathlib import Path
-from typing import Any
+from types import TracebackType
+from typing import IO, Any
 
 from trialbox.models import ExecutionRequest, ExecutionResult, Sample, Status
 
@@ -55,8 +57,39 @@ def finished_ids(out: Path) -> dict[str, dict[str, Any]]:
     return done
 
 
+class ResultLog:
+    """Appends each result line as it arrives, so that a killed run keeps what finished; the
+    caller rewrites the file in input order at the end (`write_atomically`)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._file: IO[str] | None = None
+
+    def append(self, row: dict[str, Any]) -> None:
+        if self._file is None:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            self._file = self.path.open("a")
+        self._file.write(json.dumps(row) + "\n")
+        self._file.flush()
+
+    def __enter__(self) -> ResultLog:
+        return self
+
+    def __exit__(self, *exc: type[BaseException] | BaseException | TracebackType | None) -> None:
+        if self._file is not None:
+            self._file.close()
+            self._file = None
+
+
+def write_atomically(path: Path, text: str) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    partial = path.with_name(f".{path.name}.partial")
+    partial.write_text(text)
+    os.replace(partial, path)
+
+
 def result_line(
-    sample: Sample, rid: str, result: ExecutionResult, duration_s: float
+    sample: Sample, rid: str, result: ExecutionResult, duration_s: float | None
 ) -> dict[str, Any]:
     return {
         "task_id": sample.task_id,
@@ -67,7 +100,7 @@ def result_line(
         "loss_mask": result.loss_mask,
         "tests_passed": result.tests_passed,
         "tests_expected": result.tests_expected,
-        "duration_s": round(duration_s, 3),
+        "duration_s": None if duration_s is None else round(duration_s, 3),
         "feedback": result.feedback,
         "flags": result.flags,
         "error": result.error,

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import shlex
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from tests.sandbox.conftest import ADD_TASK, CORRECT
@@ -65,3 +68,51 @@ def test_rerunning_with_the_same_run_id_skips_finished_samples(tmp_path: Path) -
     again = trialbox(*args, "--run-id", "r1", "--local")
     assert again.returncode == 0, again.stderr
     assert json.loads(out.read_text())["feedback"] == "kept from the first run"
+
+
+def test_ctrl_c_keeps_what_finished_and_prints_the_resume_command(tmp_path: Path) -> None:
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps(ADD_TASK) + "\n")
+    slow = "import time\ntime.sleep(2)\n" + CORRECT
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text(
+        "".join(
+            json.dumps({"task_id": "add-two", "sample_id": f"s{i}", "files": {"solution.py": slow}})
+            + "\n"
+            for i in range(8)
+        )
+    )
+    out = tmp_path / "out.jsonl"
+    args = ["run", "--tasks", str(tasks), "--samples", str(samples), "--out", str(out)]
+    running = subprocess.Popen(
+        [sys.executable, "-m", "trialbox", *args, "--run-id", "cc", "--concurrency", "2"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    deadline = time.monotonic() + 300
+    while not (out.exists() and out.read_text().strip()) and time.monotonic() < deadline:
+        assert running.poll() is None, running.communicate()
+        time.sleep(0.2)
+    running.send_signal(signal.SIGINT)
+    stdout, stderr = running.communicate(timeout=120)
+    assert running.returncode == 1, stderr
+    assert "stopping: no more submissions" in stderr
+    first = [json.loads(line) for line in out.read_text().splitlines()]
+    assert 1 <= len(first) < 8
+    assert [r["sample_id"] for r in first] == sorted(r["sample_id"] for r in first)
+    assert all(r["status"] == "succeeded" and r["reward"] == 1.0 for r in first)
+    assert f"{len(first)}/8 samples" in stdout
+    resume = shlex.split(stderr.split("Resume with:\n", 1)[1].splitlines()[0])
+    assert resume[:2] == ["trialbox", "run"] and "cc" in resume
+
+    for row in first:  # marked: a re-executed sample would lose the mark
+        row["feedback"] = "from the interrupted run"
+    out.write_text("".join(json.dumps(r) + "\n" for r in first))
+    again = trialbox(*resume[1:])
+    assert again.returncode == 0, again.stderr
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert [r["sample_id"] for r in rows] == [f"s{i}" for i in range(8)]
+    kept = [r for r in rows if r["feedback"] == "from the interrupted run"]
+    assert len(kept) == len(first)
+    assert all(r["reward"] == 1.0 for r in rows)

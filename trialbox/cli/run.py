@@ -5,10 +5,14 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import signal
 import sys
-import time
+import threading
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from types import FrameType
 from typing import Annotated, Any
 
 import typer
@@ -16,14 +20,33 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from trialbox.client import Client, Resources
+from trialbox.client import Client
+from trialbox.driver import Driver
 from trialbox.errors import InputError, TrialboxError
+from trialbox.models import ExecutionResult
 from trialbox.models.jsonl import load_tasks_and_samples
 from trialbox.pipeline.prepare import taskset_key
-from trialbox.runs import finished_ids, result_line, summary, taskset_version, to_request
+from trialbox.runs import (
+    ResultLog,
+    finished_ids,
+    result_line,
+    summary,
+    taskset_version,
+    to_request,
+    write_atomically,
+)
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "tasksets"
-err = Console(stderr=True)
+err = Console(stderr=True, soft_wrap=True, markup=False, highlight=False)
+
+
+REMOTE_CONCURRENCY = 256  # in flight against a deployment whose pool size the SDK cannot see
+CONCURRENCY_HELP = (
+    "samples in flight at once [default: 2 x the twin's workers, "
+    f"or {REMOTE_CONCURRENCY} against a deployment]"
+)
+DEFAULT_TIMEOUT_S = 3600.0
+GRACE_S = 5.0  # how long Ctrl-C waits for the samples in flight
 
 
 def _client(local: bool, endpoint_url: str | None, stack: str | None) -> Client:
@@ -31,13 +54,33 @@ def _client(local: bool, endpoint_url: str | None, stack: str | None) -> Client:
     if not local and endpoint:
         return Client(endpoint_url=endpoint)
     if not local and stack:
-        import boto3
-
-        described = boto3.client("cloudformation").describe_stacks(StackName=stack)
-        outputs = {o["OutputKey"]: o["OutputValue"] for o in described["Stacks"][0]["Outputs"]}
-        return Client(Resources.from_outputs(outputs))
+        return Client.from_stack(stack)
     err.print("starting the local twin (moto + bwrap sandboxes)...")
     return Client.local()
+
+
+@contextmanager
+def _stop_on_signals(driver: Driver) -> Iterator[None]:
+    """The first SIGINT/SIGTERM stops submitting; a second one quits at once."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def stop(signum: int, frame: FrameType | None) -> None:
+        if driver.stopping:
+            raise KeyboardInterrupt
+        driver.stopping = True
+        err.print(
+            f"stopping: no more submissions; waiting up to {GRACE_S:g} s for "
+            f"{len(driver.in_flight)} sample(s) in flight (Ctrl-C again to quit now)"
+        )
+
+    previous = {sig: signal.signal(sig, stop) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def run_job(
@@ -49,85 +92,112 @@ def run_job(
     endpoint_url: str | None = None,
     stack: str | None = None,
     run_id: str | None = None,
-    timeout_s: float = 3600,
+    concurrency: int | None = None,
+    traces_dir: Path | None = None,
+    timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> int:
     try:
         _, sample_list = load_tasks_and_samples(tasks, samples)
     except InputError as exc:
-        err.print(f"error: {exc}", markup=False)
+        err.print(f"error: {exc}")
         return 2
     run_id = run_id or uuid.uuid4().hex[:12]
     taskset, version = taskset_version(tasks)
     requests = [to_request(s, taskset, version, run_id) for s in sample_list]
-    done = finished_ids(out)
-    todo = [r for r in requests if r.request_id not in done]
-    rows: dict[str, dict[str, Any]] = dict(done)
-    interrupted = False
-    try:
-        with _client(local, endpoint_url, stack) as client:
-            client.push_taskset(taskset_key(taskset, version), tasks.read_bytes())
-            submitted: dict[str, float] = {}
-            by_id = {r.request_id: (r, s) for r, s in zip(requests, sample_list, strict=True)}
-            with Progress(console=err, transient=True) as progress:
-                bar = progress.add_task("samples", total=len(requests), completed=len(done))
-                try:
-                    for start in range(0, len(todo), 10):
-                        batch = todo[start : start + 10]
-                        client.submit(batch)
-                        for r in batch:
-                            submitted[r.request_id] = time.monotonic()
-                    deadline = time.monotonic() + timeout_s
-                    pending = [r.request_id for r in todo]
-                    while pending and time.monotonic() < deadline:
-                        for rid, result in client.poll(pending).items():
-                            sample = by_id[rid][1]
-                            elapsed = time.monotonic() - submitted[rid]
-                            rows[rid] = result_line(sample, rid, result, elapsed)
-                            progress.advance(bar)
-                        pending = [rid for rid in pending if rid not in rows]
-                        if pending:
-                            time.sleep(0.3)
-                except KeyboardInterrupt:
-                    interrupted = True
-                    grace = time.monotonic() + 5
-                    pending = [r.request_id for r in todo if r.request_id not in rows]
-                    while pending and time.monotonic() < grace:
-                        for rid, result in client.poll(pending).items():
-                            elapsed = time.monotonic() - submitted.get(rid, time.monotonic())
-                            rows[rid] = result_line(by_id[rid][1], rid, result, elapsed)
-                        pending = [rid for rid in pending if rid not in rows]
-                        time.sleep(0.3)
-    except TrialboxError as exc:
-        err.print(f"error: {exc}", markup=False)
-        return 1
+    by_id = {r.request_id: s for r, s in zip(requests, sample_list, strict=True)}
+    rows = {rid: row for rid, row in finished_ids(out).items() if rid in by_id}
+    failure: str | None = None
+    with ResultLog(out) as log:
+        try:
+            with _client(local, endpoint_url, stack) as client:
+                if traces_dir is None and client.capacity is not None:
+                    traces_dir = out.with_suffix(".traces")  # the twin's S3 goes with it
+                client.push_taskset(taskset_key(taskset, version), tasks.read_bytes())
+                capacity = client.capacity
+                limit = concurrency or (2 * capacity if capacity else REMOTE_CONCURRENCY)
+                todo = [r for r in requests if r.request_id not in rows]
+                with Progress(console=err, transient=True) as progress:
+                    bar = progress.add_task("samples", total=len(requests), completed=len(rows))
+
+                    def record(rid: str, result: ExecutionResult, elapsed: float | None) -> None:
+                        rows[rid] = result_line(by_id[rid], rid, result, elapsed)
+                        log.append(rows[rid])
+                        if traces_dir is not None and result.trace_uri:
+                            _save_trace(client, result.trace_uri, traces_dir / f"{rid}.json")
+                        progress.advance(bar)
+
+                    driver = Driver(client, todo, concurrency=limit, on_result=record)
+                    if _drive(driver, timeout_s):
+                        failure = "interrupted"
+        except TrialboxError as exc:
+            failure = str(exc)
+        except KeyboardInterrupt:
+            failure = "interrupted"
     ordered = [rows[r.request_id] for r in requests if r.request_id in rows]
-    out.write_text("".join(json.dumps(row) + "\n" for row in ordered))
-    _print_summary(ordered, len(requests), out)
+    write_atomically(out, "".join(json.dumps(row) + "\n" for row in ordered))
+    _print_summary(ordered, len(requests), out, traces_dir)
     missing = len(requests) - len(ordered)
-    if interrupted or missing:
+    if failure:
+        err.print(f"error: {failure}")
+    elif missing:  # the run's timeout passed
+        err.print(
+            f"error: {missing} sample(s) had no terminal result within {timeout_s:g} s "
+            "(the pipeline is stalled or lost them: check the DLQs)"
+        )
+    if missing:
         command = ["trialbox", "run", "--tasks", str(tasks), "--samples", str(samples)]
         command += ["--out", str(out), "--run-id", run_id]
+        command += ["--local"] if local else []
+        command += ["--endpoint-url", endpoint_url] if endpoint_url else []
+        command += ["--stack", stack] if stack else []
         err.print(f"{missing} sample(s) have no result yet. Resume with:\n  {shlex.join(command)}")
-        return 1
-    return 0
+    return 1 if (failure or missing) else 0
 
 
-def _print_summary(rows: list[dict[str, Any]], total: int, out: Path) -> None:
+def _drive(driver: Driver, timeout_s: float) -> bool:
+    """Run to the end, or on SIGINT/SIGTERM stop submitting and wait a grace for what is in
+    flight. True when stopped early with samples left."""
+    with _stop_on_signals(driver):
+        driver.collect_recorded()
+        driver.run(timeout_s)
+        if driver.stopping:
+            driver.drain(GRACE_S)
+    return driver.stopping and bool(driver.waiting or driver.in_flight)
+
+
+def _save_trace(client: Client, uri: str, dest: Path) -> None:
+    try:
+        body = client.read_object(uri)
+    except TrialboxError as exc:  # the result is kept; only the local copy is missing
+        err.print(f"warning: trace {uri} not downloaded: {exc}")
+        return
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.write_bytes(body)
+
+
+def _print_summary(
+    rows: list[dict[str, Any]], total: int, out: Path, traces_dir: Path | None
+) -> None:
     stats = summary(rows)
     table = Table(title=f"{len(rows)}/{total} samples")
     table.add_column("status")
     table.add_column("count", justify="right")
     for status, count in sorted(stats["counts"].items()):
         table.add_row(status, str(count))
-    console = Console()
+    console = Console(soft_wrap=True, markup=False, highlight=False)
     console.print(table)
     mean = stats["mean_reward"]
     console.print(
         f"mean reward {mean:.3f}" if mean is not None else "mean reward n/a",
         f"| latency p50 {stats['p50_s']} s, p95 {stats['p95_s']} s" if rows else "",
     )
-    traces = sorted({r["trace_uri"].rsplit("/", 1)[0] for r in rows if r.get("trace_uri")})
-    console.print(f"results: {out}" + (f"   traces: {', '.join(traces)}/" if traces else ""))
+    if traces_dir is not None:
+        where = f"{traces_dir}/ (one <request_id>.json per sample)"
+    else:
+        where = ", ".join(sorted({r["trace_uri"].rsplit("/", 1)[0] + "/" for r in rows
+                                  if r.get("trace_uri")})) or "none"  # fmt: skip
+    console.print(f"results: {out}")
+    console.print(f"traces:  {where}")
 
 
 def run_command(
@@ -138,12 +208,22 @@ def run_command(
     endpoint_url: Annotated[str | None, typer.Option(help="AWS or twin endpoint")] = None,
     stack: Annotated[str | None, typer.Option(help="a deployed stack's name")] = None,
     run_id: Annotated[str | None, typer.Option(help="reuse to resume a run")] = None,
-    concurrency: Annotated[int, typer.Option(help="reserved: the pool sets it")] = 0,
+    concurrency: Annotated[
+        int | None,
+        typer.Option(min=1, help=CONCURRENCY_HELP),
+    ] = None,
+    traces_dir: Annotated[
+        Path | None,
+        typer.Option(help="download each trace here [default with the twin: OUT.traces/]"),
+    ] = None,
+    timeout: Annotated[
+        float, typer.Option(min=1, help="seconds to wait for every result")
+    ] = DEFAULT_TIMEOUT_S,
 ) -> None:
     """Run every sample through the pipeline; write one result per sample, in input order."""
-    del concurrency
     raise typer.Exit(run_job(tasks, samples, out, local=local, endpoint_url=endpoint_url,
-                             stack=stack, run_id=run_id))  # fmt: skip
+                             stack=stack, run_id=run_id, concurrency=concurrency,
+                             traces_dir=traces_dir, timeout_s=timeout))  # fmt: skip
 
 
 def demo_command(
