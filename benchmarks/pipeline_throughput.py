@@ -1,12 +1,16 @@
 """End-to-end throughput of the local twin against a bare loop, in one run.
 
-1. 100 trivial pytest samples through the whole pipeline (SDK -> SQS -> dispatcher -> Rollout
-   -> bwrap worker -> Score -> Record -> SDK) versus the same 100 pytest invocations run by a
-   bare loop of subprocesses (2 at a time, as the twin has 2 workers).
-2. p50 per-execution latency and its breakdown from the execution histories: queue (submit to
-   execution start), Step Functions (Prepare + Score + Record states), sandbox (Execute).
-3. Peak RSS of the twin process and of its function processes.
-Run: `.venv/bin/python benchmarks/pipeline_throughput.py -n 100`.
+1. `trialbox run --local` on N trivial pytest samples (SDK -> SQS -> dispatcher -> Rollout ->
+   bwrap worker -> Score -> Record -> SDK), as a user runs it: the command's wall time, twin
+   start included. The same N samples through an in-process twin give the steady rate, without
+   the start.
+2. The baseline: the same N pytest invocations in subprocesses, 2 at a time (the twin's
+   workers), with the same interpreter.
+3. p50 per-execution latency and its breakdown, from the execution histories and the results'
+   timings: queue (submit to execution start), Prepare, the wait for a free worker, the sandbox
+   run, the callback, Score, Record, and the SDK's poll.
+4. Peak RSS of the benchmark process (the in-process twin) and of its largest child.
+Run: `make bench`, or `.venv/bin/python benchmarks/pipeline_throughput.py -n 100`.
 """
 
 from __future__ import annotations
@@ -16,14 +20,18 @@ import json
 import resource
 import statistics
 import subprocess
+import sys
 import tempfile
 import time
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from pathlib import Path
 
 from trialbox import constants as c
 from trialbox.client import Client
-from trialbox.models import ExecutionRequest
+from trialbox.driver import Driver
+from trialbox.local.twin import LocalTwin
+from trialbox.models import ExecutionRequest, ExecutionResult
 
 TESTS = "from solution import add\ndef test_one():\n    assert add(1, 2) == 3\n"
 SOLUTION = "def add(a, b):\n    return a + b\n"
@@ -32,6 +40,7 @@ TASK = {
     "hidden_tests": {"tests/test_add.py": TESTS},
     "grading": {"command": ["python", "-m", "pytest", "-q", "tests"]},
 }
+WORKERS = 2
 
 
 def bare(n: int, python: str) -> float:
@@ -42,27 +51,93 @@ def bare(n: int, python: str) -> float:
         (work / "tests" / "test_add.py").write_text(TESTS)
         argv = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "tests"]
         start = time.perf_counter()
-        with ThreadPoolExecutor(2) as pool:
+        with ThreadPoolExecutor(WORKERS) as pool:
             list(pool.map(lambda _: subprocess.run(argv, cwd=work, capture_output=True), range(n)))
         return time.perf_counter() - start
 
 
-def breakdown(client: Client, ids: list[str], submitted: float) -> dict[str, float]:
-    assert client._twin is not None
-    sfn = client._twin.client("stepfunctions")
-    arn = client._twin.output(c.OUTPUT_ROLLOUT_ARN).replace(":stateMachine:", ":execution:")
-    parts: dict[str, list[float]] = {"queue": [], "step_functions": [], "sandbox": []}
-    for rid in ids:
-        execution = sfn.describe_execution(executionArn=f"{arn}:{rid}")
+def cli(n: int) -> float:
+    """`trialbox run --local`, wall time of the whole command."""
+    with tempfile.TemporaryDirectory() as tmp:
+        tasks, samples, out = Path(tmp, "tasks.jsonl"), Path(tmp, "samples.jsonl"), Path(tmp, "o")
+        tasks.write_text(json.dumps(TASK) + "\n")
+        line = {"task_id": "bench", "files": {"solution.py": SOLUTION}}
+        samples.write_text("".join(json.dumps(line | {"sample_id": f"s{i}"}) + "\n"
+                                   for i in range(n)))  # fmt: skip
+        argv = [sys.executable, "-m", "trialbox", "run", "--local", "--tasks", str(tasks)]
+        argv += ["--samples", str(samples), "--out", str(out)]
+        start = time.perf_counter()
+        subprocess.run(argv, check=True, capture_output=True)
+        wall = time.perf_counter() - start
+        rows = [json.loads(row) for row in out.read_text().splitlines()]
+        assert len(rows) == n and all(r["reward"] == 1.0 for r in rows), rows[:3]
+        return wall
+
+
+@dataclass
+class Steady:
+    wall_s: float
+    submitted: dict[str, float]  # epoch s, by request id
+    seen: dict[str, float]  # epoch s the SDK saw the result
+    results: dict[str, ExecutionResult]
+
+
+def steady(client: Client, n: int) -> Steady:
+    """N samples through a started twin with `trialbox run`'s admission control."""
+    body = {"task": TASK, "files": {"solution.py": SOLUTION}}
+    prefix = f"b{n}"
+    requests = [
+        ExecutionRequest.model_validate(body | {"request_id": f"{prefix}-{i}"}) for i in range(n)
+    ]
+    submitted: dict[str, float] = {}
+    seen: dict[str, float] = {}
+    results: dict[str, ExecutionResult] = {}
+    submit = client.submit
+
+    def timed_submit(batch: list[ExecutionRequest]) -> list[str]:
+        submitted.update((r.request_id, time.time()) for r in batch)
+        return submit(batch)
+
+    def record(rid: str, result: ExecutionResult, elapsed: float | None) -> None:
+        seen[rid], results[rid] = time.time(), result
+
+    client.submit = timed_submit  # type: ignore[method-assign]
+    driver = Driver(client, requests, concurrency=4 * WORKERS, on_result=record, poll_s=0.1)
+    start = time.perf_counter()
+    driver.run(timeout_s=1800)
+    wall = time.perf_counter() - start
+    assert len(results) == n and all(r.reward == 1.0 for r in results.values())
+    client.submit = submit  # type: ignore[method-assign]
+    return Steady(wall, submitted, seen, results)
+
+
+def breakdown(twin: LocalTwin, run: Steady) -> dict[str, float]:
+    sfn = twin.client("stepfunctions")
+    arn = twin.output(c.OUTPUT_ROLLOUT_ARN).replace(":stateMachine:", ":execution:")
+    parts: dict[str, list[float]] = {}
+    for rid, at in run.submitted.items():
+        result = run.results[rid]
         events = sfn.get_execution_history(executionArn=f"{arn}:{rid}")["events"]
         entered = {e["stateEnteredEventDetails"]["name"]: e["timestamp"].timestamp()
                    for e in events if "stateEnteredEventDetails" in e}  # fmt: skip
         exited = {e["stateExitedEventDetails"]["name"]: e["timestamp"].timestamp()
                   for e in events if "stateExitedEventDetails" in e}  # fmt: skip
-        parts["queue"].append(execution["startDate"].timestamp() - submitted)
-        parts["sandbox"].append(exited["Execute"] - entered["Execute"])
-        steps = sum(exited[s] - entered[s] for s in ("Prepare", "Score", "Record") if s in exited)
-        parts["step_functions"].append(steps)
+        started = events[0]["timestamp"].timestamp()
+        t = result.timings
+        assert t.started_at is not None and t.finished_at is not None
+        spans = {
+            "queue (submit -> execution start)": started - at,
+            "prepare": exited["Prepare"] - entered["Prepare"],
+            "wait for a worker": t.started_at - entered["Execute"],
+            "sandbox run": t.finished_at - t.started_at,
+            "callback -> Execute done": exited["Execute"] - t.finished_at,
+            "score": exited["Score"] - entered["Score"],
+            "record": exited["Record"] - entered["Record"],
+            "sdk poll (record -> seen)": run.seen[rid] - exited["Record"],
+            "total": run.seen[rid] - at,
+        }
+        for name, span in spans.items():
+            parts.setdefault(name, []).append(span)
     return {k: round(statistics.median(v), 3) for k, v in parts.items()}
 
 
@@ -70,36 +145,30 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("-n", type=int, default=100)
     args = parser.parse_args()
-    with Client.local(workers=2) as client:
-        python = str(client._twin._runner.runtime.python)  # type: ignore[union-attr]
-        warm = [ExecutionRequest.model_validate({"request_id": "warm", "task": TASK,
-                                                 "files": {"solution.py": SOLUTION}})]  # fmt: skip
-        client.run(warm)
-        requests = [
-            ExecutionRequest.model_validate(
-                {"request_id": f"b-{i}", "task": TASK, "files": {"solution.py": SOLUTION}}
-            )
-            for i in range(args.n)
-        ]
-        submitted = time.time()
-        start = time.perf_counter()
-        results = client.run(requests, timeout=1800)
-        twin_s = time.perf_counter() - start
-        assert all(r.reward == 1.0 for r in results)
-        parts = breakdown(client, [r.request_id for r in requests], submitted)
+    cli_s = cli(args.n)
+    with Client.local(workers=WORKERS) as client:
+        twin = client._twin
+        assert twin is not None
+        python = str(twin._runner.runtime.python)
+        steady(client, 4)  # warm: first imports in the function processes
+        run = steady(client, args.n)
+        parts = breakdown(twin, run)
         bare_s = bare(args.n, python)
-    self_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    children_mb = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024
     report = {
         "samples": args.n,
-        "twin_s": round(twin_s, 2),
-        "twin_per_s": round(args.n / twin_s, 2),
+        "trialbox_run_local_s": round(cli_s, 2),
+        "trialbox_run_local_per_s": round(args.n / cli_s, 2),
+        "twin_steady_s": round(run.wall_s, 2),
+        "twin_steady_per_s": round(args.n / run.wall_s, 2),
         "bare_s": round(bare_s, 2),
         "bare_per_s": round(args.n / bare_s, 2),
-        "twin_over_bare_throughput": round((args.n / twin_s) / (args.n / bare_s), 3),
+        "run_over_bare": round(bare_s / cli_s, 3),
+        "steady_over_bare": round(bare_s / run.wall_s, 3),
         "p50_breakdown_s": parts,
-        "peak_rss_twin_mb": round(self_mb, 1),
-        "peak_rss_largest_child_mb": round(children_mb, 1),
+        "peak_rss_twin_mb": round(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, 1),
+        "peak_rss_largest_child_mb": round(
+            resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss / 1024, 1
+        ),
     }
     print(json.dumps(report, indent=1))
 

@@ -8,7 +8,7 @@ import pytest
 
 from tests.integration.conftest import Aws
 from tests.sandbox.conftest import ADD_TASK, CORRECT
-from trialbox.models import ExecutionRequest
+from trialbox.models import ExecutionRequest, ExecutionResult
 from trialbox.pipeline.jobs import ExecutionDone, JobSpec, RolloutInput
 from trialbox.pipeline.prepare import Preparer, RequestRejected, taskset_key
 from trialbox.pipeline.recorder import Recorder, RecordInput, StepError
@@ -65,13 +65,42 @@ def test_prepare_rejects_what_cannot_be_found(
         preparer(RolloutInput(request_id="r-3", request=request))
 
 
+def test_prepare_reads_a_task_set_once_per_warm_function(
+    aws: Aws, preparer: Preparer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    lines = [json.dumps(ADD_TASK | {"task_id": f"t{i}"}) for i in range(3)]
+    aws.s3.put_object(Bucket="tasksets", Key=taskset_key("big", "v1"), Body="\n".join(lines))
+    reads: list[str] = []
+    original = aws.tasksets.get_bytes
+    monkeypatch.setattr(aws.tasksets, "get_bytes", lambda uri: reads.append(uri) or original(uri))
+    for i in range(3):
+        body = {"request_id": f"r-c{i}", "task_ref": f"big@v1/t{i}"}
+        request = ExecutionRequest.model_validate(body)
+        preparer(RolloutInput(request_id=f"r-c{i}", request=request))
+    assert reads == ["s3://tasksets/tasksets/big@v1.jsonl"]
+
+
+def test_prepare_rejects_a_task_set_with_a_line_that_is_not_json(
+    aws: Aws, preparer: Preparer
+) -> None:
+    body = json.dumps(ADD_TASK) + "\n{not json\n"
+    aws.s3.put_object(Bucket="tasksets", Key=taskset_key("broken", "v1"), Body=body)
+    request = ExecutionRequest.model_validate({"request_id": "r-b", "task_ref": "broken@v1/x"})
+    with pytest.raises(RequestRejected, match="task set broken@v1: line 2 is not JSON"):
+        preparer(RolloutInput(request_id="r-b", request=request))
+
+
 def test_score_then_record_exactly_once(aws: Aws, preparer: Preparer) -> None:
     ref = preparer(rollout())
     job = JobSpec.model_validate_json(aws.traces.get_bytes(ref.job_uri))
     report = Runner().run(job.task, job.sample(), limits=job.limits)
     report_uri = aws.traces.put_json("jobs/r-1/report.json", report)
-    scored = Scorer(aws.traces)(ref, ExecutionDone(report_uri=report_uri))
+    done = ExecutionDone(report_uri=report_uri, started_at=job.queued_at, finished_at=2e9)
+    scored = Scorer(aws.traces)(ref, done)
     assert (scored.status, scored.reward) == ("succeeded", 1.0)
+    timings = ExecutionResult.model_validate_json(aws.traces.get_bytes(scored.result_uri)).timings
+    assert timings.queued_at == job.queued_at and timings.queued_at is not None
+    assert (timings.started_at, timings.finished_at) == (job.queued_at, 2e9)
 
     recorder = Recorder(aws.table, aws.traces)
     state = RecordInput(request_id="r-1", score=scored, job=ref.model_dump())

@@ -85,6 +85,8 @@ def test_the_worker_runs_the_job_and_answers_the_token(aws: Aws) -> None:
     output = ExecutionDone.model_validate_json(done["output"])
     report = RunReport.model_validate_json(aws.traces.get_bytes(output.report_uri))
     assert report.status == Status.SUCCEEDED and report.grading is not None
+    assert output.started_at is not None and output.finished_at is not None
+    assert 0 < output.finished_at - output.started_at < 10
     assert aws.messages(aws.work_queue) == []  # deleted after the callback
 
 

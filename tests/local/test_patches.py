@@ -58,3 +58,13 @@ def test_an_early_callback_is_lost_without_the_patch_and_kept_with_it() -> None:
     started = time.monotonic()
     assert early_callback_is_seen(5) is True
     assert time.monotonic() - started < 1
+
+
+def test_an_early_heartbeat_is_refused_without_the_patch_and_accepted_with_it() -> None:
+    assert CallbackEndpoint("token").notify_heartbeat() is False  # still needed: InvalidToken
+    patches.accept_early_heartbeats()
+    endpoint = CallbackEndpoint("token")
+    assert endpoint.notify_heartbeat() is True
+    heartbeat = endpoint.setup_heartbeat_endpoint(heartbeat_seconds=5)
+    assert endpoint.notify_heartbeat() is True  # a later heartbeat still reaches the clock
+    assert heartbeat.clear_and_wait() is True

@@ -42,7 +42,7 @@ err = Console(stderr=True, soft_wrap=True, markup=False, highlight=False)
 
 REMOTE_CONCURRENCY = 256  # in flight against a deployment whose pool size the SDK cannot see
 CONCURRENCY_HELP = (
-    "samples in flight at once [default: 2 x the twin's workers, "
+    "samples in flight at once [default: 4 x the twin's workers, "
     f"or {REMOTE_CONCURRENCY} against a deployment]"
 )
 DEFAULT_TIMEOUT_S = 3600.0
@@ -114,7 +114,7 @@ def run_job(
                     traces_dir = out.with_suffix(".traces")  # the twin's S3 goes with it
                 client.push_taskset(taskset_key(taskset, version), tasks.read_bytes())
                 capacity = client.capacity
-                limit = concurrency or (2 * capacity if capacity else REMOTE_CONCURRENCY)
+                limit = concurrency or (4 * capacity if capacity else REMOTE_CONCURRENCY)
                 todo = [r for r in requests if r.request_id not in rows]
                 with Progress(console=err, transient=True) as progress:
                     bar = progress.add_task("samples", total=len(requests), completed=len(rows))

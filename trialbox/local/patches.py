@@ -13,6 +13,7 @@ Invoke = Callable[[str, bytes], tuple[bool, bytes]]
 
 _original_invoke = LambdaSimpleBackend.invoke
 _original_setup_heartbeat = CallbackEndpoint.setup_heartbeat_endpoint
+_original_notify_heartbeat = CallbackEndpoint.notify_heartbeat
 
 
 def route_lambda_invocations(invoke: Invoke) -> None:
@@ -46,6 +47,22 @@ def keep_early_callbacks() -> None:
     CallbackEndpoint.setup_heartbeat_endpoint = patched  # type: ignore[method-assign]
 
 
+def accept_early_heartbeats() -> None:
+    """Defect: a SendTaskHeartbeat that arrives before the heartbeat endpoint exists (the worker
+    took the message as soon as it was sent) answers InvalidToken, though the token is live.
+    The worker then drops the job as stale and the execution waits out its heartbeat. On AWS
+    the token is valid from the moment the message is sent: accept the heartbeat (the clock
+    starts when the endpoint is set up, which is what a heartbeat would have done)."""
+
+    def patched(self: CallbackEndpoint) -> bool:
+        if self._heartbeat_endpoint is None:
+            return True
+        return bool(_original_notify_heartbeat(self))
+
+    CallbackEndpoint.notify_heartbeat = patched  # type: ignore[method-assign]
+
+
 def undo() -> None:
     LambdaSimpleBackend.invoke = _original_invoke  # type: ignore[method-assign]
     CallbackEndpoint.setup_heartbeat_endpoint = _original_setup_heartbeat  # type: ignore[method-assign]
+    CallbackEndpoint.notify_heartbeat = _original_notify_heartbeat  # type: ignore[method-assign]

@@ -89,6 +89,7 @@ class LocalTwin:
         self.functions.start()
         patches.route_lambda_invocations(self.functions.invoke)
         patches.keep_early_callbacks()
+        patches.accept_early_heartbeats()
         for mapping in self.stack.mappings:
             poller = Poller(self.client("sqs"), mapping, self.functions.invoke)
             poller.start()

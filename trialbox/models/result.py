@@ -34,6 +34,9 @@ def reward_for(status: Status, scored_reward: float | None) -> tuple[float | Non
 
 
 class Timings(StrictModel):
+    """Epoch seconds: Prepare queued the job, a worker took it, its run ended. The last pair
+    is the sandbox time; the first gap is the wait for a free worker."""
+
     queued_at: float | None = None
     started_at: float | None = None
     finished_at: float | None = None

@@ -44,6 +44,7 @@ class JobSpec(StrictModel):
     grade: bool = True
     limits: Limits
     taskset_sha256: str | None = None
+    queued_at: float | None = Field(default=None, description="epoch s: Prepare queued the job")
 
     def sample(self) -> Sample:
         return Sample(
@@ -77,6 +78,8 @@ class ExecutionDone(StrictModel):
 
     report_uri: str
     worker: str | None = None
+    started_at: float | None = Field(default=None, description="epoch s: a worker took the job")
+    finished_at: float | None = Field(default=None, description="epoch s: its run ended")
 
 
 class ScoreRef(StrictModel):

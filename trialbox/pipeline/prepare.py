@@ -4,7 +4,9 @@ spec, and answer with a small reference and the Execute step's timeouts."""
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
+from typing import Any
 
 from pydantic import ValidationError
 
@@ -20,6 +22,9 @@ class RequestRejected(Exception):
     class name, `constants.ERROR_REJECTED`.)"""
 
 
+TASKSETS_KEPT = 8  # task sets a warm Prepare function keeps parsed
+
+
 def taskset_key(taskset: str, version: str) -> str:
     return f"{TASKSETS_PREFIX}{taskset}@{version}.jsonl"
 
@@ -30,6 +35,7 @@ class Preparer:
     jobs: ObjectStore
     heartbeat_s: int
     margin_s: int
+    _tasksets: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False)
 
     def __call__(self, rollout: RolloutInput) -> JobRef:
         request = self._request(rollout)
@@ -44,6 +50,7 @@ class Preparer:
             grade=request.grade,
             limits=limits,
             taskset_sha256=taskset_sha,
+            queued_at=time.time(),
         )
         uri = self.jobs.put_json(job_key(request.request_id, "job.json"), job)
         # The runner enforces each command's deadline itself; the token timeout only catches
@@ -72,20 +79,39 @@ class Preparer:
             return request.task, None
         assert request.task_ref is not None
         ref = TaskRef.parse(request.task_ref)
-        key = taskset_key(ref.taskset, ref.version)
+        raw = self._taskset(ref.taskset, ref.version).get(ref.task_id)
+        if raw is None:
+            raise RequestRejected(
+                f"task_ref: no task {ref.task_id!r} in {ref.taskset}@{ref.version}"
+            )
+        try:
+            return Task.model_validate(raw), ref.version
+        except ValidationError as exc:
+            raise RequestRejected(f"task {ref}: {validation_message(exc)}") from exc
+
+    def _taskset(self, taskset: str, version: str) -> dict[str, Any]:
+        """A task set's tasks by id. Versions are content hashes, so a warm function keeps
+        the last few instead of reading the whole file for every request."""
+        key = taskset_key(taskset, version)
+        if key in self._tasksets:
+            return self._tasksets[key]
         try:
             body = self.tasksets.get_bytes(self.tasksets.uri(key))
         except self.tasksets.s3.exceptions.NoSuchKey as exc:
-            raise RequestRejected(
-                f"task_ref: task set {ref.taskset}@{ref.version} not found"
-            ) from exc
-        for line in body.decode().split("\n"):
+            raise RequestRejected(f"task_ref: task set {taskset}@{version} not found") from exc
+        tasks: dict[str, Any] = {}
+        for number, line in enumerate(body.decode(errors="replace").split("\n"), 1):
             if not line.strip():
                 continue
-            raw = json.loads(line)
-            if raw.get("task_id") == ref.task_id:
-                try:
-                    return Task.model_validate(raw), ref.version
-                except ValidationError as exc:
-                    raise RequestRejected(f"task {ref}: {validation_message(exc)}") from exc
-        raise RequestRejected(f"task_ref: no task {ref.task_id!r} in {ref.taskset}@{ref.version}")
+            try:
+                raw = json.loads(line)
+            except ValueError as exc:
+                raise RequestRejected(
+                    f"task set {taskset}@{version}: line {number} is not JSON"
+                ) from exc
+            if isinstance(raw, dict) and isinstance(raw.get("task_id"), str):
+                tasks.setdefault(raw["task_id"], raw)
+        while len(self._tasksets) >= TASKSETS_KEPT:
+            del self._tasksets[next(iter(self._tasksets))]
+        self._tasksets[key] = tasks
+        return tasks

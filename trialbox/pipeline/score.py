@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from trialbox.models import RunReport
+from trialbox.models import RunReport, Timings
 from trialbox.pipeline.jobs import ExecutionDone, JobRef, JobSpec, ScoreRef, job_key
 from trialbox.pipeline.stores import ObjectStore
 from trialbox.scoring import score
@@ -19,6 +19,9 @@ class Scorer:
         job = JobSpec.model_validate_json(self.jobs.get_bytes(job_ref.job_uri))
         report = RunReport.model_validate_json(self.jobs.get_bytes(done.report_uri))
         result = score(job.task.grading, report, request_id=job.request_id)
-        result = result.model_copy(update={"sample_id": job.sample_id})
+        timings = Timings(
+            queued_at=job.queued_at, started_at=done.started_at, finished_at=done.finished_at
+        )
+        result = result.model_copy(update={"sample_id": job.sample_id, "timings": timings})
         uri = self.jobs.put_json(job_key(job.request_id, "result.json"), result)
         return ScoreRef(result_uri=uri, status=result.status.value, reward=result.reward)

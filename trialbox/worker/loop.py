@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -69,6 +70,7 @@ class Worker:
             target=self._heartbeats, args=(work.task_token, receipt, done, lost), daemon=True
         )
         beating.start()
+        started_at = time.time()
         try:
             outcome = self._run(work)
         finally:
@@ -77,7 +79,7 @@ class Worker:
         if lost.is_set():
             log.warning("%s: the execution moved on; dropping the result", work.request_id)
         else:
-            self._answer(work, outcome)
+            self._answer(work, outcome, started_at)
         self._delete(receipt)
 
     def _run(self, work: WorkMessage) -> tuple[str, str]:
@@ -93,11 +95,16 @@ class Worker:
             return "failure", report.error or "the sandbox failed"
         return "success", uri
 
-    def _answer(self, work: WorkMessage, outcome: tuple[str, str]) -> None:
+    def _answer(self, work: WorkMessage, outcome: tuple[str, str], started_at: float) -> None:
         kind, value = outcome
         try:
             if kind == "success":
-                done = ExecutionDone(report_uri=value, worker=self.name)
+                done = ExecutionDone(
+                    report_uri=value,
+                    worker=self.name,
+                    started_at=started_at,
+                    finished_at=time.time(),
+                )
                 self.sfn.send_task_success(taskToken=work.task_token, output=done.model_dump_json())
             else:
                 self.sfn.send_task_failure(
