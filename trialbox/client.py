@@ -126,7 +126,7 @@ class Client:
             aws_access_key_id="local", aws_secret_access_key="local", region_name="us-east-1"
         )
         return cls(
-            Resources.from_outputs(twin.stack.outputs),
+            Resources.from_outputs(twin.outputs),
             endpoint_url=twin.endpoint_url,
             session=session,
             twin=twin,

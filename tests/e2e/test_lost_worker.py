@@ -15,7 +15,7 @@ from trialbox.local.twin import LocalTwin
 def test_a_worker_killed_mid_job_gives_a_retry_and_a_correct_result() -> None:
     with LocalTwin(workers=0, heartbeat_s=3) as twin:
         client = Client(
-            Resources.from_outputs(twin.stack.outputs),
+            Resources.from_outputs(twin.outputs),
             endpoint_url=twin.endpoint_url,
             session=__import__("boto3").session.Session(
                 aws_access_key_id="local", aws_secret_access_key="local", region_name="us-east-1"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import shlex
 import signal
 import subprocess
@@ -89,12 +90,13 @@ def test_ctrl_c_keeps_what_finished_and_prints_the_resume_command(tmp_path: Path
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
         text=True,
+        start_new_session=True,
     )
     deadline = time.monotonic() + 300
     while not (out.exists() and out.read_text().strip()) and time.monotonic() < deadline:
         assert running.poll() is None, running.communicate()
         time.sleep(0.2)
-    running.send_signal(signal.SIGINT)
+    os.killpg(running.pid, signal.SIGINT)  # as a terminal does: the whole process group
     stdout, stderr = running.communicate(timeout=120)
     assert running.returncode == 1, stderr
     assert "stopping: no more submissions" in stderr
@@ -116,3 +118,37 @@ def test_ctrl_c_keeps_what_finished_and_prints_the_resume_command(tmp_path: Path
     kept = [r for r in rows if r["feedback"] == "from the interrupted run"]
     assert len(kept) == len(first)
     assert all(r["reward"] == 1.0 for r in rows)
+
+
+def test_local_up_serves_the_sdk_until_ctrl_c() -> None:
+    serving = subprocess.Popen(
+        [sys.executable, "-m", "trialbox", "local", "up", "--workers", "1"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        start_new_session=True,
+    )
+    try:
+        assert serving.stdout is not None
+        banner = serving.stdout.readline()
+        assert banner.startswith("local twin at http://127.0.0.1:"), serving.communicate()
+        exports: dict[str, str] = {}
+        for line in iter(serving.stdout.readline, "# serving until Ctrl-C\n"):
+            name, _, value = line.removeprefix("export ").strip().partition("=")
+            exports[name] = value
+        assert exports["AWS_ENDPOINT_URL"] == banner.split()[3]
+        env = os.environ | exports
+        code = (
+            "from trialbox.client import Client\n"
+            "from tests.e2e.conftest import request\n"
+            "from tests.sandbox.conftest import CORRECT\n"
+            "print(Client().run([request('up-1', CORRECT)], timeout=120)[0].reward)\n"
+        )
+        done = subprocess.run(
+            [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=180
+        )
+        assert done.stdout.strip() == "1.0", done.stderr
+    finally:
+        os.killpg(serving.pid, signal.SIGINT)
+        stdout, _ = serving.communicate(timeout=60)
+    assert serving.returncode == 0 and "stopping" in stdout

@@ -7,6 +7,10 @@ from collections.abc import Iterator
 
 import pytest
 from moto.awslambda_simple.models import LambdaSimpleBackend
+from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
+from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import (
+    state_task_service_sqs,
+)
 from moto.stepfunctions.parser.asl.eval.callback.callback import (
     CallbackEndpoint,
     CallbackOutcomeSuccess,
@@ -68,3 +72,19 @@ def test_an_early_heartbeat_is_refused_without_the_patch_and_accepted_with_it() 
     heartbeat = endpoint.setup_heartbeat_endpoint(heartbeat_seconds=5)
     assert endpoint.notify_heartbeat() is True  # a later heartbeat still reaches the clock
     assert heartbeat.clear_and_wait() is True
+
+
+def test_moto_builds_a_client_per_call_without_the_patch_and_reuses_one_with_it() -> None:
+    call_sites = (lambda_eval_utils, state_task_service_sqs)  # Lambda invoke, sendMessage
+    for site in call_sites:  # still needed: a new client each time
+        assert site.boto_client_for("us-east-1", "sqs") is not site.boto_client_for(
+            "us-east-1", "sqs"
+        )
+    patches.reuse_service_clients()
+    for site in call_sites:
+        one = site.boto_client_for("us-east-1", "lambda")
+        assert one is site.boto_client_for("us-east-1", "lambda")
+        assert (
+            one.meta.region_name == "us-east-1" and one.meta.service_model.service_name == "lambda"
+        )
+    assert lambda_eval_utils.boto_client_for("us-east-1", "sqs") is not one

@@ -22,7 +22,7 @@ def up(
     from trialbox.local.twin import LocalTwin
 
     twin = LocalTwin(workers=workers, port=port).start()
-    outputs = twin.stack.outputs
+    outputs = twin.outputs
     exports = twin.env | {
         ENV["endpoint_url"]: twin.endpoint_url,
         ENV["requests_queue_url"]: outputs[c.OUTPUT_REQUESTS_QUEUE_URL],
@@ -33,6 +33,7 @@ def up(
     typer.echo(f"local twin at {twin.endpoint_url} with {workers} workers. For the SDK:")
     for name, value in exports.items():
         typer.echo(f"export {name}={value}")
+    typer.echo("# serving until Ctrl-C")
     try:
         threading.Event().wait()
     except KeyboardInterrupt:

@@ -3,17 +3,21 @@ around; tests/local/test_patches.py fails if a patch stops being needed or stops
 
 from __future__ import annotations
 
+import sys
+import threading
 from collections.abc import Callable
 from typing import Any
 
 from moto.awslambda_simple.models import LambdaSimpleBackend
 from moto.stepfunctions.parser.asl.eval.callback.callback import CallbackEndpoint
+from moto.stepfunctions.parser.asl.utils import boto_client
 
 Invoke = Callable[[str, bytes], tuple[bool, bytes]]
 
 _original_invoke = LambdaSimpleBackend.invoke
 _original_setup_heartbeat = CallbackEndpoint.setup_heartbeat_endpoint
 _original_notify_heartbeat = CallbackEndpoint.notify_heartbeat
+_original_boto_client_for = boto_client.boto_client_for
 
 
 def route_lambda_invocations(invoke: Invoke) -> None:
@@ -62,7 +66,38 @@ def accept_early_heartbeats() -> None:
     CallbackEndpoint.notify_heartbeat = patched  # type: ignore[method-assign]
 
 
+_clients: dict[tuple[str, str], Any] = {}
+_clients_lock = threading.Lock()
+
+
+def _reused_client(region: str, service: str, state_credentials: Any = None) -> Any:
+    with _clients_lock:
+        if (region, service) not in _clients:
+            _clients[region, service] = _original_boto_client_for(region, service)
+        return _clients[region, service]
+
+
+def reuse_service_clients() -> None:
+    """Defect (cost): moto's interpreter builds a new botocore client for every service call a
+    Task state makes (each Lambda invoke, each sendMessage): about a quarter of the services
+    process's CPU under load. Keep one client per (region, service); a built client is
+    thread-safe. The call sites import the function by name, so each one is rebound."""
+    _rebind(_original_boto_client_for, _reused_client)
+
+
+def _rebind(old: Any, new: Any) -> None:
+    import moto.stepfunctions.parser.asl.parse.asl_parser  # noqa: F401  (imports every call site)
+
+    for name, module in list(sys.modules.items()):
+        if (
+            name.startswith("moto.stepfunctions.parser.")
+            and vars(module).get("boto_client_for") is old
+        ):
+            module.boto_client_for = new  # type: ignore[attr-defined]
+
+
 def undo() -> None:
     LambdaSimpleBackend.invoke = _original_invoke  # type: ignore[method-assign]
     CallbackEndpoint.setup_heartbeat_endpoint = _original_setup_heartbeat  # type: ignore[method-assign]
     CallbackEndpoint.notify_heartbeat = _original_notify_heartbeat  # type: ignore[method-assign]
+    _rebind(_reused_client, _original_boto_client_for)

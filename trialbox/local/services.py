@@ -1,0 +1,144 @@
+"""The twin's AWS side, in a process of its own: moto in server mode with state machines
+executing, the stack's resources and state machines from the synthesized template, the
+function processes and the event-source pollers. The pool workers stay with the caller, so
+moto's interpreter and the workers do not share one interpreter lock, as on AWS they share
+nothing.
+
+Run as `python -m trialbox.local.services PORT HEARTBEAT_S LOG_DIR`: it prints one JSON line
+(`{"port": ..., "outputs": {...}}`) when ready and serves until its stdin closes, so it never
+outlives the caller. It is in its own session: a terminal's Ctrl-C goes to the caller, which
+decides what happens to the jobs in flight.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import subprocess
+import sys
+from pathlib import Path
+from typing import IO, Any
+
+import boto3
+import requests
+from moto.server import ThreadedMotoServer
+
+from trialbox import constants as c
+from trialbox.errors import TrialboxError
+from trialbox.local import patches
+from trialbox.local.functions import FunctionHost
+from trialbox.local.poller import Poller
+from trialbox.local.resources import REGION, create
+from trialbox.local.template import load_template
+
+CREDENTIALS = {
+    "AWS_ACCESS_KEY_ID": "local",
+    "AWS_SECRET_ACCESS_KEY": "local",
+    "AWS_DEFAULT_REGION": REGION,
+}
+MOTO_CONFIG = {"stepfunctions": {"execute_state_machine": True}, "lambda": {"use_docker": False}}
+
+
+def client(endpoint_url: str, service: str) -> Any:
+    return boto3.session.Session().client(
+        service,
+        endpoint_url=endpoint_url,
+        region_name=REGION,
+        aws_access_key_id="local",
+        aws_secret_access_key="local",
+    )
+
+
+def serve(port: int, heartbeat_s: int, log_dir: Path, ready: IO[str], until: IO[str]) -> None:
+    logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
+    server.start()
+    port = server.get_host_and_port()[1]
+    endpoint = f"http://127.0.0.1:{port}"
+    os.environ["MOTO_PORT"] = str(port)  # moto's interpreter calls services there
+    requests.post(f"{endpoint}/moto-api/config", json=MOTO_CONFIG, timeout=10)
+    clients = {s: client(endpoint, s) for s in ("s3", "sqs", "dynamodb", "stepfunctions")}
+    stack = create(load_template(), clients)
+    env = CREDENTIALS | {
+        "AWS_ENDPOINT_URL": endpoint,
+        "POWERTOOLS_TRACE_DISABLED": "true",
+        c.ENV_HEARTBEAT_S: str(heartbeat_s),
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+    }
+    functions = FunctionHost(stack.functions, env, log_dir)
+    functions.start()
+    patches.route_lambda_invocations(functions.invoke)
+    patches.keep_early_callbacks()
+    patches.accept_early_heartbeats()
+    patches.reuse_service_clients()
+    pollers = [Poller(client(endpoint, "sqs"), m, functions.invoke) for m in stack.mappings]
+    for poller in pollers:
+        poller.start()
+    ready.write(json.dumps({"port": port, "outputs": stack.outputs}) + "\n")
+    ready.flush()
+    until.read()  # EOF: the caller stopped or died
+    for poller in pollers:
+        poller.stop.set()
+    for poller in pollers:
+        poller.join(timeout=5)
+    functions.stop()
+    server.stop()
+
+
+class ServicesProcess:
+    """The caller's handle on the services process."""
+
+    def __init__(self, port: int, heartbeat_s: int, log_dir: Path) -> None:
+        self.port = port
+        self.heartbeat_s = heartbeat_s
+        self.log_dir = log_dir
+        self.outputs: dict[str, str] = {}
+        self._process: subprocess.Popen[str] | None = None
+
+    def start(self) -> None:
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        log = self.log_dir / "services.log"
+        argv = [sys.executable, "-m", "trialbox.local.services", str(self.port)]
+        argv += [str(self.heartbeat_s), str(self.log_dir)]
+        with log.open("w") as stderr:
+            self._process = subprocess.Popen(
+                argv,
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=stderr,
+                text=True,
+                start_new_session=True,
+            )
+        assert self._process.stdout is not None
+        line = self._process.stdout.readline()  # blocks until ready, or EOF if it died
+        if not line:
+            self.stop()
+            tail = log.read_text(errors="replace")[-2000:]
+            raise TrialboxError(f"the local twin's services did not start:\n{tail}")
+        ready = json.loads(line)
+        self.port, self.outputs = ready["port"], ready["outputs"]
+
+    def stop(self) -> None:
+        process, self._process = self._process, None
+        if process is None:
+            return
+        assert process.stdin is not None
+        with contextlib.suppress(OSError):
+            process.stdin.close()
+        try:
+            process.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def main(argv: list[str]) -> None:
+    ready = os.fdopen(os.dup(1), "w")
+    os.dup2(2, 1)  # a stray print goes to the log, never into the pipe nobody reads
+    serve(int(argv[0]), int(argv[1]), Path(argv[2]), ready, sys.stdin)
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
