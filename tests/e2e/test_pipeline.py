@@ -58,3 +58,15 @@ def test_fifty_concurrent_samples_all_reach_terminal_results(client: Client) -> 
     results = client.run(requests, timeout=600)
     assert len(results) == 50
     assert [r.reward for r in results] == [1.0 if i % 2 else 0.5 for i in range(50)]
+
+
+def test_a_request_over_128_kib_travels_through_s3(client: Client) -> None:
+    big = request("e-big", CORRECT + "# " + "x" * 200_000 + "\n")
+    (result,) = client.run([big], timeout=120)
+    assert (result.status, result.reward) == (Status.SUCCEEDED, 1.0)
+    twin = client._twin
+    assert twin is not None
+    payload = twin.client("s3").get_object(
+        Bucket=client.resources.traces_bucket, Key=f"{c.PAYLOADS_PREFIX}e-big.json"
+    )
+    assert len(payload["Body"].read()) > 200_000

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import signal
 import threading
 from typing import Annotated
 
@@ -21,6 +22,7 @@ def up(
     from trialbox import constants as c
     from trialbox.local.twin import LocalTwin
 
+    signal.signal(signal.SIGTERM, signal.default_int_handler)  # stop as on Ctrl-C
     twin = LocalTwin(workers=workers, port=port).start()
     outputs = twin.outputs
     exports = twin.env | {

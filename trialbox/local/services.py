@@ -5,9 +5,9 @@ moto's interpreter and the workers do not share one interpreter lock, as on AWS 
 nothing.
 
 Run as `python -m trialbox.local.services PORT HEARTBEAT_S LOG_DIR`: it prints one JSON line
-(`{"port": ..., "outputs": {...}}`) when ready and serves until its stdin closes, so it never
-outlives the caller. It is in its own session: a terminal's Ctrl-C goes to the caller, which
-decides what happens to the jobs in flight.
+(`{"port": ..., "outputs": {...}}`) when ready and serves until its stdin closes, then exits at
+once, so it never outlives the caller. It is in its own session: a terminal's Ctrl-C goes to
+the caller, which decides what happens to the jobs in flight.
 """
 
 from __future__ import annotations
@@ -79,12 +79,6 @@ def serve(port: int, heartbeat_s: int, log_dir: Path, ready: IO[str], until: IO[
     ready.write(json.dumps({"port": port, "outputs": stack.outputs}) + "\n")
     ready.flush()
     until.read()  # EOF: the caller stopped or died
-    for poller in pollers:
-        poller.stop.set()
-    for poller in pollers:
-        poller.join(timeout=5)
-    functions.stop()
-    server.stop()
 
 
 class ServicesProcess:
@@ -138,6 +132,10 @@ def main(argv: list[str]) -> None:
     ready = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # a stray print goes to the log, never into the pipe nobody reads
     serve(int(argv[0]), int(argv[1]), Path(argv[2]), ready, sys.stdin)
+    # Everything here is in memory and goes with the process: no graceful teardown to wait
+    # for. The function processes see their stdin close and exit.
+    logging.shutdown()
+    os._exit(0)
 
 
 if __name__ == "__main__":

@@ -1,0 +1,53 @@
+"""The twin's services process never outlives its caller, however the caller ends."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+CALLER = (
+    "import time\n"
+    "from trialbox.local.twin import LocalTwin\n"
+    "twin = LocalTwin(workers=0).start()\n"
+    "print(twin.services._process.pid, flush=True)\n"
+    "time.sleep(600)\n"
+)
+
+
+def descendants(pid: int) -> set[int]:
+    found: set[int] = set()
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(stat[1]) == pid:
+                found |= {int(entry.name)} | descendants(int(entry.name))
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+def test_services_and_functions_exit_when_the_caller_is_killed() -> None:
+    caller = subprocess.Popen([sys.executable, "-c", CALLER], stdout=subprocess.PIPE, text=True)
+    assert caller.stdout is not None
+    services = int(caller.stdout.readline())
+    family = {services} | descendants(services)
+    assert len(family) > 4  # the services process and its function processes
+    os.kill(caller.pid, signal.SIGKILL)
+    caller.wait()
+    deadline = time.monotonic() + 15
+    while any(alive(pid) for pid in family) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not [pid for pid in family if alive(pid)]
