@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import os
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
@@ -23,6 +24,10 @@ if TYPE_CHECKING:
     from trialbox.local.twin import LocalTwin
 
 MAX_INLINE_BYTES = 128 * 1024
+# SendMessageBatch's caps: 10 entries, and 256 KiB for all the bodies together.
+MAX_BATCH_ENTRIES = 10
+MAX_BATCH_BYTES = 256 * 1024
+SEND_ATTEMPTS = 3
 ENV = {
     "endpoint_url": "TRIALBOX_ENDPOINT_URL",
     "requests_queue_url": "TRIALBOX_REQUESTS_QUEUE_URL",
@@ -142,26 +147,46 @@ class Client:
         )
 
     def submit(self, requests: list[ExecutionRequest]) -> list[str]:
-        """SendMessageBatch, ten at a time; payloads over 128 KiB go to S3 first."""
-        sqs, s3 = self._clients["sqs"], self._clients["s3"]
-        for start in range(0, len(requests), 10):
-            entries = []
-            for index, request in enumerate(requests[start : start + 10]):
-                body = request.model_dump_json(exclude_defaults=True)
-                if len(body.encode()) > MAX_INLINE_BYTES:
-                    key = f"{c.PAYLOADS_PREFIX}{request.request_id}.json"
-                    self._call(
-                        s3.put_object, Bucket=self.resources.traces_bucket, Key=key, Body=body
-                    )
-                    uri = f"s3://{self.resources.traces_bucket}/{key}"
-                    body = json.dumps({"request_id": request.request_id, "payload_uri": uri})
-                entries.append({"Id": str(index), "MessageBody": body})
-            answer = self._call(
-                sqs.send_message_batch, QueueUrl=self.resources.requests_queue_url, Entries=entries
-            )
-            if answer.get("Failed"):
-                raise AwsCallError(f"SendMessageBatch failed for {answer['Failed']}")
+        """SendMessageBatch; payloads over 128 KiB go to S3 first, and each batch stays within
+        SQS's 10 entries and 256 KiB in all. Entries SQS fails on its side are sent again."""
+        bodies = [self._message_body(request) for request in requests]
+        for batch in _batches(bodies):
+            self._send_batch(batch)
         return [r.request_id for r in requests]
+
+    def _message_body(self, request: ExecutionRequest) -> str:
+        body = request.model_dump_json(exclude_defaults=True)
+        if len(body.encode()) <= MAX_INLINE_BYTES:
+            return body
+        key = f"{c.PAYLOADS_PREFIX}{request.request_id}.json"
+        self._call(
+            self._clients["s3"].put_object, Bucket=self.resources.traces_bucket, Key=key, Body=body
+        )
+        uri = f"s3://{self.resources.traces_bucket}/{key}"
+        return json.dumps({"request_id": request.request_id, "payload_uri": uri})
+
+    def _send_batch(self, bodies: list[str]) -> None:
+        pending = dict(enumerate(bodies))
+        for attempt in range(SEND_ATTEMPTS):
+            entries = [{"Id": str(i), "MessageBody": body} for i, body in pending.items()]
+            answer = self._call(
+                self._clients["sqs"].send_message_batch,
+                QueueUrl=self.resources.requests_queue_url,
+                Entries=entries,
+            )
+            failed = answer.get("Failed", [])
+            permanent = [f for f in failed if f.get("SenderFault")]
+            if permanent or (failed and attempt == SEND_ATTEMPTS - 1):
+                first = (permanent or failed)[0]
+                raise AwsCallError(
+                    f"SendMessageBatch refused {len(failed)} of {len(entries)} request(s) "
+                    f"({first.get('Code')}: {first.get('Message')}); the other entries were "
+                    "sent, and resubmitting the same request ids runs each at most once"
+                )
+            pending = {int(f["Id"]): pending[int(f["Id"])] for f in failed}
+            if not pending:
+                return
+            time.sleep(0.1 * 2**attempt)
 
     def poll(self, request_ids: list[str]) -> dict[str, ExecutionResult]:
         """The terminal results that exist now (BatchGetItem, 100 keys at a time)."""
@@ -237,3 +262,18 @@ def _service(session: Any, name: str, endpoint_url: str | None) -> Any:
             "no AWS region configured: set AWS_REGION (or AWS_DEFAULT_REGION) to the region "
             "the stack is deployed in"
         ) from exc
+
+
+def _batches(bodies: list[str]) -> Iterator[list[str]]:
+    """Consecutive runs of message bodies that fit one SendMessageBatch call."""
+    batch: list[str] = []
+    size = 0
+    for body in bodies:
+        length = len(body.encode())
+        if batch and (len(batch) == MAX_BATCH_ENTRIES or size + length > MAX_BATCH_BYTES):
+            yield batch
+            batch, size = [], 0
+        batch.append(body)
+        size += length
+    if batch:
+        yield batch

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import Any
 
 import boto3
 import pytest
@@ -11,6 +12,7 @@ from tests.integration.conftest import Aws
 from trialbox import constants as c
 from trialbox.client import AwsCallError, Client, Resources
 from trialbox.errors import TrialboxError
+from trialbox.models import ExecutionRequest
 
 OUTPUTS = {
     c.OUTPUT_REQUESTS_QUEUE_URL: "https://sqs.us-east-1.amazonaws.com/123456789012/requests",
@@ -62,3 +64,62 @@ def test_read_object_returns_a_trace_and_rejects_other_uris(aws: Aws) -> None:
         client.read_object("/tmp/r1.json")
     with pytest.raises(AwsCallError, match="get_object"):
         client.read_object("s3://traces/traces/missing.json")
+
+
+def queued_bodies(aws: Aws, queue_url: str) -> list[dict[str, object]]:
+    bodies: list[dict[str, object]] = []
+    while batch := aws.messages(queue_url):
+        bodies += [json.loads(m["Body"]) for m in batch]
+        for m in batch:
+            aws.sqs.delete_message(QueueUrl=queue_url, ReceiptHandle=m["ReceiptHandle"])
+    return bodies
+
+
+def test_submit_packs_large_requests_within_the_batch_byte_cap(aws: Aws) -> None:
+    """Ten 120 KiB requests are 1.2 MB together: more than one SendMessageBatch may carry."""
+    queue = aws.sqs.create_queue(QueueName="requests")["QueueUrl"]
+    client = Client(Resources.from_outputs(OUTPUTS | {c.OUTPUT_REQUESTS_QUEUE_URL: queue}))
+    big = "x" * 120 * 1024
+    requests = [
+        ExecutionRequest(request_id=f"r{i}", task_ref="t@v/a", files={"blob.txt": big})
+        for i in range(10)
+    ]
+    small = ExecutionRequest(request_id="tiny", task_ref="t@v/a")
+    assert client.submit([*requests, small]) == [*(f"r{i}" for i in range(10)), "tiny"]
+    bodies = queued_bodies(aws, queue)
+    assert sorted(str(b["request_id"]) for b in bodies) == sorted(
+        ["tiny", *(f"r{i}" for i in range(10))]
+    )
+    assert all(b["files"] == {"blob.txt": big} for b in bodies if b["request_id"] != "tiny")
+
+
+class FlakySqs:
+    """moto's SQS, except that the first SendMessageBatch fails its first entry."""
+
+    def __init__(self, sqs: Any, sender_fault: bool) -> None:
+        self.sqs, self.sender_fault, self.calls = sqs, sender_fault, 0
+
+    def send_message_batch(self, QueueUrl: str, Entries: list[dict[str, str]]) -> dict[str, Any]:
+        self.calls += 1
+        if self.calls > 1:
+            return dict(self.sqs.send_message_batch(QueueUrl=QueueUrl, Entries=Entries))
+        answer = dict(self.sqs.send_message_batch(QueueUrl=QueueUrl, Entries=Entries[1:]))
+        failed = {"Id": Entries[0]["Id"], "SenderFault": self.sender_fault, "Code": "X"}
+        return answer | {"Failed": [failed | {"Message": "refused"}]}
+
+
+@pytest.mark.parametrize("sender_fault", [False, True])
+def test_submit_resends_transient_failures_and_names_permanent_ones(
+    aws: Aws, sender_fault: bool
+) -> None:
+    queue = aws.sqs.create_queue(QueueName="requests")["QueueUrl"]
+    client = Client(Resources.from_outputs(OUTPUTS | {c.OUTPUT_REQUESTS_QUEUE_URL: queue}))
+    client._clients["sqs"] = FlakySqs(aws.sqs, sender_fault)
+    requests = [ExecutionRequest(request_id=f"r{i}", task_ref="t@v/a") for i in range(3)]
+    if sender_fault:
+        with pytest.raises(AwsCallError, match=r"refused 1 of 3 request\(s\) \(X: refused\)"):
+            client.submit(requests)
+        assert sorted(str(b["request_id"]) for b in queued_bodies(aws, queue)) == ["r1", "r2"]
+    else:
+        assert client.submit(requests) == ["r0", "r1", "r2"]
+        assert sorted(str(b["request_id"]) for b in queued_bodies(aws, queue)) == ["r0", "r1", "r2"]
