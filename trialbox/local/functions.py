@@ -11,6 +11,7 @@ import queue
 import struct
 import subprocess
 import sys
+import threading
 import time
 import traceback
 import uuid
@@ -52,9 +53,9 @@ def _unframe(stream: IO[bytes]) -> bytes | None:
     return stream.read(size)
 
 
-def serve(name: str, handler_path: str, log_path: str) -> None:
-    """`python -m trialbox.local.functions NAME HANDLER LOG`: one function's process. The
-    environment is the function's own; stdin/stdout carry length-prefixed invocations."""
+def serve(name: str, handler_path: str, log_path: str, timeout_s: str) -> None:
+    """`python -m trialbox.local.functions NAME HANDLER LOG TIMEOUT_S`: one function's process.
+    The environment is the function's own; stdin/stdout carry length-prefixed invocations."""
     requests_in, answers = sys.stdin.buffer, os.fdopen(os.dup(1), "wb")
     log = open(log_path, "a", buffering=1)  # noqa: SIM115 - lives as long as the process
     os.dup2(log.fileno(), 1)
@@ -64,23 +65,29 @@ def serve(name: str, handler_path: str, log_path: str) -> None:
     handler = getattr(importlib.import_module(module), attr)
     while (payload := _unframe(requests_in)) is not None:
         try:
-            out = handler(json.loads(payload or b"null"), Context(name))
+            out = handler(json.loads(payload or b"null"), Context(name, float(timeout_s)))
             _frame(answers, b"1" + json.dumps(out).encode())
         except Exception as exc:  # an unhandled function error, as Lambda reports it
-            error = {
-                "errorType": type(exc).__name__,
-                "errorMessage": str(exc),
-                "stackTrace": traceback.format_exception(exc)[-5:],
-            }
-            _frame(answers, b"0" + json.dumps(error).encode())
+            _frame(answers, b"0" + _error(type(exc).__name__, str(exc), exc))
+
+
+def _error(error_type: str, message: str, exc: BaseException | None = None) -> bytes:
+    trace = traceback.format_exception(exc)[-5:] if exc else []
+    return json.dumps(
+        {"errorType": error_type, "errorMessage": message, "stackTrace": trace}
+    ).encode()
 
 
 class FunctionHost:
+    """`copies` warm processes per function. As in Lambda, an invocation that overruns the
+    function's timeout is killed and reported as `Sandbox.Timedout`, and a process that dies
+    (or is killed) is replaced by a fresh one for the next invocation."""
+
     def __init__(
         self, specs: dict[str, FunctionSpec], env: dict[str, str], log_dir: Path, copies: int = 2
     ) -> None:
         self.specs = {
-            name: FunctionSpec(spec.name, spec.handler, spec.environment | env)
+            name: FunctionSpec(spec.name, spec.handler, spec.environment | env, spec.timeout_s)
             for name, spec in specs.items()
         }
         self.log_dir = log_dir
@@ -89,45 +96,53 @@ class FunctionHost:
 
     def start(self) -> None:
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        path = os.pathsep.join([str(ROOT), *sys.path])
-        for name, spec in self.specs.items():
+        for name in self.specs:
             self.idle[name] = queue.Queue()
-            log = str(self.log_dir / f"{name}.log")
             for _ in range(self.copies):
-                process = subprocess.Popen(
-                    [sys.executable, "-m", "trialbox.local.functions", name, spec.handler, log],
-                    stdin=subprocess.PIPE,
-                    stdout=subprocess.PIPE,
-                    env=spec.environment | {"PYTHONPATH": path},
-                )
-                self.idle[name].put(process)
+                self.idle[name].put(self._spawn(name))
+
+    def _spawn(self, name: str) -> subprocess.Popen[bytes]:
+        spec = self.specs[name]
+        log = str(self.log_dir / f"{name}.log")
+        argv = [sys.executable, "-m", "trialbox.local.functions", name, spec.handler, log]
+        return subprocess.Popen(
+            [*argv, str(spec.timeout_s)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            env=spec.environment | {"PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])},
+        )
 
     def invoke(self, name: str, payload: bytes) -> tuple[bool, bytes]:
         pool = self.idle[name]
         process = pool.get()
+        timeout_s = self.specs[name].timeout_s
+        timed_out = threading.Event()
+
+        def overrun() -> None:
+            timed_out.set()
+            process.kill()
+
+        watchdog = threading.Timer(timeout_s, overrun)
+        watchdog.start()
         try:
             assert process.stdin is not None and process.stdout is not None
-            _frame(process.stdin, payload)
+            with contextlib.suppress(OSError):
+                _frame(process.stdin, payload)
             answer = _unframe(process.stdout)
-            if answer is None:
-                error = {"errorType": "Runtime.ExitError", "errorMessage": f"{name} exited"}
-                return False, json.dumps(error).encode()
-            return answer[:1] == b"1", answer[1:]
         finally:
+            watchdog.cancel()
+        if answer is not None and len(answer) >= 1:
             pool.put(process)
-
-    def stop(self) -> None:
-        for pool in self.idle.values():
-            while not pool.empty():
-                process = pool.get()
-                with contextlib.suppress(OSError):
-                    assert process.stdin is not None
-                    process.stdin.close()
-                try:
-                    process.wait(timeout=2)
-                except subprocess.TimeoutExpired:
-                    process.kill()
+            return answer[:1] == b"1", answer[1:]
+        process.kill()
+        process.wait()
+        pool.put(self._spawn(name))
+        if timed_out.is_set():
+            message = f"Task timed out after {timeout_s:.2f} seconds"
+            return False, _error("Sandbox.Timedout", message)
+        message = f"{name} exited with {process.returncode} before answering"
+        return False, _error("Runtime.ExitError", message)
 
 
 if __name__ == "__main__":
-    serve(*sys.argv[1:4])
+    serve(*sys.argv[1:5])

@@ -18,6 +18,7 @@ class FunctionSpec:
     name: str
     handler: str  # "functions.<name>.handler.handler"
     environment: dict[str, str]
+    timeout_s: float = 3.0  # Lambda's default, as CloudFormation's
 
 
 @dataclass(frozen=True)
@@ -166,7 +167,9 @@ def create(template: dict[str, Any], clients: dict[str, Any]) -> LocalStack:
     for logical in by_type.get("AWS::Lambda::Function", []):
         props = resources[logical]["Properties"]
         env = resolver.resolve(props.get("Environment", {}).get("Variables", {}))
-        stack.functions[logical] = FunctionSpec(logical, props["Handler"], env)
+        stack.functions[logical] = FunctionSpec(
+            logical, props["Handler"], env, float(props.get("Timeout", 3))
+        )
 
     for logical in by_type.get("AWS::StepFunctions::StateMachine", []):
         props = resources[logical]["Properties"]

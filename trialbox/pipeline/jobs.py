@@ -4,9 +4,6 @@ Functions state holds at most 256 KiB."""
 from __future__ import annotations
 
 import hashlib
-import json
-from typing import Literal
-
 from pydantic import Field
 
 from trialbox.constants import JOBS_PREFIX, TRACES_PREFIX
@@ -94,10 +91,3 @@ def job_key(request_id: str, name: str) -> str:
 
 def trace_key(request_id: str) -> str:
     return f"{TRACES_PREFIX}{request_id}.json"
-
-
-def canonical(value: object) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"))
-
-
-ErrorKind = Literal["rejected", "sandbox_error"]
