@@ -4,7 +4,18 @@ from __future__ import annotations
 
 from aws_cdk import Acknowledgment, CfnElement, Stack, Validations
 
+from trialbox import constants as c
+
 S3_GRANTS = "CDK's grant_read/grant_put on one bucket: object-level actions on that bucket only"
+# The per-request key patterns each role is granted: one object per request id, never a prefix
+# wider than the step's own kind of object.
+TRACES_KEYS = {
+    f"{c.PAYLOADS_PREFIX}*": "the dispatcher and Prepare read large requests by request id",
+    f"{c.JOBS_PREFIX}*/job.json": "Prepare writes, the worker and Score read the job spec",
+    f"{c.JOBS_PREFIX}*/report.json": "the worker writes, Score reads the raw run report",
+    f"{c.JOBS_PREFIX}*/result.json": "Score writes, Record reads the scored result",
+    f"{c.TRACES_PREFIX}*": "Record writes each request's trace",
+}
 
 
 def acknowledged(stack: Stack) -> dict[str, str]:
@@ -26,9 +37,10 @@ def acknowledged(stack: Stack) -> dict[str, str]:
             f"AwsSolutions-IAM5[Action::s3:{action}*]": S3_GRANTS
             for action in ("Abort", "GetBucket", "GetObject", "List")
         },
-        f"AwsSolutions-IAM5[Resource::<{ids['traces']}.Arn>/*]": (
-            "jobs, reports, payloads and traces are per-request objects under one bucket"
-        ),
+        **{
+            f"AwsSolutions-IAM5[Resource::<{ids['traces']}.Arn>/{pattern}]": reason
+            for pattern, reason in TRACES_KEYS.items()
+        },
         f"AwsSolutions-IAM5[Resource::<{ids['tasksets']}.Arn>/*]": (
             "Prepare reads any task set by content-addressed key"
         ),

@@ -18,6 +18,9 @@ from infra.lambdas import TrialboxFunction, retention
 
 LOST_SANDBOX_ERRORS = ["States.HeartbeatTimeout", "States.Timeout"]
 LOST_SANDBOX_RETRIES = 2
+# CDK's LambdaInvoke retries Lambda's service errors already; a throttle at scale is one more
+# transient error, never the request's fault.
+LAMBDA_THROTTLED = ["Lambda.TooManyRequestsException"]
 
 
 class Orchestration(Construct):
@@ -35,13 +38,21 @@ class Orchestration(Construct):
         super().__init__(scope, construct_id)
 
         def invoke(name: str, function: TrialboxFunction, result_path: str) -> tasks.LambdaInvoke:
-            return tasks.LambdaInvoke(
+            step = tasks.LambdaInvoke(
                 self,
                 name,
                 lambda_function=function.function,
                 payload_response_only=True,
                 result_path=result_path,
             )
+            step.add_retry(
+                errors=LAMBDA_THROTTLED,
+                interval=Duration.seconds(2),
+                max_attempts=6,
+                backoff_rate=2,
+                jitter_strategy=sfn.JitterType.FULL,
+            )
+            return step
 
         record = invoke("Record", recorder, sfn.JsonPath.DISCARD)
         record.add_retry(errors=["States.ALL"], max_attempts=3, interval=Duration.seconds(1))

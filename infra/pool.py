@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from aws_cdk import Duration, RemovalPolicy
 from aws_cdk import aws_applicationautoscaling as autoscaling
+from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_ecs as ecs
@@ -11,13 +12,14 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from infra.config import PoolConfig
-from infra.lambdas import ROOT
+from infra.lambdas import ROOT, retention
 from infra.queues import QueueWithDlq
 from trialbox.constants import ENV_WORK_QUEUE_URL
 
 # The worker drops each job to a per-slot uid: it keeps exactly these (Fargate cannot add any).
 KEPT = frozenset({"CHOWN", "FOWNER", "SETUID", "SETGID", "KILL"})
-SCRATCH = "/var/lib/trialbox"
+# Writable scratch on a read-only root: the slot state (workspaces, checkpoints) and /tmp.
+SCRATCH = {"state": "/var/lib/trialbox", "tmp": "/tmp"}
 
 
 class Pool(Construct):
@@ -31,6 +33,7 @@ class Pool(Construct):
         subnets: ec2.SubnetSelection,
         heartbeat_s: int,
         environment: dict[str, str],
+        log_retention_days: int,
     ) -> None:
         super().__init__(scope, construct_id)
         # The worker extends a message's visibility on every heartbeat.
@@ -52,11 +55,12 @@ class Pool(Construct):
                 operating_system_family=ecs.OperatingSystemFamily.LINUX,
             ),
         )
-        self.task_definition.add_volume(name="scratch")
+        for volume in SCRATCH:
+            self.task_definition.add_volume(name=volume)
         log_group = logs.LogGroup(
             self,
             "Logs",
-            retention=logs.RetentionDays.ONE_MONTH,
+            retention=retention(log_retention_days),
             removal_policy=RemovalPolicy.DESTROY,
         )
         image = ecs.ContainerImage.from_asset(
@@ -77,14 +81,16 @@ class Pool(Construct):
             environment={
                 ENV_WORK_QUEUE_URL: self.work.queue.queue_url,
                 "TRIALBOX_SANDBOX_BACKEND": "rlimit",
-                "TRIALBOX_SANDBOX_STATE_DIR": SCRATCH,
+                "TRIALBOX_SANDBOX_STATE_DIR": SCRATCH["state"],
                 **environment,
             },
             stop_timeout=Duration.seconds(120),
         )
         container.add_mount_points(
-            ecs.MountPoint(container_path=SCRATCH, source_volume="scratch", read_only=False),
-            ecs.MountPoint(container_path="/tmp", source_volume="scratch", read_only=False),
+            *(
+                ecs.MountPoint(container_path=path, source_volume=volume, read_only=False)
+                for volume, path in SCRATCH.items()
+            )
         )
         self.work.queue.grant_consume_messages(self.task_definition.task_role)
         self.service = ecs.FargateService(
@@ -92,7 +98,6 @@ class Pool(Construct):
             "Service",
             cluster=self.cluster,
             task_definition=self.task_definition,
-            desired_count=config.min_workers,
             vpc_subnets=subnets,
             assign_public_ip=False,
             capacity_provider_strategies=[
@@ -106,16 +111,30 @@ class Pool(Construct):
         scaling = self.service.auto_scale_task_count(
             min_capacity=config.min_workers, max_capacity=config.max_workers
         )
+        # Out on jobs waiting for a worker; in only when no job is waiting or running, because
+        # a job being run is invisible in the queue and scale-in stops an arbitrary task.
+        minute = Duration.minutes(1)
+        waiting = self.work.queue.metric_approximate_number_of_messages_visible(period=minute)
+        running = self.work.queue.metric_approximate_number_of_messages_not_visible(period=minute)
+        step = autoscaling.AdjustmentType.CHANGE_IN_CAPACITY
         scaling.scale_on_metric(
             "Backlog",
-            metric=self.work.queue.metric_approximate_number_of_messages_visible(
-                period=Duration.minutes(1)
-            ),
+            metric=waiting,
             scaling_steps=[
-                {"upper": 0, "change": -1},
+                {"upper": 0, "change": 0},
                 {"lower": 1, "change": +1},
                 {"lower": 20, "change": +5},
                 {"lower": 100, "change": +20},
             ],
-            adjustment_type=autoscaling.AdjustmentType.CHANGE_IN_CAPACITY,
+            adjustment_type=step,
+        )
+        scaling.scale_on_metric(
+            "Idle",
+            metric=cloudwatch.MathExpression(
+                expression="waiting + running",
+                using_metrics={"waiting": waiting, "running": running},
+                period=minute,
+            ),
+            scaling_steps=[{"upper": 0, "change": -1}, {"lower": 1, "change": 0}],
+            adjustment_type=step,
         )

@@ -36,6 +36,7 @@ class TrialboxStack(Stack):
                 c.ENV_TRACES_BUCKET: storage.traces.bucket_name,
                 c.ENV_HEARTBEAT_S: str(config.heartbeat_s),
             },
+            log_retention_days=config.log_retention_days,
         )
         code = lambda_code()
 
@@ -56,6 +57,7 @@ class TrialboxStack(Stack):
             | {
                 c.ENV_HEARTBEAT_S: str(config.heartbeat_s),
                 c.ENV_EXECUTE_MARGIN_S: str(config.execute_margin_s),
+                c.ENV_QUEUE_WAIT_S: str(config.queue_wait_s),
             },
             Duration.seconds(30),
         )
@@ -87,16 +89,34 @@ class TrialboxStack(Stack):
         )
         intake.attach(dispatcher)
 
+        # Each role reaches only the keys its step reads or writes (layout: trialbox.constants).
+        # A sandbox worker can write reports, never job specs, results or traces.
         storage.tasksets.grant_read(prepare.role)
-        for role in (prepare.role, scorer.role, recorder.role, pool.task_definition.task_role):
-            storage.traces.grant_read(role)
-            storage.traces.grant_put(role)
-        storage.traces.grant_read(dispatcher.role)
-        storage.executions.grant_write_data(recorder.role)
-        storage.executions.grant_write_data(dispatcher.role)
+        traces = storage.traces
+        worker = pool.task_definition.task_role
+        payloads, job, report, result = (
+            f"{c.PAYLOADS_PREFIX}*",
+            f"{c.JOBS_PREFIX}*/job.json",
+            f"{c.JOBS_PREFIX}*/report.json",
+            f"{c.JOBS_PREFIX}*/result.json",
+        )
+        grants = {
+            dispatcher.role: ([payloads], []),
+            prepare.role: ([payloads], [job]),
+            worker: ([job], [report]),
+            scorer.role: ([job, report], [result]),
+            recorder.role: ([result], [f"{c.TRACES_PREFIX}*"]),
+        }
+        for role, (reads, puts) in grants.items():
+            for pattern in reads:
+                traces.grant_read(role, pattern)
+            for pattern in puts:
+                traces.grant_put(role, pattern)
+        for role in (recorder.role, dispatcher.role):  # one conditional PutItem per result
+            storage.executions.grant(role, "dynamodb:PutItem")
         orchestration.rollout.grant_start_execution(dispatcher.role)
-        orchestration.rollout.grant_read(dispatcher.role)
-        orchestration.rollout.grant_task_response(pool.task_definition.task_role)
+        orchestration.rollout.grant_execution(dispatcher.role, "states:DescribeExecution")
+        orchestration.rollout.grant_task_response(worker)
 
         outputs = {
             c.OUTPUT_REQUESTS_QUEUE_URL: intake.requests.queue.queue_url,

@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import aws_cdk as cdk
 import pytest
 from aws_cdk.assertions import Match, Template
 
@@ -18,15 +19,29 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def template() -> Template:
+def app() -> cdk.App:
     os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
     os.environ["CDK_VALIDATION"] = "false"
     sys.path.insert(0, str(ROOT))
     from app import build_app
 
-    app = build_app(context={"aws:cdk:bundling-stacks": []})
+    return build_app(context={"aws:cdk:bundling-stacks": []})
+
+
+@pytest.fixture(scope="module")
+def template(app: cdk.App) -> Template:
     stack = app.node.find_child("Trialbox")
     return Template.from_stack(stack)  # type: ignore[arg-type]
+
+
+@pytest.fixture(scope="module")
+def config() -> dict[str, Any]:
+    return dict(json.loads((ROOT / "cdk.json").read_text())["context"]["trialbox"])
+
+
+def one(template: Template, kind: str, logical_prefix: str) -> dict[str, Any]:
+    (found,) = [r for k, r in resources(template, kind).items() if k.startswith(logical_prefix)]
+    return found
 
 
 def resources(template: Template, kind: str) -> dict[str, Any]:
@@ -75,24 +90,33 @@ def test_rollout_shape_retries_and_catches(template: Template) -> None:
             {"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": "Record"}
         ]
     assert states["Record"]["End"] is True
-    # Happy path transitions: Prepare, Execute, Score, Record.
-    assert len(states) <= 6
+    happy, name = [], asl["StartAt"]
+    while name:  # the states an execution with no error enters, each one transition
+        happy.append(name)
+        name = states[name].get("Next")
+    assert happy == ["Prepare", "Execute", "Score", "Record"]
+    assert len(happy) <= 6
+    for name in ("Prepare", "Score", "Record"):
+        throttled = [r for r in states[name]["Retry"] if "TooManyRequests" in str(r)]
+        assert throttled and throttled[0]["ErrorEquals"] == ["Lambda.TooManyRequestsException"]
 
 
-def test_queues_have_dlqs_and_visibility_six_times_the_consumer(template: Template) -> None:
+def test_queues_have_dlqs_and_visibility_six_times_the_consumer(
+    template: Template, config: dict[str, Any]
+) -> None:
     queues = resources(template, "AWS::SQS::Queue")
     with_dlq = [q for q in queues.values() if "RedrivePolicy" in q["Properties"]]
-    assert len(with_dlq) == 2
+    assert len(with_dlq) == 2 and len(queues) == 4
     for queue in queues.values():
         assert queue["Properties"]["SqsManagedSseEnabled"] is True
-    (dispatcher,) = [
-        f
-        for f in resources(template, "AWS::Lambda::Function").values()
-        if f["Properties"]["Handler"] == "functions.dispatcher.handler.handler"
-    ]
-    timeout = dispatcher["Properties"]["Timeout"]
-    visibilities = sorted(q["Properties"]["VisibilityTimeout"] for q in with_dlq)
-    assert visibilities[0] >= 6 * timeout or visibilities[1] >= 6 * timeout
+    dispatcher = one(template, "AWS::Lambda::Function", "DispatcherFunction")
+    requests = one(template, "AWS::SQS::Queue", "IntakeRequestsQueue")["Properties"]
+    assert requests["VisibilityTimeout"] >= 6 * dispatcher["Properties"]["Timeout"]
+    assert "RedrivePolicy" in requests
+    # The worker holds a job for 3 heartbeats at a time and extends it on every heartbeat.
+    work = one(template, "AWS::SQS::Queue", "PoolWorkQueue")["Properties"]
+    assert work["VisibilityTimeout"] >= 6 * config["heartbeat_s"]
+    assert "RedrivePolicy" in work
     template.has_resource_properties(
         "AWS::Lambda::EventSourceMapping",
         {"FunctionResponseTypes": ["ReportBatchItemFailures"], "BatchSize": 10},
@@ -110,6 +134,7 @@ def test_buckets_and_table_are_secure(template: Template) -> None:
         }
         assert props["BucketEncryption"]["ServerSideEncryptionConfiguration"]
     policies = resources(template, "AWS::S3::BucketPolicy")
+    assert len(policies) == len(resources(template, "AWS::S3::Bucket")) == 3
     for policy in policies.values():
         statements = policy["Properties"]["PolicyDocument"]["Statement"]
         assert any(
@@ -142,9 +167,15 @@ def test_worker_task_definition_is_locked_down(template: Template) -> None:
     linux = container["LinuxParameters"]
     assert linux["InitProcessEnabled"] is True
     dropped = set(linux["Capabilities"]["Drop"])
-    for kept in ("CHOWN", "FOWNER", "SETUID", "SETGID", "KILL"):
-        assert kept not in dropped
-    assert {"NET_RAW", "DAC_OVERRIDE", "SYS_CHROOT", "MKNOD", "SETPCAP"} <= dropped
+    kept = {"CHOWN", "FOWNER", "SETUID", "SETGID", "KILL"}
+    docker_defaults = kept | {"DAC_OVERRIDE", "FSETID", "SETFCAP", "SETPCAP", "NET_RAW"}
+    docker_defaults |= {"NET_BIND_SERVICE", "SYS_CHROOT", "MKNOD", "AUDIT_WRITE"}
+    assert docker_defaults - kept <= dropped and not kept & dropped and "ALL" not in dropped
+    # Two scratch volumes on the read-only root: slot state and /tmp never share a directory.
+    assert {v["Name"] for v in props["Volumes"]} == {"state", "tmp"}
+    mounts = {m["ContainerPath"]: m["SourceVolume"] for m in container["MountPoints"]}
+    assert mounts == {"/var/lib/trialbox": "state", "/tmp": "tmp"}
+    assert container["StopTimeout"] == 120
     assert "User" not in container  # root, so it can drop each job to a per-slot uid
     env = {e["Name"]: e["Value"] for e in container["Environment"]}
     assert env["TRIALBOX_SANDBOX_BACKEND"] == "rlimit"
@@ -156,6 +187,74 @@ def test_worker_task_definition_is_locked_down(template: Template) -> None:
             }
         },
     )
+
+
+def test_pool_scales_in_only_when_no_job_waits_or_runs(template: Template) -> None:
+    policies = resources(template, "AWS::ApplicationAutoScaling::ScalingPolicy")
+    steps = {
+        k: p["Properties"]["StepScalingPolicyConfiguration"]["StepAdjustments"]
+        for k, p in policies.items()
+    }
+    shrink = [k for k, s in steps.items() if any(a["ScalingAdjustment"] < 0 for a in s)]
+    assert len(shrink) == 1 and "Idle" in shrink[0]
+    (idle,) = [
+        a["Properties"]
+        for a in resources(template, "AWS::CloudWatch::Alarm").values()
+        if any(
+            m.get("Expression") == "waiting + running" for m in a["Properties"].get("Metrics", [])
+        )
+    ]
+    assert (idle["ComparisonOperator"], idle["Threshold"]) == ("LessThanOrEqualToThreshold", 0)
+    names = {m["MetricStat"]["Metric"]["MetricName"] for m in idle["Metrics"] if "MetricStat" in m}
+    assert names == {"ApproximateNumberOfMessagesVisible", "ApproximateNumberOfMessagesNotVisible"}
+
+
+def test_each_role_reaches_only_its_own_objects(template: Template) -> None:
+    def grants(prefix: str) -> dict[str, set[str]]:
+        policy = one(template, "AWS::IAM::Policy", prefix)["Properties"]["PolicyDocument"]
+        found: dict[str, set[str]] = {"read": set(), "put": set()}
+        for statement in policy["Statement"]:
+            actions = json.dumps(statement["Action"])
+            kind = (
+                "put" if "s3:PutObject" in actions else "read" if "s3:GetObject" in actions else ""
+            )
+            if kind:
+                for resource in (
+                    statement["Resource"]
+                    if isinstance(statement["Resource"], list)
+                    else [statement["Resource"]]
+                ):
+                    joined = resource.get("Fn::Join", ["", []])[1]
+                    if joined and "StorageTraces" in json.dumps(joined[0]):
+                        found[kind].add(joined[1])
+        return found
+
+    assert grants("PoolWorkerTaskRole") == {
+        "read": {"/jobs/*/job.json"},
+        "put": {"/jobs/*/report.json"},
+    }
+    assert grants("DispatcherRole") == {"read": {"/payloads/*"}, "put": set()}
+    assert grants("PrepareRole") == {"read": {"/payloads/*"}, "put": {"/jobs/*/job.json"}}
+    assert grants("ScorerRole") == {
+        "read": {"/jobs/*/job.json", "/jobs/*/report.json"},
+        "put": {"/jobs/*/result.json"},
+    }
+    assert grants("RecorderRole") == {"read": {"/jobs/*/result.json"}, "put": {"/traces/*"}}
+    for role in ("DispatcherRole", "RecorderRole"):
+        policy = one(template, "AWS::IAM::Policy", role)["Properties"]["PolicyDocument"]
+        table = [s["Action"] for s in policy["Statement"] if "dynamodb" in json.dumps(s["Action"])]
+        assert table == ["dynamodb:PutItem"]
+
+
+def test_the_staged_image_asset_holds_its_dockerfile(app: cdk.App) -> None:
+    assembly = Path(app.synth().directory)
+    manifest = json.loads((assembly / "Trialbox.assets.json").read_text())
+    (image,) = manifest["dockerImages"].values()
+    staged = assembly / image["source"]["directory"]
+    assert (staged / image["source"]["dockerFile"]).is_file()
+    assert (staged / "sandbox_image" / "requirements.txt").is_file()
+    assert (staged / "trialbox" / "worker" / "__main__.py").is_file()
+    assert not (staged / "tests").exists() and not (staged / ".venv").exists()
 
 
 def test_lambdas_are_arm64_with_powertools_and_explicit_logs(template: Template) -> None:

@@ -106,3 +106,35 @@ def test_a_large_request_comes_by_pointer(aws: Aws, dispatcher: Dispatcher) -> N
     (execution,) = aws.sfn.list_executions(stateMachineArn=dispatcher.rollout_arn)["executions"]
     started = aws.sfn.describe_execution(executionArn=execution["executionArn"])
     assert json.loads(started["input"]) == {"request_id": "r-big", "payload_uri": uri}
+
+
+@pytest.mark.parametrize(
+    ("uri", "reason"),
+    [
+        (
+            "s3://traces/payloads/nowhere.json",
+            "payload_uri: the payload cannot be read (NoSuchKey for s3://traces/payloads/nowhere.json)",
+        ),
+        (
+            "s3://tasksets/secret.jsonl",
+            "payload_uri: the payload cannot be read "
+            "('s3://tasksets/secret.jsonl' is not under s3://traces/payloads/)",
+        ),
+        (
+            "s3://traces/jobs/other/job.json",
+            "payload_uri: the payload cannot be read "
+            "('s3://traces/jobs/other/job.json' is not under s3://traces/payloads/)",
+        ),
+    ],
+)
+def test_a_pointer_to_a_missing_or_foreign_object_is_rejected(
+    aws: Aws, dispatcher: Dispatcher, uri: str, reason: str
+) -> None:
+    aws.tasksets.put_json("secret.jsonl", {"task_id": "x"})
+    aws.traces.put_json("jobs/other/job.json", json.loads(request("other")))
+    pointer = json.dumps({"request_id": "r-ptr", "payload_uri": uri})
+    assert dispatcher(pointer) == Dispatched.REJECTED
+    item = aws.item("r-ptr")
+    assert item is not None and item["status"] == {"S": "rejected"}
+    assert json.loads(item["result"]["S"])["error"] == reason
+    assert aws.sfn.list_executions(stateMachineArn=dispatcher.rollout_arn)["executions"] == []

@@ -9,8 +9,10 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from botocore.exceptions import ClientError
 from pydantic import ValidationError
 
+from trialbox.constants import PAYLOADS_PREFIX
 from trialbox.models import ExecutionRequest, ExecutionResult, Status
 from trialbox.models.sample import REQUEST_ID
 from trialbox.pipeline.jobs import RequestPointer, RolloutInput
@@ -47,7 +49,7 @@ class Dispatcher:
         if "payload_uri" in raw:
             try:
                 pointer = RequestPointer.model_validate(raw)
-                raw = json.loads(self.payloads.get_bytes(pointer.payload_uri))
+                raw = json.loads(self._payload(pointer))
             except (ValidationError, ValueError, OSError) as exc:
                 return self._reject(request_id, f"payload_uri: the payload cannot be read ({exc})")
         try:
@@ -62,6 +64,20 @@ class Dispatcher:
             payload_uri=pointer.payload_uri if pointer else None,
         )
         return self._start(rollout, body)
+
+    def _payload(self, pointer: RequestPointer) -> bytes:
+        """A large request, only from where the SDK puts them. A missing or forbidden object is
+        the request's fault (ValueError); any other S3 error is retried with the message."""
+        allowed = self.payloads.uri(PAYLOADS_PREFIX)
+        if not pointer.payload_uri.startswith(allowed):
+            raise ValueError(f"{pointer.payload_uri!r} is not under {allowed}")
+        try:
+            return self.payloads.get_bytes(pointer.payload_uri)
+        except ClientError as exc:
+            code = exc.response["Error"]["Code"]
+            if code in ("NoSuchKey", "NoSuchBucket", "AccessDenied", "404", "403"):
+                raise ValueError(f"{code} for {pointer.payload_uri}") from exc
+            raise
 
     def _reject(self, request_id: str, message: str) -> Dispatched:
         result = ExecutionResult(

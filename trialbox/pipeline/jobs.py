@@ -4,6 +4,7 @@ Functions state holds at most 256 KiB."""
 from __future__ import annotations
 
 import hashlib
+
 from pydantic import Field
 
 from trialbox.constants import JOBS_PREFIX, TRACES_PREFIX
