@@ -255,3 +255,20 @@ def test_xfail_skip_and_error_do_not_count(grade: Grade) -> None:
         "tests/test_add.py::test_error": "error",
     }
     assert result.reward == 0.25
+
+
+def test_files_that_overflow_the_workspace_score_zero_and_are_not_masked(grade: Grade) -> None:
+    """Padding a sample past its disk limit must not turn a wrong answer into a masked
+    sandbox_error: the policy's overflow is its own failure."""
+    padding = "x" * (20 * 1024 * 1024)
+    report, result = grade(
+        {"solution.py": WRONG, "pad.txt": padding},
+        commands=[["python", "-c", "open('ran', 'w').write('1')"]],
+        limits={"disk_mb": 16, "memory_mb": 256},
+    )
+    assert (result.status, result.reward, result.loss_mask) == (Status.SUCCEEDED, 0.0, False)
+    assert report.commands == []  # nothing ran
+    assert set(outcomes(result).values()) == {"missing"}
+    assert result.feedback == (
+        "reward 0: the sample's files do not fit the 16 MiB workspace; nothing ran"
+    )

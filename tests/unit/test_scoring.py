@@ -202,3 +202,12 @@ def test_killed_grader_is_not_flagged_untrusted() -> None:
     anomalies = ["session_incomplete: pytest stopped before the end of its session"]
     result = score(FRACTION, report([], [A], status=Status.TIMEOUT, anomalies=anomalies))
     assert (result.reward, result.flags) == (0.0, [])
+
+
+def test_a_long_failure_message_keeps_its_tail_from_a_word_start() -> None:
+    message = "Traceback " + "frame " * 100 + "AssertionError: assert 1 == 2"
+    failed = [rec(A, Outcome.PASSED), rec(B, Outcome.FAILED, message)]
+    line = score(FRACTION, report(failed, [A, B])).feedback.splitlines()[1]
+    shown = line.split(": ", 1)[1]
+    assert shown.startswith("...frame ") and shown.endswith("AssertionError: assert 1 == 2")
+    assert len(shown) <= 303

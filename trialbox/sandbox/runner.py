@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import errno
 import secrets
 from pathlib import Path
 
@@ -38,6 +39,7 @@ from trialbox.sandbox.runtime import Runtime
 from trialbox.sandbox.slots import Slot, SlotPool, kill_processes_of
 
 MiB = 1024 * 1024
+DISK_FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
 
 
 def command_status(outcome: Outcome) -> Status:
@@ -177,7 +179,16 @@ class Runner:
         self.backend.prepare_dir(slot.work_dir, limits.disk_mb, uid, uid, 0o700)
         # Nothing has run in the fresh workspace yet, so nothing there can be a planted link.
         fs.write_files(slot.work_dir, task.workspace, uid, uid)
-        fs.write_files(slot.work_dir, sample.files, uid, uid)
+        try:
+            fs.write_files(slot.work_dir, sample.files, uid, uid)
+        except OSError as exc:
+            if exc.errno not in DISK_FULL:
+                raise
+            # The policy's own files overflow its workspace: its failure, scored 0 like a
+            # disk it filled from a command. Never a sandbox_error, whose loss mask would
+            # teach padding files as a way out of a 0 reward.
+            why = f"the sample's files do not fit the {limits.disk_mb} MiB workspace; nothing ran"
+            return (self._ungradable(task, why), Status.SUCCEEDED) if grade else None
         for argv in sample.commands:
             outcome = self.backend.run(slot, self._agent_spec(argv, slot, limits))
             commands.append(command_result("agent", argv, outcome))
@@ -200,7 +211,7 @@ class Runner:
             expected_tests=expected,
             expected_tests_unknown=task.grading.expected_tests is None,
             neutralized=[],
-            anomalies=[f"grading_setup_failed: the workspace could not be copied ({reason})"],
+            anomalies=[f"grading_setup_failed: {reason}"],
         )
 
     def _grade(
@@ -225,7 +236,8 @@ class Runner:
             fs.write_files(slot.grade_dir, dict[str, FileContent](task.hidden_tests), 0, 0)
         except OSError as exc:
             # The agent's tree could not be graded (say, it filled the disk): its failure.
-            return self._ungradable(task, f"{type(exc).__name__}: {exc}"), Status.SUCCEEDED
+            why = f"the workspace could not be copied ({type(exc).__name__}: {exc})"
+            return self._ungradable(task, why), Status.SUCCEEDED
         root = self._sandbox_path(slot.grade_dir)
         argv = grading_argv(task.grading.command, self.runtime, root)
         nonce = secrets.token_hex(16)

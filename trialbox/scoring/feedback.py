@@ -14,6 +14,14 @@ def _tail(text: str, lines: int = TAIL_LINES) -> str:
     return "\n".join(text.rstrip().splitlines()[-lines:])
 
 
+def _keep_tail(text: str, limit: int) -> str:
+    """Tracebacks end with the error, so a long message keeps its tail, from a word start."""
+    if len(text) <= limit:
+        return text
+    tail = text[-limit:]
+    return "..." + (tail.split(" ", 1)[1] if " " in tail[1:] and tail[0] != " " else tail.lstrip())
+
+
 def _seconds(value: float) -> str:
     return f"{value:g}"
 
@@ -44,6 +52,9 @@ def feedback(report: RunReport, passed: int, expected: int, untrusted: list[str]
     grading = report.grading
     if grading is None:
         return "not graded"
+    setup = [a for a in grading.anomalies if a.startswith("grading_setup_failed:")]
+    if setup:  # nothing could be graded: say why, in the runner's words
+        return "reward 0: " + setup[0].split(":", 1)[1].strip()
     if untrusted:
         return (
             f"reward 0: the test run cannot be trusted ({', '.join(untrusted)}); "
@@ -57,8 +68,7 @@ def feedback(report: RunReport, passed: int, expected: int, untrusted: list[str]
         t for t in grading.tests if t.outcome not in (TestOutcome.PASSED, TestOutcome.MISSING)
     ]
     for test in problems[:MAX_FAILURES]:
-        # Tracebacks end with the error, so a long message keeps its tail.
-        message = " ".join((test.message or "").split())[-MESSAGE_CHARS:]
+        message = _keep_tail(" ".join((test.message or "").split()), MESSAGE_CHARS)
         lines.append(
             f"{test.outcome.value.upper()} {test.test_id}" + (f": {message}" if message else "")
         )
