@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import json
 import time
 from collections.abc import Iterator
+from typing import Any
 
+import boto3
 import pytest
+from moto import mock_aws
 from moto.awslambda_simple.models import LambdaSimpleBackend
 from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import (
@@ -88,3 +92,51 @@ def test_moto_builds_a_client_per_call_without_the_patch_and_reuses_one_with_it(
             one.meta.region_name == "us-east-1" and one.meta.service_model.service_name == "lambda"
         )
     assert lambda_eval_utils.boto_client_for("us-east-1", "sqs") is not one
+
+
+WAIT_FOR_TOKEN = {
+    "StartAt": "Execute",
+    "States": {
+        "Execute": {
+            "Type": "Task",
+            "Resource": "arn:aws:states:::sqs:sendMessage.waitForTaskToken",
+            "Parameters": {"QueueUrl": "QUEUE", "MessageBody": {"token.$": "$$.Task.Token"}},
+            "End": True,
+        }
+    },
+}
+
+
+def failure_cause_seen() -> str | None:
+    """SendTaskFailure with a cause on a real waitForTaskToken state; the cause the execution
+    failed with."""
+    config: Any = {"stepfunctions": {"execute_state_machine": True}}
+    with mock_aws(config=config):
+        sqs, sfn = boto3.client("sqs", "us-east-1"), boto3.client("stepfunctions", "us-east-1")
+        queue = sqs.create_queue(QueueName="work")["QueueUrl"]
+        definition = json.dumps(WAIT_FOR_TOKEN).replace("QUEUE", queue)
+        arn = sfn.create_state_machine(
+            name="m", definition=definition, roleArn="arn:aws:iam::123456789012:role/r"
+        )["stateMachineArn"]
+        execution = sfn.start_execution(stateMachineArn=arn, name="e")["executionArn"]
+        messages: list[dict[str, Any]] = []
+        while not messages:
+            messages = sqs.receive_message(QueueUrl=queue, WaitTimeSeconds=1).get("Messages", [])
+        token = json.loads(messages[0]["Body"])["token"]
+        sfn.send_task_failure(taskToken=token, error="Sandbox.Error", cause="disk full")
+        deadline = time.monotonic() + 10
+        while sfn.describe_execution(executionArn=execution)["status"] == "RUNNING":
+            assert time.monotonic() < deadline
+            time.sleep(0.05)
+        events = sfn.get_execution_history(executionArn=execution)["events"]
+        (failed,) = [
+            e["executionFailedEventDetails"] for e in events if e["type"] == "ExecutionFailed"
+        ]
+        assert failed["error"] == "Sandbox.Error"
+        return failed.get("cause")
+
+
+def test_a_failure_cause_is_dropped_without_the_patch_and_kept_with_it() -> None:
+    assert failure_cause_seen() is None  # still needed
+    patches.keep_failure_causes()
+    assert failure_cause_seen() == "disk full"

@@ -3,14 +3,17 @@ around; tests/local/test_patches.py fails if a patch stops being needed or stops
 
 from __future__ import annotations
 
+import inspect
 import sys
 import threading
 from collections.abc import Callable
 from typing import Any
 
 from moto.awslambda_simple.models import LambdaSimpleBackend
+from moto.core.responses import EmptyResult
 from moto.stepfunctions.parser.asl.eval.callback.callback import CallbackEndpoint
 from moto.stepfunctions.parser.asl.utils import boto_client
+from moto.stepfunctions.responses import StepFunctionResponse
 
 Invoke = Callable[[str, bytes], tuple[bool, bytes]]
 
@@ -18,6 +21,7 @@ _original_invoke = LambdaSimpleBackend.invoke
 _original_setup_heartbeat = CallbackEndpoint.setup_heartbeat_endpoint
 _original_notify_heartbeat = CallbackEndpoint.notify_heartbeat
 _original_boto_client_for = boto_client.boto_client_for
+_original_send_task_failure = StepFunctionResponse.send_task_failure
 
 
 def route_lambda_invocations(invoke: Invoke) -> None:
@@ -66,6 +70,23 @@ def accept_early_heartbeats() -> None:
     CallbackEndpoint.notify_heartbeat = patched  # type: ignore[method-assign]
 
 
+def keep_failure_causes() -> None:
+    """Defect: moto's SendTaskFailure handler passes `error` on and drops `cause`, so a
+    `sandbox_error` loses its reason (the worker's "OSError: No space left on device"). The
+    backend takes a cause: pass it on."""
+
+    def patched(self: StepFunctionResponse) -> Any:
+        backend = self.stepfunction_backend
+        failure: dict[str, Any] = {"error": self._get_param("error")}
+        # Only the executing backend (execute_state_machine on) keeps a cause at all.
+        if "cause" in inspect.signature(backend.send_task_failure).parameters:
+            failure["cause"] = self._get_param("cause")
+        backend.send_task_failure(self._get_param("taskToken"), **failure)
+        return EmptyResult()
+
+    StepFunctionResponse.send_task_failure = patched  # type: ignore[method-assign]
+
+
 _clients: dict[tuple[str, str], Any] = {}
 _clients_lock = threading.Lock()
 
@@ -100,4 +121,5 @@ def undo() -> None:
     LambdaSimpleBackend.invoke = _original_invoke  # type: ignore[method-assign]
     CallbackEndpoint.setup_heartbeat_endpoint = _original_setup_heartbeat  # type: ignore[method-assign]
     CallbackEndpoint.notify_heartbeat = _original_notify_heartbeat  # type: ignore[method-assign]
+    StepFunctionResponse.send_task_failure = _original_send_task_failure  # type: ignore[method-assign]
     _rebind(_reused_client, _original_boto_client_for)

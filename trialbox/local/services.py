@@ -72,6 +72,7 @@ def serve(port: int, heartbeat_s: int, log_dir: Path, ready: IO[str], until: IO[
     patches.route_lambda_invocations(functions.invoke)
     patches.keep_early_callbacks()
     patches.accept_early_heartbeats()
+    patches.keep_failure_causes()
     patches.reuse_service_clients()
     pollers = [Poller(client(endpoint, "sqs"), m, functions.invoke) for m in stack.mappings]
     for poller in pollers:
