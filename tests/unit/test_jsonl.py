@@ -83,14 +83,14 @@ def test_every_error_is_listed_with_file_line_and_field(tmp_path: Path) -> None:
         "paths are relative to the workspace",
         "tasks.jsonl:7: limits.memory_mb: Input should be greater than or equal to 32",
         "tasks.jsonl:8: limits.memory_mb: Input should be less than or equal to 65536",
-        "samples.jsonl:2: sample_id: Field required",
         "tasks.jsonl:9: task_id: duplicate task_id 'add-two' (first on line 1)",
+        "samples.jsonl:2: sample_id: Field required",
         "samples.jsonl:3: sample_id: duplicate (task_id, sample_id) ('add-two', 's1') "
         "(first on line 1)",
         "samples.jsonl:4: task_id: task 'ghost' is not in tasks.jsonl",
     ]
     assert [str(error) for error in exc.value.errors] == expected
-    assert str(exc.value) == "11 invalid line(s); nothing was run:\n" + "\n".join(
+    assert str(exc.value) == "11 error(s) in 11 place(s); nothing was run:\n" + "\n".join(
         f"  {line}" for line in expected
     )
     assert exc.value.errors[5] == LineError(
@@ -110,16 +110,85 @@ def test_blank_lines_are_skipped_and_numbered(tmp_path: Path) -> None:
 def test_empty_file_has_no_records(tmp_path: Path) -> None:
     with pytest.raises(InvalidInputFiles) as exc:
         load_tasks_and_samples(*write(tmp_path, [TASK_LINE], [""]))
-    assert [str(e) for e in exc.value.errors] == ["samples.jsonl:0: the file has no records"]
+    assert [str(e) for e in exc.value.errors] == ["samples.jsonl: the file has no records"]
 
 
-def test_missing_file(tmp_path: Path) -> None:
+def test_a_missing_or_unreadable_file_does_not_stop_the_other_being_checked(
+    tmp_path: Path,
+) -> None:
     samples = tmp_path / "samples.jsonl"
-    samples.write_text(SAMPLE_LINE + "\n")
-    with pytest.raises(InputError) as exc:
+    samples.write_text('{"task_id": "add-two"}\n')
+    with pytest.raises(InvalidInputFiles) as exc:
         load_tasks_and_samples(tmp_path / "nope.jsonl", samples)
-    assert str(exc.value) == f"{tmp_path / 'nope.jsonl'}: no such file"
-    assert not isinstance(exc.value, InvalidInputFiles)
+    assert [str(e) for e in exc.value.errors] == [
+        f"{tmp_path / 'nope.jsonl'}: no such file",
+        "samples.jsonl:1: sample_id: Field required",
+    ]
+    with pytest.raises(InvalidInputFiles) as exc:
+        load_tasks_and_samples(tmp_path, samples)
+    assert str(exc.value.errors[0]) == f"{tmp_path}: is a directory, not a JSONL file"
+
+
+def test_not_utf8_names_line_and_column(tmp_path: Path) -> None:
+    tasks, samples = write(tmp_path, [TASK_LINE], [SAMPLE_LINE])
+    samples.write_bytes(SAMPLE_LINE.encode() + b'\n{"task_id": "\xff"}\n')
+    with pytest.raises(InvalidInputFiles) as exc:
+        load_tasks_and_samples(tasks, samples)
+    assert [str(e) for e in exc.value.errors] == [
+        "samples.jsonl:2: not UTF-8 text (invalid start byte at column 14)"
+    ]
+
+
+def test_empty_samples_are_reported_beside_task_errors(tmp_path: Path) -> None:
+    with pytest.raises(InvalidInputFiles) as exc:
+        load_tasks_and_samples(*write(tmp_path, ["{bad"], [""]))
+    assert [str(e) for e in exc.value.errors] == [
+        "tasks.jsonl:1: bad JSON: Expecting property name enclosed in double quotes at column 2",
+        "samples.jsonl: the file has no records",
+    ]
+
+
+def test_a_byte_order_mark_is_accepted(tmp_path: Path) -> None:
+    tasks, samples = write(tmp_path, [TASK_LINE], [SAMPLE_LINE])
+    samples.write_bytes(b"\xef\xbb\xbf" + samples.read_bytes())
+    assert len(load_tasks_and_samples(tasks, samples)[1]) == 1
+
+
+@pytest.mark.parametrize(
+    ("line", "reason"),
+    [
+        (
+            '{"task_id": "add-two", "sample_id": "s", "sample_id": "t"}',
+            "bad JSON: duplicate key 'sample_id'",
+        ),
+        (
+            '{"task_id": "add-two", "sample_id": "s", "metadata": {"x": NaN}}',
+            "bad JSON: NaN is not a JSON number",
+        ),
+    ],
+)
+def test_ambiguous_json_is_an_error(tmp_path: Path, line: str, reason: str) -> None:
+    with pytest.raises(InvalidInputFiles) as exc:
+        load_tasks_and_samples(*write(tmp_path, [TASK_LINE], [line]))
+    assert [str(e) for e in exc.value.errors] == [f"samples.jsonl:1: {reason}"]
+
+
+def test_file_content_errors_name_the_file_not_pydantic_internals(tmp_path: Path) -> None:
+    samples = [
+        '{"task_id": "add-two", "sample_id": "a", "files": {"a.py": 5}}',
+        '{"task_id": "add-two", "sample_id": "b", "files": {"a.py": {"base64": "aGk=", '
+        '"mode": "4755"}}}',
+    ]
+    tasks = [TASK_LINE, task(task_id="t2", limits={"memory": 5})]
+    with pytest.raises(InvalidInputFiles) as exc:
+        load_tasks_and_samples(*write(tmp_path, tasks, samples))
+    assert [str(e) for e in exc.value.errors] == [
+        "tasks.jsonl:2: limits.memory: unknown field",
+        'samples.jsonl:1: files["a.py"]: a file is a text string, or an object '
+        '{"base64": "...", "mode": "0644"}',
+        "samples.jsonl:2: files[\"a.py\"].mode: mode '4755' is not a permission such as "
+        '"0644" or "0755" (three octal digits; setuid, setgid and sticky bits are not allowed)',
+    ]
 
 
 def test_unicode_line_separators_inside_strings_are_not_record_breaks(tmp_path: Path) -> None:

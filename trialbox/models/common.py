@@ -8,7 +8,14 @@ import re
 from pathlib import PurePosixPath
 from typing import Annotated, Any
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, model_validator
+from pydantic import (
+    AfterValidator,
+    BaseModel,
+    ConfigDict,
+    Field,
+    field_validator,
+    model_validator,
+)
 
 MAX_PATH_CHARS = 1024
 MAX_FILES = 10_000
@@ -50,7 +57,17 @@ class EncodedFile(StrictModel):
     """A binary or executable file: base64 content and an octal mode such as "0755"."""
 
     base64: str
-    mode: str = Field(default="0644", pattern=r"^0?[0-7]{3}$")
+    mode: str = "0644"
+
+    @field_validator("mode")
+    @classmethod
+    def _octal(cls, mode: str) -> str:
+        if not re.fullmatch(r"0?[0-7]{3}", mode):
+            raise ValueError(
+                f'mode {mode!r} is not a permission such as "0644" or "0755" (three octal '
+                "digits; setuid, setgid and sticky bits are not allowed)"
+            )
+        return mode
 
     @model_validator(mode="after")
     def _decodes(self) -> EncodedFile:

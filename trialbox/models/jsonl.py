@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
@@ -19,12 +19,12 @@ M = TypeVar("M", bound=BaseModel)
 @dataclass(frozen=True)
 class LineError:
     file: str
-    line: int
+    line: int | None  # None: about the whole file
     field: str | None
     reason: str
 
     def __str__(self) -> str:
-        where = f"{self.file}:{self.line}"
+        where = f"{self.file}:{self.line}" if self.line is not None else self.file
         return f"{where}: {self.field}: {self.reason}" if self.field else f"{where}: {self.reason}"
 
 
@@ -32,7 +32,18 @@ class InvalidInputFiles(InputError):
     def __init__(self, errors: list[LineError]) -> None:
         self.errors = errors
         lines = "\n".join(f"  {error}" for error in errors)
-        super().__init__(f"{len(errors)} invalid line(s); nothing was run:\n{lines}")
+        where = {(e.file, e.line) for e in errors}
+        super().__init__(
+            f"{len(errors)} error(s) in {len(where)} place(s); nothing was run:\n{lines}"
+        )
+
+
+# pydantic names a union's members in an error's location: they mean nothing to a user.
+def _is_union_member(part: int | str) -> bool:
+    return isinstance(part, str) and (part == "str" or part.startswith("function-after["))
+
+
+FILE_SHAPE = 'a file is a text string, or an object {"base64": "...", "mode": "0644"}'
 
 
 def _field_path(loc: tuple[int | str, ...]) -> str:
@@ -41,7 +52,7 @@ def _field_path(loc: tuple[int | str, ...]) -> str:
     for part in loc:
         if isinstance(part, int):
             path += f"[{part}]"
-        elif part == "[key]":
+        elif part == "[key]" or _is_union_member(part):
             continue
         elif not part.isidentifier():
             path += f"[{json.dumps(part)}]"
@@ -50,28 +61,99 @@ def _field_path(loc: tuple[int | str, ...]) -> str:
     return path or "(record)"
 
 
+def _value_at(raw: Any, loc: tuple[int | str, ...]) -> Any:
+    for part in loc:
+        try:
+            raw = raw[part]
+        except (KeyError, IndexError, TypeError):
+            return None
+    return raw
+
+
+def _line_errors(name: str, number: int, raw: Any, exc: ValidationError) -> list[LineError]:
+    found: list[LineError] = []
+    shapes: set[str] = set()  # union fields whose value fits no member: one line each
+    for err in exc.errors():
+        loc = err["loc"]
+        member = next((i for i, part in enumerate(loc) if _is_union_member(part)), None)
+        if member is not None:
+            base = _field_path(loc[:member])
+            if not isinstance(_value_at(raw, loc[:member]), dict):
+                if base not in shapes:
+                    shapes.add(base)
+                    found.append(LineError(name, number, base, FILE_SHAPE))
+                continue
+            if loc[member] == "str":
+                continue  # an object fails the text member too: only the object's errors help
+        reason = err["msg"].removeprefix("Value error, ")
+        if err["type"] == "extra_forbidden":
+            reason = "unknown field" + (
+                " (put free-form data under 'metadata')" if len(loc) == 1 else ""
+            )
+        found.append(LineError(name, number, _field_path(loc), reason))
+    return found
+
+
+def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    keys = [key for key, _ in pairs]
+    repeated = sorted({key for key in keys if keys.count(key) > 1})
+    if repeated:
+        raise ValueError(f"duplicate key {', '.join(map(repr, repeated))}")
+    return dict(pairs)
+
+
+def _no_constants(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON number")
+
+
+def _decode(path: Path, errors: list[LineError]) -> str | None:
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        errors.append(LineError(str(path), None, None, "no such file"))
+    except IsADirectoryError:
+        errors.append(LineError(str(path), None, None, "is a directory, not a JSONL file"))
+    except OSError as exc:
+        errors.append(LineError(str(path), None, None, f"cannot be read ({exc.strerror})"))
+    else:
+        try:
+            return data.decode("utf-8-sig")  # a leading byte-order mark is harmless
+        except UnicodeDecodeError as exc:
+            line = data.count(b"\n", 0, exc.start) + 1
+            column = exc.start - (data.rfind(b"\n", 0, exc.start) + 1) + 1
+            errors.append(
+                LineError(
+                    path.name, line, None, f"not UTF-8 text ({exc.reason} at column {column})"
+                )
+            )
+    return None
+
+
 def _read_jsonl(
     path: Path, model: type[M], errors: list[LineError], invalid_ids: set[str] | None = None
 ) -> list[tuple[int, M]]:
     """`invalid_ids` collects the task_id of lines that failed validation, when it has one."""
     name = path.name
-    try:
-        text = path.read_text(encoding="utf-8")
-    except FileNotFoundError as exc:
-        raise InputError(f"{path}: no such file") from exc
-    except UnicodeDecodeError as exc:
-        raise InputError(f"{path}: not UTF-8 text ({exc.reason} at byte {exc.start})") from exc
+    before = len(errors)
+    text = _decode(path, errors)
+    if text is None:
+        return []
     records: list[tuple[int, M]] = []
     # Only "\n" ends a record: U+2028 and friends are legal raw inside JSON strings.
     for number, line in enumerate(text.split("\n"), start=1):
         if not line.strip():
             continue
         try:
-            raw = json.loads(line)
+            raw = json.loads(
+                line, object_pairs_hook=_no_duplicate_keys, parse_constant=_no_constants
+            )
         except json.JSONDecodeError as exc:
             errors.append(
                 LineError(name, number, None, f"bad JSON: {exc.msg} at column {exc.colno}")
             )
+            continue
+        except ValueError as exc:
+            errors.append(LineError(name, number, None, f"bad JSON: {exc}"))
             continue
         if not isinstance(raw, dict):
             errors.append(LineError(name, number, None, "each line must be a JSON object"))
@@ -81,13 +163,9 @@ def _read_jsonl(
         except ValidationError as exc:
             if invalid_ids is not None and isinstance(raw.get("task_id"), str):
                 invalid_ids.add(raw["task_id"])
-            for err in exc.errors():
-                reason = err["msg"].removeprefix("Value error, ")
-                if err["type"] == "extra_forbidden":
-                    reason = "unknown field (put free-form data under 'metadata')"
-                errors.append(LineError(name, number, _field_path(err["loc"]), reason))
-    if not records and not errors:
-        errors.append(LineError(name, 0, None, "the file has no records"))
+            errors.extend(_line_errors(name, number, raw, exc))
+    if not records and len(errors) == before:
+        errors.append(LineError(name, None, None, "the file has no records"))
     return records
 
 
@@ -132,5 +210,7 @@ def load_tasks_and_samples(tasks_path: Path, samples_path: Path) -> tuple[list[T
             )
         seen.setdefault(key, number)
     if errors:
+        order = {tasks_path.name: 0, samples_path.name: 1}
+        errors.sort(key=lambda e: (order.get(e.file, -1), e.line or 0))  # stable: field order
         raise InvalidInputFiles(errors)
     return [task for _, task in tasks], [sample for _, sample in samples]
