@@ -42,6 +42,22 @@ def to_request(sample: Sample, taskset: str, version: str, run_id: str) -> Execu
     )
 
 
+def is_result_file(out: Path) -> bool:
+    """Every line a result row, but for a last line a killed run may have cut short."""
+    try:
+        lines = out.read_text(encoding="utf-8").splitlines()
+    except (OSError, UnicodeDecodeError):
+        return False
+    for line in lines[:-1]:
+        try:
+            row = json.loads(line)
+        except ValueError:
+            return False
+        if not (isinstance(row, dict) and "request_id" in row and "status" in row):
+            return False
+    return True
+
+
 def finished_ids(out: Path) -> dict[str, dict[str, Any]]:
     """Lines of a previous run that already have a terminal result, by request id."""
     done: dict[str, dict[str, Any]] = {}

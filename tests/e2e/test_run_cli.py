@@ -11,6 +11,8 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
+
 from tests.sandbox.conftest import ADD_TASK, CORRECT
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "tasksets"
@@ -48,6 +50,61 @@ def test_run_rejects_bad_input_before_submitting(tmp_path: Path) -> None:
     assert done.returncode == 2
     assert "samples.jsonl:1: sample_id: Field required" in done.stderr
     assert "samples.jsonl:2: bad JSON" in done.stderr
+
+
+def inputs(tmp_path: Path) -> tuple[Path, Path]:
+    tasks = tmp_path / "tasks.jsonl"
+    tasks.write_text(json.dumps(ADD_TASK) + "\n")
+    samples = tmp_path / "samples.jsonl"
+    sample = {"task_id": "add-two", "sample_id": "a", "files": {"solution.py": CORRECT}}
+    samples.write_text(json.dumps(sample) + "\n")
+    return tasks, samples
+
+
+@pytest.mark.parametrize(
+    ("out", "extra", "message"),
+    [
+        ("tasks.jsonl", [], "--out {d}/tasks.jsonl is the --tasks file: the results would "
+         "overwrite it"),
+        (".", [], "--out {d} is a directory: give a file path"),
+        ("nowhere/r.jsonl", [], "--out {d}/nowhere/r.jsonl: directory {d}/nowhere does not "
+         "exist"),
+        ("binary.bin", [], "--out {d}/binary.bin exists and is not a results file of `trialbox "
+         "run` (resume writes into it): choose another path, or delete it"),
+        ("r.jsonl", ["--traces-dir", "binary.bin"], "--traces-dir {d}/binary.bin is a file: "
+         "give a directory"),
+    ],
+)  # fmt: skip
+def test_an_unusable_output_path_is_bad_input_and_nothing_runs(
+    tmp_path: Path, out: str, extra: list[str], message: str
+) -> None:
+    tasks, samples = inputs(tmp_path)
+    (tmp_path / "binary.bin").write_bytes(b"\x00\xff" * 100)
+    before = tasks.read_bytes()
+    extra = [str(tmp_path / e) if e.endswith(".bin") else e for e in extra]
+    done = trialbox(
+        "run", "--tasks", str(tasks), "--samples", str(samples), "--out", str(tmp_path / out),
+        *extra,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr == f"error: {message.format(d=tmp_path)}\n"
+    assert "starting the local twin" not in done.stderr
+    assert tasks.read_bytes() == before and (tmp_path / "binary.bin").stat().st_size == 200
+
+
+def test_an_endpoint_without_resource_names_is_bad_input(tmp_path: Path) -> None:
+    tasks, samples = inputs(tmp_path)
+    out = tmp_path / "r.jsonl"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRIALBOX_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "trialbox", "run", "--tasks", str(tasks), "--samples",
+         str(samples), "--out", str(out), "--endpoint-url", "http://127.0.0.1:9"],
+        capture_output=True, text=True, timeout=120, env=env,
+    )  # fmt: skip
+    assert done.returncode == 2
+    assert done.stderr.startswith("error: no Trialbox resources given: set TRIALBOX_REQUESTS")
+    assert "`trialbox local up` prints them), or use --stack NAME" in done.stderr
+    assert not out.exists()
 
 
 def test_rerunning_with_the_same_run_id_skips_finished_samples(tmp_path: Path) -> None:

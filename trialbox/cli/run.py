@@ -29,6 +29,7 @@ from trialbox.pipeline.prepare import taskset_key
 from trialbox.runs import (
     ResultLog,
     finished_ids,
+    is_result_file,
     result_line,
     summary,
     taskset_version,
@@ -49,14 +50,47 @@ DEFAULT_TIMEOUT_S = 3600.0
 GRACE_S = 5.0  # how long Ctrl-C waits for the samples in flight
 
 
-def _client(local: bool, endpoint_url: str | None, stack: str | None) -> Client:
+def _remote_client(local: bool, endpoint_url: str | None, stack: str | None) -> Client | None:
+    """The deployment named by the options or the environment; None means the local twin.
+    A target that cannot be reached as given is the user's to fix: InputError."""
     endpoint = endpoint_url or os.environ.get("TRIALBOX_ENDPOINT_URL")
-    if not local and endpoint:
-        return Client(endpoint_url=endpoint)
-    if not local and stack:
-        return Client.from_stack(stack)
-    err.print("starting the local twin (moto + bwrap sandboxes)...")
-    return Client.local()
+    try:
+        if not local and endpoint:
+            return Client(endpoint_url=endpoint)
+        if not local and stack:
+            return Client.from_stack(stack)
+    except TrialboxError as exc:
+        hint = (
+            "--endpoint-url also needs the stack's resource names in TRIALBOX_REQUESTS_QUEUE_URL, "
+            "TRIALBOX_EXECUTIONS_TABLE, TRIALBOX_TRACES_BUCKET and TRIALBOX_TASKSETS_BUCKET "
+            "(`trialbox local up` prints them), or use --stack NAME"
+            if not stack
+            else "check the stack name, and AWS_REGION / AWS_PROFILE"
+        )
+        raise InputError(f"{exc}\n  {hint}") from exc
+    return None
+
+
+def _output_problems(tasks: Path, samples: Path, out: Path, traces_dir: Path | None) -> list[str]:
+    """Why the results could not be written where asked: found before anything runs."""
+    problems = []
+    for name, source in (("--tasks", tasks), ("--samples", samples)):
+        if out.exists() and source.exists() and out.resolve() == source.resolve():
+            problems.append(f"--out {out} is the {name} file: the results would overwrite it")
+    if out.is_dir():
+        problems.append(f"--out {out} is a directory: give a file path")
+    elif not out.parent.is_dir():
+        problems.append(f"--out {out}: directory {out.parent} does not exist")
+    elif not os.access(out.parent, os.W_OK) or (out.exists() and not os.access(out, os.W_OK)):
+        problems.append(f"--out {out}: not writable")
+    elif out.exists() and not is_result_file(out):
+        problems.append(
+            f"--out {out} exists and is not a results file of `trialbox run` "
+            "(resume writes into it): choose another path, or delete it"
+        )
+    if traces_dir is not None and traces_dir.exists() and not traces_dir.is_dir():
+        problems.append(f"--traces-dir {traces_dir} is a file: give a directory")
+    return problems
 
 
 @contextmanager
@@ -96,10 +130,19 @@ def run_job(
     traces_dir: Path | None = None,
     timeout_s: float = DEFAULT_TIMEOUT_S,
 ) -> int:
+    problems = []
     try:
         _, sample_list = load_tasks_and_samples(tasks, samples)
     except InputError as exc:
-        err.print(f"error: {exc}")
+        problems.append(str(exc))
+    problems += _output_problems(tasks, samples, out, traces_dir)
+    if not problems:
+        try:
+            remote = _remote_client(local, endpoint_url, stack)
+        except InputError as exc:
+            problems.append(str(exc))
+    if problems:
+        err.print("\n".join(f"error: {p}" for p in problems))
         return 2
     run_id = run_id or uuid.uuid4().hex[:12]
     taskset, version = taskset_version(tasks)
@@ -109,7 +152,9 @@ def run_job(
     failure: str | None = None
     with ResultLog(out) as log:
         try:
-            with _client(local, endpoint_url, stack) as client:
+            if remote is None:
+                err.print("starting the local twin (moto + bwrap sandboxes)...")
+            with remote or Client.local() as client:
                 if traces_dir is None and client.capacity is not None:
                     traces_dir = out.with_suffix(".traces")  # the twin's S3 goes with it
                 client.push_taskset(taskset_key(taskset, version), tasks.read_bytes())
@@ -141,8 +186,8 @@ def run_job(
         err.print(f"error: {failure}")
     elif missing:  # the run's timeout passed
         err.print(
-            f"error: {missing} sample(s) had no terminal result within {timeout_s:g} s "
-            "(the pipeline is stalled or lost them: check the DLQs)"
+            f"error: {missing} sample(s) had no terminal result within --timeout {timeout_s:g} s "
+            "(slow samples, or a stalled pipeline: a deployment's DLQs say which)"
         )
     if missing:
         command = ["trialbox", "run", "--tasks", str(tasks), "--samples", str(samples)]
@@ -150,6 +195,9 @@ def run_job(
         command += ["--local"] if local else []
         command += ["--endpoint-url", endpoint_url] if endpoint_url else []
         command += ["--stack", stack] if stack else []
+        command += ["--concurrency", str(concurrency)] if concurrency else []
+        command += ["--traces-dir", str(traces_dir)] if traces_dir else []
+        command += ["--timeout", f"{timeout_s:g}"] if timeout_s != DEFAULT_TIMEOUT_S else []
         err.print(f"{missing} sample(s) have no result yet. Resume with:\n  {shlex.join(command)}")
     return 1 if (failure or missing) else 0
 
