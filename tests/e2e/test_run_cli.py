@@ -126,6 +126,8 @@ def test_rerunning_with_the_same_run_id_skips_finished_samples(tmp_path: Path) -
     again = trialbox(*args, "--run-id", "r1", "--local")
     assert again.returncode == 0, again.stderr
     assert json.loads(out.read_text())["feedback"] == "kept from the first run"
+    assert f"resuming run r1: 1 of 1 sample(s) already have results in {out}" in again.stderr
+    assert "starting the local twin" not in again.stderr  # nothing left to run
 
 
 def test_ctrl_c_keeps_what_finished_and_prints_the_resume_command(tmp_path: Path) -> None:

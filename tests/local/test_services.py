@@ -13,7 +13,7 @@ CALLER = (
     "import time\n"
     "from trialbox.local.twin import LocalTwin\n"
     "twin = LocalTwin(workers=0).start()\n"
-    "print(twin.services._process.pid, flush=True)\n"
+    "print(twin.services._process.pid, twin._dir, flush=True)\n"
     "time.sleep(600)\n"
 )
 
@@ -42,7 +42,9 @@ def alive(pid: int) -> bool:
 def test_services_and_functions_exit_when_the_caller_is_killed() -> None:
     caller = subprocess.Popen([sys.executable, "-c", CALLER], stdout=subprocess.PIPE, text=True)
     assert caller.stdout is not None
-    services = int(caller.stdout.readline())
+    pid, twin_dir = caller.stdout.readline().split()
+    services = int(pid)
+    assert Path(twin_dir, "logs").is_dir()
     family = {services} | descendants(services)
     assert len(family) > 4  # the services process and its function processes
     os.kill(caller.pid, signal.SIGKILL)
@@ -51,3 +53,4 @@ def test_services_and_functions_exit_when_the_caller_is_killed() -> None:
     while any(alive(pid) for pid in family) and time.monotonic() < deadline:
         time.sleep(0.2)
     assert not [pid for pid in family if alive(pid)]
+    assert not Path(twin_dir).exists()  # the logs went with the services process

@@ -23,7 +23,7 @@ from rich.table import Table
 from trialbox.client import Client
 from trialbox.driver import Driver
 from trialbox.errors import InputError, TrialboxError
-from trialbox.models import ExecutionResult
+from trialbox.models import ExecutionRequest, ExecutionResult, Sample
 from trialbox.models.jsonl import load_tasks_and_samples
 from trialbox.pipeline.prepare import taskset_key
 from trialbox.runs import (
@@ -150,34 +150,17 @@ def run_job(
     by_id = {r.request_id: s for r, s in zip(requests, sample_list, strict=True)}
     rows = {rid: row for rid, row in finished_ids(out).items() if rid in by_id}
     failure: str | None = None
-    with ResultLog(out) as log:
-        try:
-            if remote is None:
-                err.print("starting the local twin (moto + bwrap sandboxes)...")
-            with remote or Client.local() as client:
-                if traces_dir is None and client.capacity is not None:
-                    traces_dir = out.with_suffix(".traces")  # the twin's S3 goes with it
-                client.push_taskset(taskset_key(taskset, version), tasks.read_bytes())
-                capacity = client.capacity
-                limit = concurrency or (4 * capacity if capacity else REMOTE_CONCURRENCY)
-                todo = [r for r in requests if r.request_id not in rows]
-                with Progress(console=err, transient=True) as progress:
-                    bar = progress.add_task("samples", total=len(requests), completed=len(rows))
-
-                    def record(rid: str, result: ExecutionResult, elapsed: float | None) -> None:
-                        rows[rid] = result_line(by_id[rid], rid, result, elapsed)
-                        log.append(rows[rid])
-                        if traces_dir is not None and result.trace_uri:
-                            _save_trace(client, result.trace_uri, traces_dir / f"{rid}.json")
-                        progress.advance(bar)
-
-                    driver = Driver(client, todo, concurrency=limit, on_result=record)
-                    if _drive(driver, timeout_s):
-                        failure = "interrupted"
-        except TrialboxError as exc:
-            failure = str(exc)
-        except KeyboardInterrupt:
-            failure = "interrupted"
+    if rows:
+        err.print(
+            f"resuming run {run_id}: {len(rows)} of {len(requests)} sample(s) already "
+            f"have results in {out}"
+        )
+    if len(rows) == len(requests) and remote is not None:
+        remote.close()
+    if len(rows) < len(requests):  # else nothing to run: no twin to start
+        failure, traces_dir = _execute(
+            remote, requests, by_id, rows, out, tasks, traces_dir, concurrency, timeout_s
+        )
     ordered = [rows[r.request_id] for r in requests if r.request_id in rows]
     write_atomically(out, "".join(json.dumps(row) + "\n" for row in ordered))
     _print_summary(ordered, len(requests), out, traces_dir)
@@ -200,6 +183,52 @@ def run_job(
         command += ["--timeout", f"{timeout_s:g}"] if timeout_s != DEFAULT_TIMEOUT_S else []
         err.print(f"{missing} sample(s) have no result yet. Resume with:\n  {shlex.join(command)}")
     return 1 if (failure or missing) else 0
+
+
+def _execute(
+    remote: Client | None,
+    requests: list[ExecutionRequest],
+    by_id: dict[str, Sample],
+    rows: dict[str, dict[str, Any]],
+    out: Path,
+    tasks: Path,
+    traces_dir: Path | None,
+    concurrency: int | None,
+    timeout_s: float,
+) -> tuple[str | None, Path | None]:
+    """Submit what has no row yet, appending each result to `rows` and to the output as it
+    arrives. Returns why it stopped early (or None) and where traces went."""
+    failure = None
+    with ResultLog(out) as log:
+        try:
+            if remote is None:
+                err.print("starting the local twin (moto + bwrap sandboxes)...")
+            with remote or Client.local() as client:
+                if traces_dir is None and client.capacity is not None:
+                    traces_dir = out.with_suffix(".traces")  # the twin's S3 goes with it
+                taskset, version = taskset_version(tasks)
+                client.push_taskset(taskset_key(taskset, version), tasks.read_bytes())
+                capacity = client.capacity
+                limit = concurrency or (4 * capacity if capacity else REMOTE_CONCURRENCY)
+                todo = [r for r in requests if r.request_id not in rows]
+                with Progress(console=err, transient=True) as progress:
+                    bar = progress.add_task("samples", total=len(requests), completed=len(rows))
+
+                    def record(rid: str, result: ExecutionResult, elapsed: float | None) -> None:
+                        rows[rid] = result_line(by_id[rid], rid, result, elapsed)
+                        log.append(rows[rid])
+                        if traces_dir is not None and result.trace_uri:
+                            _save_trace(client, result.trace_uri, traces_dir / f"{rid}.json")
+                        progress.advance(bar)
+
+                    driver = Driver(client, todo, concurrency=limit, on_result=record)
+                    if _drive(driver, timeout_s):
+                        failure = "interrupted"
+        except TrialboxError as exc:
+            failure = str(exc)
+        except KeyboardInterrupt:
+            failure = "interrupted"
+    return failure, traces_dir
 
 
 def _drive(driver: Driver, timeout_s: float) -> bool:

@@ -16,6 +16,7 @@ import contextlib
 import json
 import logging
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -132,10 +133,15 @@ class ServicesProcess:
 def main(argv: list[str]) -> None:
     ready = os.fdopen(os.dup(1), "w")
     os.dup2(2, 1)  # a stray print goes to the log, never into the pipe nobody reads
-    serve(int(argv[0]), int(argv[1]), Path(argv[2]), ready, sys.stdin)
+    log_dir = Path(argv[2])
+    serve(int(argv[0]), int(argv[1]), log_dir, ready, sys.stdin)
     # Everything here is in memory and goes with the process: no graceful teardown to wait
-    # for. The function processes see their stdin close and exit.
+    # for. The function processes see their stdin close and exit. The logs go too, and the
+    # caller's directory with them once empty, even when the caller was killed outright.
     logging.shutdown()
+    shutil.rmtree(log_dir, ignore_errors=True)
+    with contextlib.suppress(OSError):
+        log_dir.parent.rmdir()
     os._exit(0)
 
 
