@@ -24,19 +24,48 @@ def trialbox(*args: str) -> subprocess.CompletedProcess[str]:
     )
 
 
+# Every bundled demo sample and what the pipeline must make of it (status, reward).
+DEMO = {
+    ("add-two", "correct"): ("succeeded", 1.0),
+    ("fizzbuzz", "correct"): ("succeeded", 1.0),
+    ("palindrome", "correct"): ("succeeded", 1.0),
+    ("word-count", "correct"): ("succeeded", 1.0),
+    ("fibonacci", "correct"): ("succeeded", 1.0),
+    ("roman", "correct"): ("succeeded", 1.0),
+    ("binary-search", "correct"): ("succeeded", 1.0),
+    ("matrix", "correct"): ("succeeded", 1.0),
+    ("add-two", "wrong"): ("succeeded", 0.0),
+    ("palindrome", "syntax-error"): ("succeeded", 0.0),
+    ("fibonacci", "timeout"): ("timeout", 0.0),
+    ("word-count", "memory-hog"): ("oom", 0.0),
+    ("roman", "test-tamperer"): ("succeeded", 0.0),
+    ("binary-search", "hard-coder"): ("succeeded", 2 / 3),
+    ("fizzbuzz", "off-by-one"): ("succeeded", 0.0),
+    ("stdin-sum", "correct"): ("succeeded", 1.0),
+    ("lru-cache", "correct"): ("succeeded", 1.0),
+    ("normalize-rows", "correct"): ("succeeded", 1.0),
+    ("slugify-package", "correct"): ("succeeded", 1.0),
+    ("lru-cache", "no-eviction-order"): ("succeeded", 1 / 3),
+    ("normalize-rows", "divides-by-zero"): ("succeeded", 0.5),
+    ("stdin-sum", "hard-coded-output"): ("succeeded", 0.25),
+    ("slugify-package", "agent-commands"): ("succeeded", 1.0),
+}
+
+
 def test_demo_runs_the_bundled_task_set(tmp_path: Path) -> None:
     out = tmp_path / "demo.jsonl"
     done = trialbox("demo", "--out", str(out))
     assert done.returncode == 0, done.stderr
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     got = {(r["task_id"], r["sample_id"]): (r["status"], r["reward"]) for r in rows}
-    assert len({r["task_id"] for r in rows}) == 8
-    assert all(got[(t, "correct")] == ("succeeded", 1.0) for t, s in got if s == "correct")
-    assert got[("fibonacci", "timeout")] == ("timeout", 0.0)
-    assert got[("word-count", "memory-hog")] == ("oom", 0.0)
-    assert got[("roman", "test-tamperer")] == ("succeeded", 0.0)
-    assert got[("binary-search", "hard-coder")][1] < 1.0
+    assert list(got) == list(DEMO)  # every sample, in input order
+    assert {k: v[0] for k, v in got.items()} == {k: v[0] for k, v in DEMO.items()}
+    assert [v[1] for v in got.values()] == pytest.approx([v[1] for v in DEMO.values()])
+    assert len({task for task, _ in got}) == 12
     assert "mean reward" in done.stdout and "succeeded" in done.stdout
+    assert f"results: {out}" in done.stdout
+    traces = out.with_suffix(".traces")
+    assert sorted(p.stem for p in traces.iterdir()) == sorted(r["request_id"] for r in rows)
     for key in ("request_id", "loss_mask", "tests_passed", "tests_expected", "duration_s"):
         assert key in rows[0]
 
