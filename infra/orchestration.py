@@ -8,6 +8,7 @@ is a completed run the worker reports with SendTaskSuccess, so it is never retri
 from __future__ import annotations
 
 from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_stepfunctions as sfn
@@ -15,9 +16,11 @@ from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
 from infra.lambdas import TrialboxFunction, retention
+from trialbox import constants as c
 
 LOST_SANDBOX_ERRORS = ["States.HeartbeatTimeout", "States.Timeout"]
 LOST_SANDBOX_RETRIES = 2
+RECORD_FAILED = "the result could not be recorded (Record failed; see the execution's history)"
 # CDK's LambdaInvoke retries Lambda's service errors already; a throttle at scale is one more
 # transient error, never the request's fault.
 LAMBDA_THROTTLED = ["Lambda.TooManyRequestsException"]
@@ -33,6 +36,7 @@ class Orchestration(Construct):
         scorer: TrialboxFunction,
         recorder: TrialboxFunction,
         work_queue: sqs.IQueue,
+        table: dynamodb.ITable,
         log_retention_days: int,
     ) -> None:
         super().__init__(scope, construct_id)
@@ -56,6 +60,9 @@ class Orchestration(Construct):
 
         record = invoke("Record", recorder, sfn.JsonPath.DISCARD)
         record.add_retry(errors=["States.ALL"], max_attempts=3, interval=Duration.seconds(1))
+        record.add_catch(
+            self._record_failed(table), errors=["States.ALL"], result_path="$.record_error"
+        )
         prepare_step = invoke("Prepare", prepare, "$.job")
         execute = tasks.SqsSendMessage(
             self,
@@ -99,3 +106,42 @@ class Orchestration(Construct):
                 destination=self.log_group, level=sfn.LogLevel.ALL, include_execution_data=False
             ),
         )
+
+    def _record_failed(self, table: dynamodb.ITable) -> sfn.IChainable:
+        """The last resort when Record itself fails: a `sandbox_error` item written by Step
+        Functions, so that even then the request ends with its one terminal result. A result
+        Record did write wins (the put is conditional)."""
+        describe = sfn.Pass(
+            self,
+            "DescribeRecordFailure",
+            parameters={
+                "request_id.$": "$.request_id",
+                "status": "sandbox_error",
+                "loss_mask": True,
+                "error": RECORD_FAILED,
+                "feedback": f"sandbox error (not your code): {RECORD_FAILED}",
+            },
+            result_path="$.fallback",
+        )
+        put = tasks.DynamoPutItem(
+            self,
+            "RecordFailed",
+            table=table,
+            item={
+                c.TABLE_KEY: tasks.DynamoAttributeValue.from_string(
+                    sfn.JsonPath.string_at("$.request_id")
+                ),
+                "status": tasks.DynamoAttributeValue.from_string("sandbox_error"),
+                "loss_mask": tasks.DynamoAttributeValue.from_boolean(True),
+                "result": tasks.DynamoAttributeValue.from_string(
+                    sfn.JsonPath.json_to_string(sfn.JsonPath.object_at("$.fallback"))
+                ),
+            },
+            condition_expression=f"attribute_not_exists({c.TABLE_KEY})",
+            result_path=sfn.JsonPath.DISCARD,
+        )
+        put.add_catch(
+            sfn.Succeed(self, "AlreadyRecorded"),
+            errors=["DynamoDB.ConditionalCheckFailedException"],
+        )
+        return describe.next(put)

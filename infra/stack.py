@@ -74,6 +74,7 @@ class TrialboxStack(Stack):
             scorer=scorer,
             recorder=recorder,
             work_queue=pool.work.queue,
+            table=storage.executions,
             log_retention_days=config.log_retention_days,
         )
         intake = Intake(self, "Intake", batch_size=config.dispatcher_batch_size)

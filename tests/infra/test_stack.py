@@ -67,7 +67,15 @@ def test_rollout_shape_retries_and_catches(template: Template) -> None:
     asl = definition(template)
     assert asl["StartAt"] == "Prepare"
     states = asl["States"]
-    assert list(states) == ["Prepare", "Execute", "Score", "Record"]
+    assert set(states) == {
+        "Prepare",
+        "Execute",
+        "Score",
+        "Record",
+        "DescribeRecordFailure",
+        "RecordFailed",
+        "AlreadyRecorded",
+    }
     assert [states[s].get("Next") for s in ("Prepare", "Execute", "Score")] == [
         "Execute",
         "Score",
@@ -90,6 +98,19 @@ def test_rollout_shape_retries_and_catches(template: Template) -> None:
             {"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": "Record"}
         ]
     assert states["Record"]["End"] is True
+    # Even a failing Record leaves a terminal result: a conditional put of a sandbox_error.
+    assert states["Record"]["Catch"] == [
+        {
+            "ErrorEquals": ["States.ALL"],
+            "ResultPath": "$.record_error",
+            "Next": "DescribeRecordFailure",
+        }
+    ]
+    fallback = states["RecordFailed"]
+    assert fallback["Resource"].endswith(":states:::dynamodb:putItem")
+    assert fallback["Parameters"]["ConditionExpression"] == "attribute_not_exists(request_id)"
+    assert fallback["Parameters"]["Item"]["status"] == {"S": "sandbox_error"}
+    assert fallback["Catch"][0]["ErrorEquals"] == ["DynamoDB.ConditionalCheckFailedException"]
     happy, name = [], asl["StartAt"]
     while name:  # the states an execution with no error enters, each one transition
         happy.append(name)

@@ -48,7 +48,7 @@ class ExecutionResult(StrictModel):
     task_id: str | None = None
     sample_id: str | None = None
     status: Status
-    reward: float | None = Field(description="None unless graded and valid")
+    reward: float | None = Field(default=None, description="None unless graded and valid")
     reward_breakdown: dict[str, float] = Field(default_factory=dict)
     loss_mask: bool = Field(description="True: the trainer must not learn from this sample")
     tests_passed: int = 0
