@@ -147,3 +147,57 @@ def test_a_stop_request_finishes_the_current_job_and_loses_nothing(aws: Aws) -> 
     serving.join(timeout=60)
     assert not serving.is_alive()
     assert wait_for(aws, arn)["status"] == "SUCCEEDED"
+
+
+class FlakyStore:
+    """The job store, except that every upload fails."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+
+    def get_bytes(self, uri: str) -> bytes:
+        return bytes(self.store.get_bytes(uri))
+
+    def put_json(self, key: str, value: Any) -> str:
+        raise OSError("S3 is unreachable")
+
+
+def test_a_report_that_cannot_be_uploaded_is_a_typed_failure(aws: Aws) -> None:
+    machine = waiting_machine(aws)
+    arn = start(aws, machine, "w-5", job(aws, "w-5"))
+    the_worker = worker(aws, job_runner(Runner()))
+    the_worker.jobs = FlakyStore(aws.traces)  # type: ignore[assignment]
+    deadline = time.monotonic() + 10
+    while not the_worker.poll_once():
+        assert time.monotonic() < deadline
+    done = wait_for(aws, arn)
+    assert (done["status"], done.get("error")) == ("FAILED", "Sandbox.Error")
+
+
+def test_a_failing_aws_call_does_not_end_the_worker_loop(aws: Aws) -> None:
+    machine = waiting_machine(aws)
+    the_worker = worker(aws, job_runner(Runner()))
+    polls = 0
+    real_receive = aws.sqs.receive_message
+
+    class OnceBrokenSqs:
+        def __getattr__(self, name: str) -> Any:
+            return getattr(aws.sqs, name)
+
+        def receive_message(self, **kwargs: Any) -> Any:
+            nonlocal polls
+            polls += 1
+            if polls == 1:
+                raise ConnectionError("the queue endpoint is down")
+            return real_receive(**kwargs)
+
+    the_worker.sqs = OnceBrokenSqs()
+    serving = threading.Thread(target=the_worker.serve)
+    serving.start()
+    arn = start(aws, machine, "w-6", job(aws, "w-6"))
+    try:
+        assert wait_for(aws, arn)["status"] == "SUCCEEDED"
+    finally:
+        the_worker.stop.set()
+        serving.join(timeout=30)
+    assert polls > 1

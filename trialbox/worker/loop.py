@@ -23,6 +23,7 @@ log = logging.getLogger("trialbox.worker")
 GONE = ("TaskTimedOut", "InvalidToken", "TaskDoesNotExist")
 
 RunJob = Callable[[JobSpec], RunReport]
+RETRY_PAUSE_S = 1.0
 
 
 @dataclass
@@ -38,8 +39,15 @@ class Worker:
     stop: threading.Event = field(default_factory=threading.Event)
 
     def serve(self) -> None:
+        """Until `stop`. An AWS call that fails for one job never ends the loop: that job's
+        message comes back after its visibility timeout, or its heartbeat lapses and the
+        state machine retries it on another sandbox."""
         while not self.stop.is_set():
-            self.poll_once()
+            try:
+                self.poll_once()
+            except Exception:
+                log.exception("%s: polling or answering failed; polling again", self.name)
+                self.stop.wait(RETRY_PAUSE_S)
 
     def poll_once(self) -> bool:
         answer = self.sqs.receive_message(
@@ -90,7 +98,11 @@ class Worker:
         except Exception as exc:  # the runner itself failed: a typed failure, never a reward
             log.exception("%s: the runner failed", work.request_id)
             return "failure", f"{type(exc).__name__}: {exc}"
-        uri = self.jobs.put_json(job_key(work.request_id, "report.json"), report)
+        try:
+            uri = self.jobs.put_json(job_key(work.request_id, "report.json"), report)
+        except Exception as exc:  # botocore retried already: the run cannot be scored
+            log.exception("%s: the report could not be uploaded", work.request_id)
+            return "failure", f"the run report could not be uploaded ({type(exc).__name__}: {exc})"
         if report.status == Status.SANDBOX_ERROR:
             return "failure", report.error or "the sandbox failed"
         return "success", uri
