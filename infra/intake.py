@@ -17,7 +17,10 @@ class Intake(Construct):
         super().__init__(scope, construct_id)
         # Visibility >= 6 x the consumer's timeout (queue hygiene).
         self.requests = QueueWithDlq(
-            self, "Requests", visibility=Duration.seconds(DISPATCHER_TIMEOUT.to_seconds() * 6)
+            self,
+            "Requests",
+            visibility=Duration.seconds(DISPATCHER_TIMEOUT.to_seconds() * 6),
+            max_age=Duration.minutes(5),  # the dispatcher only starts executions
         )
         self.batch_size = batch_size
 

@@ -8,6 +8,7 @@ is a completed run the worker reports with SendTaskSuccess, so it is never retri
 from __future__ import annotations
 
 from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sqs as sqs
@@ -105,6 +106,19 @@ class Orchestration(Construct):
             logs=sfn.LogOptions(
                 destination=self.log_group, level=sfn.LogLevel.ALL, include_execution_data=False
             ),
+        )
+        # Every failure is caught into Record, so a failed execution means Record's own
+        # fallback failed too: a request without a terminal result.
+        self.failed_alarm = self.rollout.metric_failed(
+            period=Duration.minutes(1), statistic="Sum"
+        ).create_alarm(
+            self,
+            "ExecutionsFailed",
+            threshold=1,
+            evaluation_periods=1,
+            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
+            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
+            alarm_description="a Rollout execution ended without a terminal result",
         )
 
     def _record_failed(self, table: dynamodb.ITable) -> sfn.IChainable:

@@ -37,7 +37,13 @@ class Pool(Construct):
     ) -> None:
         super().__init__(scope, construct_id)
         # The worker extends a message's visibility on every heartbeat.
-        self.work = QueueWithDlq(self, "Work", visibility=Duration.seconds(heartbeat_s * 6))
+        # A job older than the heartbeat has already been given up on and retried.
+        self.work = QueueWithDlq(
+            self,
+            "Work",
+            visibility=Duration.seconds(heartbeat_s * 6),
+            max_age=Duration.seconds(heartbeat_s),
+        )
         self.cluster = ecs.Cluster(
             self,
             "Cluster",

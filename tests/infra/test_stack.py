@@ -352,3 +352,27 @@ def test_asl_parses_in_moto_and_avoids_what_moto_mis_executes(template: Template
     assert ("ExecutionType", "EXPRESS") not in pairs  # rejected at create time
     paths = [v for k, v in pairs if isinstance(v, str) and (k.endswith("Path") or k.endswith(".$"))]
     assert paths and not [p for p in paths if "[" in p]  # $.a[0].b returns a list in moto
+
+
+def test_queues_and_the_rollout_have_alarms(template: Template) -> None:
+    alarms = [a["Properties"] for a in resources(template, "AWS::CloudWatch::Alarm").values()]
+
+    def watched(metric: str) -> set[str]:
+        return {
+            json.dumps(d["Value"])
+            for a in alarms
+            if a.get("MetricName") == metric
+            for d in a.get("Dimensions", [])
+        }
+
+    queues = resources(template, "AWS::SQS::Queue")
+    dlqs = {k for k, q in queues.items() if "RedrivePolicy" not in q["Properties"]}
+    sources = set(queues) - dlqs
+    dlq_watched = watched("ApproximateNumberOfMessagesVisible")
+    age_watched = watched("ApproximateAgeOfOldestMessage")
+    for dlq in dlqs:
+        assert any(dlq in value for value in dlq_watched), dlq
+    for queue in sources:
+        assert any(queue in value for value in age_watched), queue
+    (failed,) = [a for a in alarms if a.get("MetricName") == "ExecutionsFailed"]
+    assert (failed["Threshold"], failed["Namespace"]) == (1, "AWS/States")
