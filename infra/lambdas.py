@@ -20,6 +20,8 @@ from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_logs as logs
 from constructs import Construct
 
+from infra.nag import XRAY, acknowledge
+
 ROOT = Path(__file__).resolve().parents[1]
 # What a handler imports at run time, beyond the Lambda runtime's own boto3.
 LAMBDA_REQUIREMENTS = ("pydantic==2.14.4", "aws-lambda-powertools==3.37.0", "aws-xray-sdk==2.15.0")
@@ -109,6 +111,15 @@ class TrialboxFunction(Construct):
             },
         )
         self.log_group.grant_write(self.role)
+        acknowledge(
+            self,
+            {
+                "AwsSolutions-L1": (
+                    "python3.13 is pinned on purpose: the bundle's binary wheels are built for it"
+                ),
+                "AwsSolutions-IAM5[Resource::*]": XRAY,
+            },
+        )
 
 
 RETENTION = {

@@ -5,6 +5,8 @@ from __future__ import annotations
 from aws_cdk import aws_ec2 as ec2
 from constructs import Construct
 
+from infra.nag import acknowledge
+
 INTERFACE_ENDPOINTS = {
     "Sqs": ec2.InterfaceVpcEndpointAwsService.SQS,
     "StepFunctions": ec2.InterfaceVpcEndpointAwsService.STEP_FUNCTIONS,
@@ -31,5 +33,16 @@ class Network(Construct):
         )
         self.vpc.add_gateway_endpoint("S3", service=ec2.GatewayVpcEndpointAwsService.S3)
         for name, service in INTERFACE_ENDPOINTS.items():
-            self.vpc.add_interface_endpoint(name, service=service, private_dns_enabled=True)
+            endpoint = self.vpc.add_interface_endpoint(
+                name, service=service, private_dns_enabled=True
+            )
+            acknowledge(
+                endpoint,
+                {
+                    "AwsSolutions-EC23": (
+                        "the endpoint's security group allows 443 from the VPC CIDR, a "
+                        "Fn::GetAtt the rule cannot evaluate"
+                    )
+                },
+            )
         self.subnets = ec2.SubnetSelection(subnet_type=ec2.SubnetType.PRIVATE_ISOLATED)

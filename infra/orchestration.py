@@ -17,6 +17,7 @@ from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
 from infra.lambdas import TrialboxFunction, retention
+from infra.nag import acknowledge, logical_id
 from trialbox import constants as c
 
 LOST_SANDBOX_ERRORS = ["States.HeartbeatTimeout", "States.Timeout"]
@@ -106,6 +107,21 @@ class Orchestration(Construct):
             logs=sfn.LogOptions(
                 destination=self.log_group, level=sfn.LogLevel.ALL, include_execution_data=False
             ),
+        )
+        acknowledge(
+            self.rollout,
+            {
+                "AwsSolutions-IAM5[Resource::*]": (
+                    "X-Ray tracing and the CloudWatch Logs delivery actions Step Functions "
+                    "logging needs have no resource-level permissions"
+                ),
+                **{
+                    f"AwsSolutions-IAM5[Resource::<{logical_id(fn.function)}.Arn>:*]": (
+                        "Step Functions invokes the function's versions and aliases"
+                    )
+                    for fn in (prepare, scorer, recorder)
+                },
+            },
         )
         # Every failure is caught into Record, so a failed execution means Record's own
         # fallback failed too: a request without a terminal result.

@@ -13,6 +13,7 @@ from constructs import Construct
 
 from infra.config import PoolConfig
 from infra.lambdas import ROOT, retention
+from infra.nag import acknowledge
 from infra.queues import QueueWithDlq
 from trialbox.constants import ENV_WORK_QUEUE_URL
 
@@ -99,6 +100,15 @@ class Pool(Construct):
             )
         )
         self.work.queue.grant_consume_messages(self.task_definition.task_role)
+        acknowledge(
+            self.task_definition,
+            {
+                "AwsSolutions-ECS2": "the worker's environment holds resource names only",
+                "AwsSolutions-IAM5[Resource::*]": (
+                    "ecr:GetAuthorizationToken has no resource-level permissions (image pull)"
+                ),
+            },
+        )
         self.service = ecs.FargateService(
             self,
             "Service",

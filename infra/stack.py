@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from aws_cdk import CfnElement, CfnOutput, Duration, Stack
+from aws_cdk import CfnOutput, Duration, Stack
 from constructs import Construct
 
 from infra.config import StackConfig
 from infra.intake import DISPATCHER_TIMEOUT, Intake
 from infra.lambdas import TrialboxFunction, lambda_code
-from infra.nag import suppress_known_findings
+from infra.nag import acknowledge, grant_objects, logical_id
 from infra.network import Network
 from infra.orchestration import Orchestration
 from infra.pool import Pool
@@ -92,31 +92,34 @@ class TrialboxStack(Stack):
 
         # Each role reaches only the keys its step reads or writes (layout: trialbox.constants).
         # A sandbox worker can write reports, never job specs, results or traces.
-        storage.tasksets.grant_read(prepare.role)
         traces = storage.traces
         worker = pool.task_definition.task_role
-        payloads, job, report, result = (
-            f"{c.PAYLOADS_PREFIX}*",
-            f"{c.JOBS_PREFIX}*/job.json",
-            f"{c.JOBS_PREFIX}*/report.json",
-            f"{c.JOBS_PREFIX}*/result.json",
-        )
-        grants = {
-            dispatcher.role: ([payloads], []),
-            prepare.role: ([payloads], [job]),
-            worker: ([job], [report]),
-            scorer.role: ([job, report], [result]),
-            recorder.role: ([result], [f"{c.TRACES_PREFIX}*"]),
-        }
-        for role, (reads, puts) in grants.items():
-            for pattern in reads:
-                traces.grant_read(role, pattern)
-            for pattern in puts:
-                traces.grant_put(role, pattern)
+        payloads = {f"{c.PAYLOADS_PREFIX}*": "large requests, read by request id"}
+        job = {f"{c.JOBS_PREFIX}*/job.json": "each request's job spec, by request id"}
+        report = {f"{c.JOBS_PREFIX}*/report.json": "each request's raw run report"}
+        result = {f"{c.JOBS_PREFIX}*/result.json": "each request's scored result"}
+        trace = {f"{c.TRACES_PREFIX}*": "each request's trace"}
+        grant_objects(dispatcher.role, traces, reads=payloads, puts={})
+        grant_objects(prepare.role, traces, reads=payloads, puts=job)
+        grant_objects(worker, traces, reads=job, puts=report)
+        grant_objects(scorer.role, traces, reads=job | report, puts=result)
+        grant_objects(recorder.role, traces, reads=result, puts=trace)
+        tasksets = {"*": "task sets are content-addressed files: Prepare reads any it is named"}
+        grant_objects(prepare.role, storage.tasksets, reads=tasksets, puts={})
         for role in (recorder.role, dispatcher.role):  # one conditional PutItem per result
             storage.executions.grant(role, "dynamodb:PutItem")
         orchestration.rollout.grant_start_execution(dispatcher.role)
         orchestration.rollout.grant_execution(dispatcher.role, "states:DescribeExecution")
+        rollout_id = logical_id(orchestration.rollout)
+        executions = (
+            "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:states:<AWS::Region>:"
+            '<AWS::AccountId>:execution:{"Fn::Select":[6,{"Fn::Split":[":",'
+            f'{{"Ref":"{rollout_id}"}}]}}]}}:*]'
+        )
+        acknowledge(
+            dispatcher.role,
+            {executions: "DescribeExecution on the Rollout's own executions (a redelivery check)"},
+        )
         orchestration.rollout.grant_task_response(worker)
 
         outputs = {
@@ -129,6 +132,3 @@ class TrialboxStack(Stack):
         }
         for name, value in outputs.items():
             CfnOutput(self, name, value=value, export_name=f"{config.stack_name}-{name}")
-        rollout = orchestration.rollout.node.default_child
-        assert isinstance(rollout, CfnElement)
-        suppress_known_findings(self, self.get_logical_id(rollout))

@@ -9,7 +9,6 @@ import sys
 from pathlib import Path
 from typing import Any
 
-import aws_cdk as cdk
 import pytest
 from aws_cdk.assertions import Match, Template
 
@@ -376,3 +375,30 @@ def test_queues_and_the_rollout_have_alarms(template: Template) -> None:
         assert any(queue in value for value in age_watched), queue
     (failed,) = [a for a in alarms if a.get("MetricName") == "ExecutionsFailed"]
     assert (failed["Threshold"], failed["Namespace"]) == (1, "AWS/States")
+
+
+ROGUE = """
+import sys; sys.path.insert(0, '.')
+from aws_cdk import aws_iam as iam
+from app import build_app
+app = build_app(context={'aws:cdk:bundling-stacks': []}, outdir=sys.argv[1])
+stack = app.node.find_child('Trialbox')
+role = iam.Role(stack, 'Rogue', assumed_by=iam.ServicePrincipal('lambda.amazonaws.com'))
+role.add_to_policy(iam.PolicyStatement(actions=['xray:PutTraceSegments'], resources=['*']))
+app.synth()
+"""
+
+
+def test_an_acknowledgement_covers_only_its_own_construct(tmp_path: Path) -> None:
+    """The functions' `Resource::*` acknowledgement must not excuse a new role elsewhere."""
+    done = subprocess.run(
+        [sys.executable, "-c", ROGUE, str(tmp_path)],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        env=os.environ | {"CDK_VALIDATION": "false"},
+    )
+    assert done.returncode != 0
+    assert "Trialbox/Rogue/DefaultPolicy/Resource" in done.stdout + done.stderr
+    assert "AwsSolutions-IAM5[Resource::*]" in done.stdout + done.stderr
