@@ -20,7 +20,7 @@ from infra.lambdas import TrialboxFunction, retention
 from infra.nag import acknowledge, logical_id
 from trialbox import constants as c
 
-LOST_SANDBOX_ERRORS = ["States.HeartbeatTimeout", "States.Timeout"]
+LOST_SANDBOX_ERRORS = ["States.HeartbeatTimeout", "States.Timeout", c.ERROR_INTERRUPTED]
 LOST_SANDBOX_RETRIES = 2
 RECORD_FAILED = "the result could not be recorded (Record failed; see the execution's history)"
 # CDK's LambdaInvoke retries Lambda's service errors already; a throttle at scale is one more

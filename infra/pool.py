@@ -15,10 +15,11 @@ from infra.config import PoolConfig
 from infra.lambdas import ROOT, retention
 from infra.nag import acknowledge
 from infra.queues import QueueWithDlq
-from trialbox.constants import ENV_WORK_QUEUE_URL
+from trialbox.constants import ENV_STOP_GRACE_S, ENV_WORK_QUEUE_URL
 
 # The worker drops each job to a per-slot uid: it keeps exactly these (Fargate cannot add any).
 KEPT = frozenset({"CHOWN", "FOWNER", "SETUID", "SETGID", "KILL"})
+STOP_TIMEOUT_S = 120  # Fargate's most: SIGTERM, then SIGKILL after this
 # Writable scratch on a read-only root: the slot state (workspaces, checkpoints) and /tmp.
 SCRATCH = {"state": "/var/lib/trialbox", "tmp": "/tmp"}
 
@@ -89,9 +90,11 @@ class Pool(Construct):
                 ENV_WORK_QUEUE_URL: self.work.queue.queue_url,
                 "TRIALBOX_SANDBOX_BACKEND": "rlimit",
                 "TRIALBOX_SANDBOX_STATE_DIR": SCRATCH["state"],
+                # Hand a running job back with time left to answer before the SIGKILL.
+                ENV_STOP_GRACE_S: str(STOP_TIMEOUT_S - 30),
                 **environment,
             },
-            stop_timeout=Duration.seconds(120),
+            stop_timeout=Duration.seconds(STOP_TIMEOUT_S),
         )
         container.add_mount_points(
             *(

@@ -11,6 +11,7 @@ ENV_EXECUTE_MARGIN_S = "TRIALBOX_EXECUTE_MARGIN_S"
 ENV_QUEUE_WAIT_S = "TRIALBOX_QUEUE_WAIT_S"
 ENV_REQUESTS_DLQ_URL = "TRIALBOX_REQUESTS_DLQ_URL"
 ENV_RESULT_TTL_DAYS = "TRIALBOX_RESULT_TTL_DAYS"
+ENV_STOP_GRACE_S = "TRIALBOX_STOP_GRACE_S"
 
 # Stack outputs, by the names the SDK reads.
 OUTPUT_REQUESTS_QUEUE_URL = "RequestsQueueUrl"
@@ -23,6 +24,9 @@ OUTPUT_ROLLOUT_ARN = "RolloutStateMachineArn"
 # Error names the Rollout state machine routes on.
 ERROR_REJECTED = "RequestRejected"  # the request is invalid: a `rejected` result (Prepare)
 ERROR_SANDBOX = "Sandbox.Error"  # the runner itself failed: a `sandbox_error` result
+# The worker is being stopped (Spot interruption, scale-in) and hands its job back: the Execute
+# step retries it on another sandbox at once, as it does a lost one.
+ERROR_INTERRUPTED = "Sandbox.Interrupted"
 
 # The executions table.
 TABLE_KEY = "request_id"

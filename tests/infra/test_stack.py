@@ -9,6 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import aws_cdk as cdk
 import pytest
 from aws_cdk.assertions import Match, Template
 
@@ -86,7 +87,7 @@ def test_rollout_shape_retries_and_catches(template: Template) -> None:
     assert execute["TimeoutSecondsPath"] == "$.job.timeout_s"
     assert execute["Retry"] == [
         {
-            "ErrorEquals": ["States.HeartbeatTimeout", "States.Timeout"],
+            "ErrorEquals": ["States.HeartbeatTimeout", "States.Timeout", "Sandbox.Interrupted"],
             "IntervalSeconds": 1,
             "MaxAttempts": 2,
             "BackoffRate": 2,

@@ -201,3 +201,29 @@ def test_a_failing_aws_call_does_not_end_the_worker_loop(aws: Aws) -> None:
         the_worker.stop.set()
         serving.join(timeout=30)
     assert polls > 1
+
+
+def test_a_worker_told_to_stop_hands_a_long_job_back_after_its_grace(aws: Aws) -> None:
+    machine = waiting_machine(aws)
+    arn = start(aws, machine, "w-7", job(aws, "w-7"))
+    started, release = threading.Event(), threading.Event()
+    real = job_runner(Runner())
+
+    def long_job(spec: JobSpec) -> RunReport:
+        started.set()
+        release.wait(30)  # still running when the grace ends
+        return real(spec)
+
+    the_worker = worker(aws, long_job)
+    serving = threading.Thread(target=the_worker.serve)
+    serving.start()
+    try:
+        assert started.wait(15)
+        the_worker.shut_down(grace_s=0.5)  # what SIGTERM does in the Fargate entrypoint
+        done = wait_for(aws, arn, timeout_s=15)
+        assert (done["status"], done.get("error")) == ("FAILED", "Sandbox.Interrupted")
+    finally:
+        release.set()
+        serving.join(timeout=60)
+    assert not serving.is_alive()
+    assert aws.traces.s3.list_objects_v2(Bucket="traces", Prefix="jobs/w-7/report")["KeyCount"] == 0

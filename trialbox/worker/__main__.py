@@ -1,4 +1,5 @@
-"""`python -m trialbox.worker`: the Fargate entrypoint. SIGTERM finishes the current job."""
+"""`python -m trialbox.worker`: the Fargate entrypoint. SIGTERM finishes the current job, or
+hands it back to the state machine before the container's stop timeout."""
 
 from __future__ import annotations
 
@@ -29,7 +30,10 @@ def main() -> int:
         heartbeat_s=int(os.environ.get(c.ENV_HEARTBEAT_S, "60")),
         name=socket.gethostname(),
     )
-    signal.signal(signal.SIGTERM, lambda *_: worker.stop.set())
+    # ECS sends SIGTERM, then SIGKILL after the container's stop timeout: finish the job in
+    # hand, or hand it back before the kill.
+    grace_s = float(os.environ.get(c.ENV_STOP_GRACE_S, "90"))
+    signal.signal(signal.SIGTERM, lambda *_: worker.shut_down(grace_s))
     worker.serve()
     return 0
 

@@ -13,7 +13,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 from pydantic import ValidationError
 
-from trialbox.constants import ERROR_SANDBOX
+from trialbox.constants import ERROR_INTERRUPTED, ERROR_SANDBOX
 from trialbox.models import RunReport, Status
 from trialbox.pipeline.jobs import ExecutionDone, JobSpec, WorkMessage, job_key
 from trialbox.pipeline.stores import ObjectStore
@@ -37,6 +37,14 @@ class Worker:
     name: str = "worker"
     wait_s: int = 20
     stop: threading.Event = field(default_factory=threading.Event)
+    # Epoch s after which a job still running is handed back (set on SIGTERM), so that the
+    # container's stop timeout never cuts a job off unanswered.
+    hand_back_at: float | None = None
+
+    def shut_down(self, grace_s: float) -> None:
+        """Take no new job; finish the current one, or hand it back after `grace_s`."""
+        self.hand_back_at = time.time() + grace_s
+        self.stop.set()
 
     def serve(self) -> None:
         """Until `stop`. An AWS call that fails for one job never ends the loop: that job's
@@ -80,7 +88,7 @@ class Worker:
         beating.start()
         started_at = time.time()
         try:
-            outcome = self._run(work)
+            outcome = self._run(work, lost)
         finally:
             done.set()
             beating.join()
@@ -90,14 +98,17 @@ class Worker:
             self._answer(work, outcome, started_at)
         self._delete(receipt)
 
-    def _run(self, work: WorkMessage) -> tuple[str, str]:
-        """('success', report_uri) or ('failure', cause)."""
+    def _run(self, work: WorkMessage, lost: threading.Event) -> tuple[str, str]:
+        """('success', report_uri) or ('failure', cause); nothing is uploaded for a job whose
+        execution moved on while it ran."""
         try:
             job = JobSpec.model_validate_json(self.jobs.get_bytes(work.job_uri))
             report = self.run_job(job)
         except Exception as exc:  # the runner itself failed: a typed failure, never a reward
             log.exception("%s: the runner failed", work.request_id)
             return "failure", f"{type(exc).__name__}: {exc}"
+        if lost.is_set():
+            return "failure", "the execution moved on"
         try:
             uri = self.jobs.put_json(job_key(work.request_id, "report.json"), report)
         except Exception as exc:  # botocore retried already: the run cannot be scored
@@ -140,7 +151,15 @@ class Worker:
         self, token: str, receipt: str, done: threading.Event, lost: threading.Event
     ) -> None:
         interval = max(1.0, self.heartbeat_s / 3)
-        while not done.wait(interval):
+        next_beat = time.monotonic() + interval
+        while not done.wait(min(1.0, interval)):
+            if self.hand_back_at is not None and time.time() >= self.hand_back_at:
+                self._hand_back(token)
+                lost.set()  # whatever the run still produces is dropped
+                return
+            if time.monotonic() < next_beat:
+                continue
+            next_beat = time.monotonic() + interval
             try:
                 if not self._beat(token):
                     lost.set()
@@ -152,6 +171,16 @@ class Worker:
                 )
             except ClientError:
                 log.exception("heartbeat failed; trying again")
+
+    def _hand_back(self, token: str) -> None:
+        log.warning("%s: stopping before the job finished; handing it back", self.name)
+        try:
+            self.sfn.send_task_failure(
+                taskToken=token, error=ERROR_INTERRUPTED, cause="the worker was stopped"
+            )
+        except ClientError as exc:  # moved on already: nothing to hand back
+            if exc.response["Error"]["Code"] not in GONE:
+                log.exception("handing the job back failed; its heartbeat will lapse")
 
     def _delete(self, receipt: str) -> None:
         self.sqs.delete_message(QueueUrl=self.queue_url, ReceiptHandle=receipt)
