@@ -232,8 +232,31 @@ class Client:
         answer = self._call(self._clients["s3"].get_object, Bucket=bucket, Key=key)
         return bytes(answer["Body"].read())
 
-    def run(self, requests: list[ExecutionRequest], timeout: float = 600) -> list[ExecutionResult]:
-        return self.wait(self.submit(requests), timeout)
+    def run(
+        self,
+        requests: list[ExecutionRequest],
+        timeout: float = 600,
+        concurrency: int | None = None,
+    ) -> list[ExecutionResult]:
+        """Every request to its terminal result, in order. At most `concurrency` are in flight
+        (default: `default_concurrency(self.capacity)`), the next submitted as each result
+        arrives: a queue deeper than the pool drains within its heartbeat would look like lost
+        sandboxes. Raises WaitTimeout (with the ids) when `timeout` passes first."""
+        from trialbox.driver import Driver, default_concurrency
+
+        results: dict[str, ExecutionResult] = {}
+        driver = Driver(
+            self,
+            requests,
+            concurrency=concurrency or default_concurrency(self.capacity),
+            on_result=lambda rid, result, _: results.__setitem__(rid, result),
+        )
+        driver.collect_recorded()
+        driver.run(timeout)
+        missing = [r.request_id for r in requests if r.request_id not in results]
+        if missing:
+            raise WaitTimeout(missing, timeout)
+        return [results[r.request_id] for r in requests]
 
     @staticmethod
     def _call(method: Any, **kwargs: Any) -> Any:

@@ -17,6 +17,13 @@ from trialbox.models import ExecutionRequest, ExecutionResult
 
 OnResult = Callable[[str, ExecutionResult, float | None], None]  # id, result, wall seconds
 SUBMIT_BATCH = 10  # SendMessageBatch's limit
+PER_WORKER = 4  # in flight per known pool worker: enough to keep each one busy
+REMOTE_CONCURRENCY = 256  # against a deployment, whose pool size the SDK cannot see
+
+
+def default_concurrency(capacity: int | None) -> int:
+    """How many requests to keep in flight for a pool of `capacity` workers (None: unknown)."""
+    return PER_WORKER * capacity if capacity else REMOTE_CONCURRENCY
 
 
 class Driver:

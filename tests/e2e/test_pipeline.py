@@ -55,7 +55,7 @@ def test_a_duplicate_request_id_executes_once(client: Client) -> None:
 
 def test_fifty_concurrent_samples_all_reach_terminal_results(client: Client) -> None:
     requests = [request(f"e-many-{i}", CORRECT if i % 2 else WRONG) for i in range(50)]
-    results = client.run(requests, timeout=600)
+    results = client.wait(client.submit(requests), timeout=600)  # all 50 in flight at once
     assert len(results) == 50
     assert [r.reward for r in results] == [1.0 if i % 2 else 0.5 for i in range(50)]
 

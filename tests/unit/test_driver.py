@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from typing import Any
 
+import pytest
+
 from trialbox.driver import Driver
 from trialbox.models import ExecutionRequest, ExecutionResult, Status
 
@@ -89,3 +91,32 @@ def test_a_stopped_driver_submits_nothing_more_and_drains() -> None:
     driver.drain(grace_s=5)
     assert sum(len(b) for b in pipeline.submitted) == 5 and len(got) == 5
     assert not driver.in_flight and len(driver.waiting) == 25
+
+
+class FakeTwinClient(FakePipeline):
+    """What Client.run needs of a client: a pool of known size, submit and poll."""
+
+    capacity = 2
+
+
+def test_client_run_keeps_four_per_worker_in_flight_and_returns_in_order() -> None:
+    from trialbox.client import Client
+
+    pipeline = FakeTwinClient()
+    results = Client.run(pipeline, requests(30), timeout=30)  # type: ignore[arg-type]
+    assert [r.request_id for r in results] == [f"r{i}" for i in range(30)]
+    assert pipeline.max_in_flight == 8
+
+
+def test_client_run_names_what_had_no_result_when_time_runs_out() -> None:
+    from trialbox.client import Client, WaitTimeout
+
+    class Stuck(FakeTwinClient):
+        def poll(self, ids: list[str]) -> dict[str, ExecutionResult]:
+            return {}
+
+    with pytest.raises(
+        WaitTimeout, match=r"3 request\(s\) had no terminal result after 0.2 s"
+    ) as exc:
+        Client.run(Stuck(), requests(3), timeout=0.2)  # type: ignore[arg-type]
+    assert exc.value.missing == ["r0", "r1", "r2"]

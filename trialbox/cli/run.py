@@ -21,7 +21,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from trialbox.client import Client
-from trialbox.driver import Driver
+from trialbox.driver import REMOTE_CONCURRENCY, Driver, default_concurrency
 from trialbox.errors import InputError, TrialboxError
 from trialbox.models import ExecutionRequest, ExecutionResult, Sample
 from trialbox.models.jsonl import load_tasks_and_samples
@@ -41,7 +41,6 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "tasksets"
 err = Console(stderr=True, soft_wrap=True, markup=False, highlight=False)
 
 
-REMOTE_CONCURRENCY = 256  # in flight against a deployment whose pool size the SDK cannot see
 CONCURRENCY_HELP = (
     "samples in flight at once [default: 4 x the twin's workers, "
     f"or {REMOTE_CONCURRENCY} against a deployment]"
@@ -209,7 +208,7 @@ def _execute(
                 taskset, version = taskset_version(tasks)
                 client.push_taskset(taskset_key(taskset, version), tasks.read_bytes())
                 capacity = client.capacity
-                limit = concurrency or (4 * capacity if capacity else REMOTE_CONCURRENCY)
+                limit = concurrency or default_concurrency(capacity)
                 todo = [r for r in requests if r.request_id not in rows]
                 with Progress(console=err, transient=True) as progress:
                     bar = progress.add_task("samples", total=len(requests), completed=len(rows))
