@@ -42,6 +42,7 @@ demo: setup
 
 bench: setup
 	$(BIN)/python benchmarks/sandbox_overhead.py
+	$(BIN)/python benchmarks/pipeline_throughput.py -n 100
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
