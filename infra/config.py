@@ -48,26 +48,14 @@ class StackConfig(BaseModel):
     stack_name: str = Field(default="Trialbox", pattern=r"^[A-Za-z][A-Za-z0-9-]{0,127}$")
     pool: PoolConfig = Field(default_factory=PoolConfig)
     # Step Functions starts the heartbeat clock when the job is queued, not when a worker takes
-    # it: heartbeat_s must cover a job's wait for a worker, a scale-out from zero included.
+    # it: heartbeat_s must cover a job's wait for a worker, a scale-out from zero included (a
+    # longer wait is taken for a lost sandbox and retried).
     heartbeat_s: int = Field(default=300, ge=5, le=3600, description="worker liveness")
     execute_margin_s: int = Field(default=120, ge=10, description="beyond the runner's deadline")
-    queue_wait_s: int = Field(
-        default=900, ge=0, description="how long a job may wait in the work queue for a worker"
-    )
     trace_retention_days: int = Field(default=30, ge=1)
     result_ttl_days: int = Field(default=30, ge=1)
     log_retention_days: Literal[1, 7, 30, 90, 180, 365] = 30
     dispatcher_batch_size: int = Field(default=10, ge=1, le=10)
-
-    @model_validator(mode="after")
-    def _heartbeat_below_timeout(self) -> StackConfig:
-        # HeartbeatSeconds must be below TimeoutSeconds, whose smallest value is the margin.
-        if self.heartbeat_s >= self.execute_margin_s + self.queue_wait_s:
-            raise ValueError(
-                "heartbeat_s must be below execute_margin_s + queue_wait_s (Step Functions "
-                "requires HeartbeatSeconds < TimeoutSeconds)"
-            )
-        return self
 
     @classmethod
     def from_context(cls, context: dict[str, Any] | None) -> StackConfig:

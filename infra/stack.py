@@ -57,7 +57,6 @@ class TrialboxStack(Stack):
             | {
                 c.ENV_HEARTBEAT_S: str(config.heartbeat_s),
                 c.ENV_EXECUTE_MARGIN_S: str(config.execute_margin_s),
-                c.ENV_QUEUE_WAIT_S: str(config.queue_wait_s),
             },
             Duration.seconds(30),
         )

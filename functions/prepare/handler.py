@@ -19,7 +19,6 @@ prepare = Preparer(
     jobs=ObjectStore(s3, settings.traces_bucket),
     heartbeat_s=settings.heartbeat_s,
     margin_s=settings.execute_margin_s,
-    queue_wait_s=settings.queue_wait_s,
 )
 
 

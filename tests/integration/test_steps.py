@@ -18,7 +18,7 @@ from trialbox.sandbox.runner import Runner
 
 @pytest.fixture
 def preparer(aws: Aws) -> Preparer:
-    return Preparer(aws.tasksets, aws.traces, heartbeat_s=30, margin_s=60, queue_wait_s=100)
+    return Preparer(aws.tasksets, aws.traces, heartbeat_s=30, margin_s=60)
 
 
 def rollout(**fields: object) -> RolloutInput:
@@ -33,7 +33,7 @@ def test_prepare_writes_the_job_and_sizes_the_token_timeout(aws: Aws, preparer: 
     )
     job = JobSpec.model_validate_json(aws.traces.get_bytes(ref.job_uri))
     assert job.limits.timeout_s == 3 and job.limits.memory_mb == 512  # only tightened
-    assert (ref.timeout_s, ref.heartbeat_s) == (100 + 2 * 3 + 3 + 60, 30)
+    assert (ref.timeout_s, ref.heartbeat_s) == (30 + 2 * 3 + 3 + 60, 30)  # wait + run + margin
     assert ref.job_uri == "s3://traces/jobs/r-1/job.json"
 
 

@@ -35,7 +35,6 @@ class Preparer:
     jobs: ObjectStore
     heartbeat_s: int
     margin_s: int
-    queue_wait_s: int = 0  # the token's clock runs while the job waits for a worker
     _tasksets: dict[str, dict[str, Any]] = field(default_factory=dict, repr=False)
 
     def __call__(self, rollout: RolloutInput) -> JobRef:
@@ -55,14 +54,15 @@ class Preparer:
         )
         uri = self.jobs.put_json(job_key(request.request_id, "job.json"), job)
         # The runner enforces each command's deadline itself; the token timeout only catches
-        # a sandbox that vanished, so it sits beyond the queue wait plus the runner's worst
-        # case plus a margin.
+        # a sandbox that vanished. Its clock starts when the job is queued, and a job may wait
+        # up to one heartbeat for a worker (longer, and the heartbeat lapses first), so it
+        # sits beyond that wait plus the runner's worst case plus a margin.
         grading_s = (task.grading.timeout_s or limits.timeout_s) if request.grade else 0
         worst = len(request.commands) * limits.timeout_s + grading_s
         return JobRef(
             request_id=request.request_id,
             job_uri=uri,
-            timeout_s=self.queue_wait_s + int(worst) + self.margin_s,
+            timeout_s=self.heartbeat_s + int(worst) + self.margin_s,
             heartbeat_s=self.heartbeat_s,
         )
 

@@ -20,7 +20,6 @@ class FunctionSettings(BaseModel):
     requests_dlq_url: str | None = Field(default=None, alias=c.ENV_REQUESTS_DLQ_URL)
     heartbeat_s: int = Field(default=60, alias=c.ENV_HEARTBEAT_S)
     execute_margin_s: int = Field(default=120, alias=c.ENV_EXECUTE_MARGIN_S)
-    queue_wait_s: int = Field(default=0, alias=c.ENV_QUEUE_WAIT_S)
 
     @classmethod
     def from_env(cls) -> FunctionSettings:
