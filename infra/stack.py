@@ -128,6 +128,7 @@ class TrialboxStack(Stack):
             c.OUTPUT_TRACES_BUCKET: storage.traces.bucket_name,
             c.OUTPUT_EXECUTIONS_TABLE: storage.executions.table_name,
             c.OUTPUT_ROLLOUT_ARN: orchestration.rollout.state_machine_arn,
+            c.OUTPUT_POOL_CAPACITY: str(config.pool.max_workers),
         }
         for name, value in outputs.items():
             CfnOutput(self, name, value=value, export_name=f"{config.stack_name}-{name}")

@@ -34,7 +34,9 @@ ENV = {
     "executions_table": "TRIALBOX_EXECUTIONS_TABLE",
     "traces_bucket": "TRIALBOX_TRACES_BUCKET",
     "tasksets_bucket": "TRIALBOX_TASKSETS_BUCKET",
+    "capacity": "TRIALBOX_POOL_CAPACITY",  # optional: jobs the pool runs at once
 }
+REQUIRED = ("requests_queue_url", "executions_table", "traces_bucket", "tasksets_bucket")
 
 
 class AwsCallError(TrialboxError):
@@ -56,6 +58,7 @@ class Resources:
     executions_table: str
     traces_bucket: str
     tasksets_bucket: str
+    capacity: int | None = None  # the pool's jobs at once, when the stack says
 
     @classmethod
     def from_outputs(cls, outputs: dict[str, str]) -> Resources:
@@ -72,6 +75,7 @@ class Resources:
             executions_table=outputs[c.OUTPUT_EXECUTIONS_TABLE],
             traces_bucket=outputs[c.OUTPUT_TRACES_BUCKET],
             tasksets_bucket=outputs[c.OUTPUT_TASKSETS_BUCKET],
+            capacity=_capacity(outputs.get(c.OUTPUT_POOL_CAPACITY), c.OUTPUT_POOL_CAPACITY),
         )
 
 
@@ -86,14 +90,17 @@ class Client:
     ) -> None:
         self.endpoint_url = endpoint_url or os.environ.get(ENV["endpoint_url"])
         if resources is None:
-            values = {k: os.environ.get(v) for k, v in ENV.items() if k != "endpoint_url"}
+            values = {k: os.environ.get(ENV[k]) for k in REQUIRED}
             missing = [ENV[k] for k, v in values.items() if not v]
             if missing:
                 raise TrialboxError(
                     f"no Trialbox resources given: set {', '.join(missing)}, pass "
                     "Resources.from_outputs(stack outputs), or use Client.local()"
                 )
-            resources = Resources(**values)  # type: ignore[arg-type]
+            resources = Resources(
+                **values,  # type: ignore[arg-type]
+                capacity=_capacity(os.environ.get(ENV["capacity"]), ENV["capacity"]),
+            )
         self.resources = resources
         session = session or boto3.session.Session()
         self._clients = {
@@ -118,8 +125,13 @@ class Client:
 
     @property
     def capacity(self) -> int | None:
-        """Jobs the pool runs at once, when known (the local twin's workers)."""
-        return self._twin.workers if self._twin is not None else None
+        """Jobs the pool runs at once, when known: the twin's workers, or the stack's pool."""
+        return self._twin.workers if self._twin is not None else self.resources.capacity
+
+    @property
+    def is_local(self) -> bool:
+        """An in-process twin, whose S3 and table end with the client."""
+        return self._twin is not None
 
     @classmethod
     def local(cls, workers: int = 2) -> Client:
@@ -300,3 +312,15 @@ def _batches(bodies: list[str]) -> Iterator[list[str]]:
         size += length
     if batch:
         yield batch
+
+
+def _capacity(value: str | None, name: str) -> int | None:
+    if not value:
+        return None
+    try:
+        capacity = int(value)
+    except ValueError:
+        capacity = 0
+    if capacity < 1:
+        raise TrialboxError(f"{name} must be a positive number of workers, got {value!r}")
+    return capacity

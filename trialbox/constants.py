@@ -19,6 +19,7 @@ OUTPUT_TASKSETS_BUCKET = "TasksetsBucketName"
 OUTPUT_TRACES_BUCKET = "TracesBucketName"
 OUTPUT_EXECUTIONS_TABLE = "ExecutionsTableName"
 OUTPUT_ROLLOUT_ARN = "RolloutStateMachineArn"
+OUTPUT_POOL_CAPACITY = "PoolMaxWorkers"  # jobs the pool runs at once, at most
 
 # Error names the Rollout state machine routes on.
 ERROR_REJECTED = "RequestRejected"  # the request is invalid: a `rejected` result (Prepare)

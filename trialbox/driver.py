@@ -18,12 +18,14 @@ from trialbox.models import ExecutionRequest, ExecutionResult
 OnResult = Callable[[str, ExecutionResult, float | None], None]  # id, result, wall seconds
 SUBMIT_BATCH = 10  # SendMessageBatch's limit
 PER_WORKER = 4  # in flight per known pool worker: enough to keep each one busy
-REMOTE_CONCURRENCY = 256  # against a deployment, whose pool size the SDK cannot see
+# When the pool's size is unknown (resource names given by hand without
+# TRIALBOX_POOL_CAPACITY): modest, because a job queued longer than the heartbeat is retried.
+UNKNOWN_CAPACITY_CONCURRENCY = 32
 
 
 def default_concurrency(capacity: int | None) -> int:
     """How many requests to keep in flight for a pool of `capacity` workers (None: unknown)."""
-    return PER_WORKER * capacity if capacity else REMOTE_CONCURRENCY
+    return PER_WORKER * capacity if capacity else UNKNOWN_CAPACITY_CONCURRENCY
 
 
 class Driver:

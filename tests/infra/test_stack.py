@@ -297,6 +297,7 @@ def test_outputs_have_stable_names(template: Template) -> None:
         c.OUTPUT_TRACES_BUCKET,
         c.OUTPUT_EXECUTIONS_TABLE,
         c.OUTPUT_ROLLOUT_ARN,
+        c.OUTPUT_POOL_CAPACITY,
     ):
         assert outputs[name]["Export"]["Name"] == f"Trialbox-{name}"
 

@@ -11,6 +11,7 @@ import pytest
 from tests.integration.conftest import Aws
 from trialbox import constants as c
 from trialbox.client import AwsCallError, Client, Resources
+from trialbox.driver import default_concurrency
 from trialbox.errors import TrialboxError
 from trialbox.models import ExecutionRequest
 
@@ -35,6 +36,32 @@ def test_from_stack_reads_the_outputs(aws: Aws) -> None:
     client = Client.from_stack("Trialbox")
     assert client.resources == Resources.from_outputs(OUTPUTS)
     assert client.capacity is None
+
+
+def test_the_stack_pool_size_sets_the_default_concurrency(aws: Aws) -> None:
+    deploy("Sized", OUTPUTS | {c.OUTPUT_POOL_CAPACITY: "10"})
+    client = Client.from_stack("Sized")
+    assert (client.capacity, client.is_local) == (10, False)
+    assert default_concurrency(client.capacity) == 40
+
+
+def test_pool_capacity_from_the_environment_and_a_bad_one_named(
+    aws: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    names = {
+        "TRIALBOX_REQUESTS_QUEUE_URL": OUTPUTS[c.OUTPUT_REQUESTS_QUEUE_URL],
+        "TRIALBOX_EXECUTIONS_TABLE": "executions",
+        "TRIALBOX_TRACES_BUCKET": "traces",
+        "TRIALBOX_TASKSETS_BUCKET": "tasksets",
+    }
+    for name, value in names.items():
+        monkeypatch.setenv(name, value)
+    assert Client().capacity is None
+    monkeypatch.setenv("TRIALBOX_POOL_CAPACITY", "3")
+    assert Client().capacity == 3
+    monkeypatch.setenv("TRIALBOX_POOL_CAPACITY", "lots")
+    with pytest.raises(TrialboxError, match="TRIALBOX_POOL_CAPACITY must be a positive number"):
+        Client()
 
 
 def test_from_stack_names_a_missing_stack(aws: Aws) -> None:

@@ -31,6 +31,7 @@ def up(
         ENV["executions_table"]: outputs[c.OUTPUT_EXECUTIONS_TABLE],
         ENV["traces_bucket"]: outputs[c.OUTPUT_TRACES_BUCKET],
         ENV["tasksets_bucket"]: outputs[c.OUTPUT_TASKSETS_BUCKET],
+        ENV["capacity"]: str(workers),
     }
     typer.echo(f"local twin at {twin.endpoint_url} with {workers} workers. For the SDK:")
     for name, value in exports.items():

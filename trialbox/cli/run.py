@@ -21,7 +21,7 @@ from rich.progress import Progress
 from rich.table import Table
 
 from trialbox.client import Client
-from trialbox.driver import REMOTE_CONCURRENCY, Driver, default_concurrency
+from trialbox.driver import UNKNOWN_CAPACITY_CONCURRENCY, Driver, default_concurrency
 from trialbox.errors import InputError, TrialboxError
 from trialbox.models import ExecutionRequest, ExecutionResult, Sample
 from trialbox.models.jsonl import load_tasks_and_samples
@@ -42,8 +42,8 @@ err = Console(stderr=True, soft_wrap=True, markup=False, highlight=False)
 
 
 CONCURRENCY_HELP = (
-    "samples in flight at once [default: 4 x the twin's workers, "
-    f"or {REMOTE_CONCURRENCY} against a deployment]"
+    "samples in flight at once [default: 4 x the pool's workers (the twin's, or the stack's "
+    f"pool.max_workers), or {UNKNOWN_CAPACITY_CONCURRENCY} when unknown]"
 )
 DEFAULT_TIMEOUT_S = 3600.0
 GRACE_S = 5.0  # how long Ctrl-C waits for the samples in flight
@@ -203,7 +203,7 @@ def _execute(
             if remote is None:
                 err.print("starting the local twin (moto + bwrap sandboxes)...")
             with remote or Client.local() as client:
-                if traces_dir is None and client.capacity is not None:
+                if traces_dir is None and client.is_local:
                     traces_dir = out.with_suffix(".traces")  # the twin's S3 goes with it
                 taskset, version = taskset_version(tasks)
                 client.push_taskset(taskset_key(taskset, version), tasks.read_bytes())
