@@ -199,3 +199,21 @@ def test_unicode_line_separators_inside_strings_are_not_record_breaks(tmp_path: 
     samples.write_text(SAMPLE_LINE + "\n")
     loaded, _ = load_tasks_and_samples(tasks, samples)
     assert loaded[0].prompt == "a\u2028b\u0085c"
+
+
+def test_a_file_named_like_a_union_member_is_still_reported(tmp_path: Path) -> None:
+    samples = ['{"task_id": "add-two", "sample_id": "s", "files": {"str": 5}}']
+    with pytest.raises(InvalidInputFiles) as exc:
+        load_tasks_and_samples(*write(tmp_path, [TASK_LINE], samples))
+    assert [str(e) for e in exc.value.errors] == [
+        "samples.jsonl:1: files.str: a file is a text string, or an object "
+        '{"base64": "...", "mode": "0644"}'
+    ]
+
+
+def test_an_unreadable_tasks_file_does_not_blame_every_sample(tmp_path: Path) -> None:
+    samples = tmp_path / "samples.jsonl"
+    samples.write_text(SAMPLE_LINE + "\n" + SAMPLE_LINE.replace('"s1"', '"s2"') + "\n")
+    with pytest.raises(InvalidInputFiles) as exc:
+        load_tasks_and_samples(tmp_path / "nope.jsonl", samples)
+    assert [str(e) for e in exc.value.errors] == [f"{tmp_path / 'nope.jsonl'}: no such file"]

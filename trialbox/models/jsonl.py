@@ -52,7 +52,7 @@ def _field_path(loc: tuple[int | str, ...]) -> str:
     for part in loc:
         if isinstance(part, int):
             path += f"[{part}]"
-        elif part == "[key]" or _is_union_member(part):
+        elif part == "[key]":
             continue
         elif not part.isidentifier():
             path += f"[{json.dumps(part)}]"
@@ -75,7 +75,8 @@ def _line_errors(name: str, number: int, raw: Any, exc: ValidationError) -> list
     shapes: set[str] = set()  # union fields whose value fits no member: one line each
     for err in exc.errors():
         loc = err["loc"]
-        member = next((i for i, part in enumerate(loc) if _is_union_member(part)), None)
+        # The member tag follows the file's own name, which may itself look like one.
+        member = next((i for i in range(len(loc) - 1, 0, -1) if _is_union_member(loc[i])), None)
         if member is not None:
             base = _field_path(loc[:member])
             if not isinstance(_value_at(raw, loc[:member]), dict):
@@ -85,13 +86,14 @@ def _line_errors(name: str, number: int, raw: Any, exc: ValidationError) -> list
                 continue
             if loc[member] == "str":
                 continue  # an object fails the text member too: only the object's errors help
+            loc = loc[:member] + loc[member + 1 :]  # the tag means nothing to a user
         reason = err["msg"].removeprefix("Value error, ")
         if err["type"] == "extra_forbidden":
             reason = "unknown field" + (
                 " (put free-form data under 'metadata')" if len(loc) == 1 else ""
             )
         found.append(LineError(name, number, _field_path(loc), reason))
-    return found
+    return found or [LineError(name, number, None, "invalid record")]
 
 
 def _no_duplicate_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
@@ -131,13 +133,14 @@ def _decode(path: Path, errors: list[LineError]) -> str | None:
 
 def _read_jsonl(
     path: Path, model: type[M], errors: list[LineError], invalid_ids: set[str] | None = None
-) -> list[tuple[int, M]]:
-    """`invalid_ids` collects the task_id of lines that failed validation, when it has one."""
+) -> list[tuple[int, M]] | None:
+    """The valid records by line number, or None when the file cannot be read at all.
+    `invalid_ids` collects the task_id of lines that failed validation, when it has one."""
     name = path.name
     before = len(errors)
     text = _decode(path, errors)
     if text is None:
-        return []
+        return None
     records: list[tuple[int, M]] = []
     # Only "\n" ends a record: U+2028 and friends are legal raw inside JSON strings.
     for number, line in enumerate(text.split("\n"), start=1):
@@ -166,19 +169,23 @@ def _read_jsonl(
             errors.extend(_line_errors(name, number, raw, exc))
     if not records and len(errors) == before:
         errors.append(LineError(name, None, None, "the file has no records"))
+    errors[before:] = sorted(errors[before:], key=lambda e: e.line or 0)  # stable: field order
     return records
 
 
 def load_tasks_and_samples(tasks_path: Path, samples_path: Path) -> tuple[list[Task], list[Sample]]:
     """Validate both files fully; raise `InvalidInputFiles` listing every error, or return both."""
-    errors: list[LineError] = []
+    task_errors: list[LineError] = []
+    sample_errors: list[LineError] = []
     invalid_tasks: set[str] = set()
-    tasks = _read_jsonl(tasks_path, Task, errors, invalid_tasks)
-    samples = _read_jsonl(samples_path, Sample, errors)
+    tasks = _read_jsonl(tasks_path, Task, task_errors, invalid_tasks)
+    samples = _read_jsonl(samples_path, Sample, sample_errors)
+    # A tasks file that could not be read at all says nothing about which task ids exist.
+    tasks_known = tasks is not None
     task_ids: dict[str, int] = {}
-    for number, task in tasks:
+    for number, task in tasks or []:
         if task.task_id in task_ids:
-            errors.append(
+            task_errors.append(
                 LineError(
                     tasks_path.name,
                     number,
@@ -188,10 +195,11 @@ def load_tasks_and_samples(tasks_path: Path, samples_path: Path) -> tuple[list[T
             )
         task_ids.setdefault(task.task_id, number)
     seen: dict[tuple[str, str], int] = {}
-    for number, sample in samples:
+    for number, sample in samples or []:
         key = (sample.task_id, sample.sample_id)
-        if sample.task_id not in task_ids and sample.task_id not in invalid_tasks:
-            errors.append(
+        unknown = sample.task_id not in task_ids and sample.task_id not in invalid_tasks
+        if tasks_known and unknown:
+            sample_errors.append(
                 LineError(
                     samples_path.name,
                     number,
@@ -200,7 +208,7 @@ def load_tasks_and_samples(tasks_path: Path, samples_path: Path) -> tuple[list[T
                 )
             )
         if key in seen:
-            errors.append(
+            sample_errors.append(
                 LineError(
                     samples_path.name,
                     number,
@@ -209,8 +217,9 @@ def load_tasks_and_samples(tasks_path: Path, samples_path: Path) -> tuple[list[T
                 )
             )
         seen.setdefault(key, number)
+    errors = sorted(task_errors, key=lambda e: e.line or 0)  # stable: field order
+    errors += sorted(sample_errors, key=lambda e: e.line or 0)
     if errors:
-        order = {tasks_path.name: 0, samples_path.name: 1}
-        errors.sort(key=lambda e: (order.get(e.file, -1), e.line or 0))  # stable: field order
         raise InvalidInputFiles(errors)
+    assert tasks is not None and samples is not None
     return [task for _, task in tasks], [sample for _, sample in samples]
