@@ -161,9 +161,20 @@ class Client:
     def submit(self, requests: list[ExecutionRequest]) -> list[str]:
         """SendMessageBatch; payloads over 128 KiB go to S3 first, and each batch stays within
         SQS's 10 entries and 256 KiB in all. Entries SQS fails on its side are sent again."""
-        bodies = [self._message_body(request) for request in requests]
+        bodies = [(r.request_id, self._message_body(r)) for r in requests]
+        sent = 0
         for batch in _batches(bodies):
-            self._send_batch(batch)
+            refused = self._send_batch(batch)
+            if refused:
+                later = len(bodies) - sent - len(batch)
+                reason = next(iter(refused.values()))
+                raise AwsCallError(
+                    f"SendMessageBatch refused {', '.join(refused)} ({reason}); "
+                    f"{sent + len(batch) - len(refused)} other request(s) were sent and the "
+                    f"{later} after them were not. Submitting the same request ids again "
+                    "runs each at most once."
+                )
+            sent += len(batch)
         return [r.request_id for r in requests]
 
     def _message_body(self, request: ExecutionRequest) -> str:
@@ -177,28 +188,29 @@ class Client:
         uri = f"s3://{self.resources.traces_bucket}/{key}"
         return json.dumps({"request_id": request.request_id, "payload_uri": uri})
 
-    def _send_batch(self, bodies: list[str]) -> None:
-        pending = dict(enumerate(bodies))
+    def _send_batch(self, batch: list[tuple[str, str]]) -> dict[str, str]:
+        """Send one batch; resend what SQS failed on its side. Returns the request ids it
+        refused for good, with SQS's reason (empty when all were sent)."""
+        pending = dict(enumerate(batch))
         for attempt in range(SEND_ATTEMPTS):
-            entries = [{"Id": str(i), "MessageBody": body} for i, body in pending.items()]
+            entries = [{"Id": str(i), "MessageBody": body} for i, (_, body) in pending.items()]
             answer = self._call(
                 self._clients["sqs"].send_message_batch,
                 QueueUrl=self.resources.requests_queue_url,
                 Entries=entries,
             )
             failed = answer.get("Failed", [])
-            permanent = [f for f in failed if f.get("SenderFault")]
-            if permanent or (failed and attempt == SEND_ATTEMPTS - 1):
-                first = (permanent or failed)[0]
-                raise AwsCallError(
-                    f"SendMessageBatch refused {len(failed)} of {len(entries)} request(s) "
-                    f"({first.get('Code')}: {first.get('Message')}); the other entries were "
-                    "sent, and resubmitting the same request ids runs each at most once"
-                )
+            if any(f.get("SenderFault") for f in failed) or (
+                failed and attempt == SEND_ATTEMPTS - 1
+            ):
+                return {
+                    pending[int(f["Id"])][0]: f"{f.get('Code')}: {f.get('Message')}" for f in failed
+                }
             pending = {int(f["Id"]): pending[int(f["Id"])] for f in failed}
             if not pending:
-                return
+                return {}
             time.sleep(0.1 * 2**attempt)
+        return {}
 
     def poll(self, request_ids: list[str]) -> dict[str, ExecutionResult]:
         """The terminal results that exist now (BatchGetItem, 100 keys at a time)."""
@@ -299,16 +311,16 @@ def _service(session: Any, name: str, endpoint_url: str | None) -> Any:
         ) from exc
 
 
-def _batches(bodies: list[str]) -> Iterator[list[str]]:
-    """Consecutive runs of message bodies that fit one SendMessageBatch call."""
-    batch: list[str] = []
+def _batches(bodies: list[tuple[str, str]]) -> Iterator[list[tuple[str, str]]]:
+    """Consecutive runs of (request id, message body) that fit one SendMessageBatch call."""
+    batch: list[tuple[str, str]] = []
     size = 0
-    for body in bodies:
+    for request_id, body in bodies:
         length = len(body.encode())
         if batch and (len(batch) == MAX_BATCH_ENTRIES or size + length > MAX_BATCH_BYTES):
             yield batch
             batch, size = [], 0
-        batch.append(body)
+        batch.append((request_id, body))
         size += length
     if batch:
         yield batch

@@ -43,12 +43,18 @@ def to_request(sample: Sample, taskset: str, version: str, run_id: str) -> Execu
 
 
 def is_result_file(out: Path) -> bool:
-    """Every line a result row, but for a last line a killed run may have cut short."""
+    """Empty, or result rows, one per line: only a last line with no newline, which a killed
+    run cut short, may be anything."""
     try:
-        lines = out.read_text(encoding="utf-8").splitlines()
+        text = out.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError):
         return False
-    for line in lines[:-1]:
+    lines = text.splitlines()
+    if not text.endswith("\n"):
+        lines = lines[:-1]
+        if not lines and text:  # a single unterminated line is a file of something else
+            return False
+    for line in lines:
         try:
             row = json.loads(line)
         except ValueError:

@@ -144,7 +144,11 @@ def test_submit_resends_transient_failures_and_names_permanent_ones(
     client._clients["sqs"] = FlakySqs(aws.sqs, sender_fault)
     requests = [ExecutionRequest(request_id=f"r{i}", task_ref="t@v/a") for i in range(3)]
     if sender_fault:
-        with pytest.raises(AwsCallError, match=r"refused 1 of 3 request\(s\) \(X: refused\)"):
+        message = (
+            r"SendMessageBatch refused r0 \(X: refused\); 2 other request\(s\) were sent and "
+            r"the 0 after them were not"
+        )
+        with pytest.raises(AwsCallError, match=message):
             client.submit(requests)
         assert sorted(str(b["request_id"]) for b in queued_bodies(aws, queue)) == ["r1", "r2"]
     else:
