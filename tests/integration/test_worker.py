@@ -227,3 +227,25 @@ def test_a_worker_told_to_stop_hands_a_long_job_back_after_its_grace(aws: Aws) -
         serving.join(timeout=60)
     assert not serving.is_alive()
     assert aws.traces.s3.list_objects_v2(Bucket="traces", Prefix="jobs/w-7/report")["KeyCount"] == 0
+
+
+def test_a_job_received_after_the_stop_is_given_back_unrun(aws: Aws) -> None:
+    machine = waiting_machine(aws)
+    arn = start(aws, machine, "w-8", job(aws, "w-8"))
+    ran = threading.Event()
+
+    def run(spec: JobSpec) -> RunReport:
+        ran.set()
+        raise AssertionError("must not run")
+
+    the_worker = worker(aws, run)
+    the_worker.shut_down(grace_s=60)  # SIGTERM arrived during the long poll
+    deadline = time.monotonic() + 10
+    while not the_worker.poll_once():
+        assert time.monotonic() < deadline
+    assert not ran.is_set()
+    (message,) = aws.messages(aws.work_queue)  # visible again at once, for another worker
+    assert json.loads(message["Body"])["request_id"] == "w-8"
+    assert aws.sfn.describe_execution(executionArn=arn)["status"] == "RUNNING"
+    the_worker.shut_down(grace_s=3600)
+    assert the_worker.hand_back_at is not None and the_worker.hand_back_at < time.time() + 61

@@ -10,7 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
-from botocore.exceptions import ClientError
+from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import ValidationError
 
 from trialbox.constants import ERROR_INTERRUPTED, ERROR_SANDBOX
@@ -43,7 +43,8 @@ class Worker:
 
     def shut_down(self, grace_s: float) -> None:
         """Take no new job; finish the current one, or hand it back after `grace_s`."""
-        self.hand_back_at = time.time() + grace_s
+        deadline = time.time() + grace_s
+        self.hand_back_at = min(deadline, self.hand_back_at or deadline)  # a 2nd never extends
         self.stop.set()
 
     def serve(self) -> None:
@@ -66,6 +67,13 @@ class Worker:
         )
         messages = answer.get("Messages", [])
         for message in messages:
+            if self.stop.is_set():  # told to stop during the long poll: give it back at once
+                self.sqs.change_message_visibility(
+                    QueueUrl=self.queue_url,
+                    ReceiptHandle=message["ReceiptHandle"],
+                    VisibilityTimeout=0,
+                )
+                continue
             self.handle(message)
         return bool(messages)
 
@@ -169,7 +177,7 @@ class Worker:
                     ReceiptHandle=receipt,
                     VisibilityTimeout=self.heartbeat_s * 3,
                 )
-            except ClientError:
+            except (ClientError, BotoCoreError):
                 log.exception("heartbeat failed; trying again")
 
     def _hand_back(self, token: str) -> None:
@@ -181,6 +189,8 @@ class Worker:
         except ClientError as exc:  # moved on already: nothing to hand back
             if exc.response["Error"]["Code"] not in GONE:
                 log.exception("handing the job back failed; its heartbeat will lapse")
+        except BotoCoreError:
+            log.exception("handing the job back failed; its heartbeat will lapse")
 
     def _delete(self, receipt: str) -> None:
         self.sqs.delete_message(QueueUrl=self.queue_url, ReceiptHandle=receipt)
