@@ -15,6 +15,8 @@ from trialbox.local.resources import FunctionSpec
 HANDLER = """
 import os, time
 
+time.sleep(1.5)  # a slow init: not part of any invocation's timeout, as in Lambda
+
 def handler(event, context):
     if event.get("exit") is not None:
         os._exit(event["exit"])
@@ -65,3 +67,13 @@ def test_a_process_that_dies_is_reported_and_replaced(host: FunctionHost) -> Non
     }
     ok, after = call(host, {})
     assert ok and "pid" in after
+
+
+def test_a_process_that_died_while_idle_is_replaced_before_the_next_call(
+    host: FunctionHost,
+) -> None:
+    (idle,) = host.idle["Flaky"].queue
+    idle.kill()
+    idle.wait()
+    ok, after = call(host, {})
+    assert ok and after["pid"] != idle.pid

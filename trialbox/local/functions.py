@@ -50,7 +50,8 @@ def _unframe(stream: IO[bytes]) -> bytes | None:
     if len(header) < 4:
         return None
     (size,) = struct.unpack(">I", header)
-    return stream.read(size)
+    body = stream.read(size)
+    return body if len(body) == size else None  # cut short: the process died mid-answer
 
 
 def serve(name: str, handler_path: str, log_path: str, timeout_s: str) -> None:
@@ -63,6 +64,7 @@ def serve(name: str, handler_path: str, log_path: str, timeout_s: str) -> None:
     sys.stdout = sys.stderr = log  # Powertools' EMF metrics and JSON logs go here
     module, attr = handler_path.rsplit(".", 1)
     handler = getattr(importlib.import_module(module), attr)
+    _frame(answers, READY)  # init is done: invocations are timed from here, as in Lambda
     while (payload := _unframe(requests_in)) is not None:
         try:
             out = handler(json.loads(payload or b"null"), Context(name, float(timeout_s)))
@@ -76,6 +78,9 @@ def _error(error_type: str, message: str, exc: BaseException | None = None) -> b
     return json.dumps(
         {"errorType": error_type, "errorMessage": message, "stackTrace": trace}
     ).encode()
+
+
+READY = b"ready"
 
 
 class FunctionHost:
@@ -95,11 +100,14 @@ class FunctionHost:
         self.idle: dict[str, queue.Queue[subprocess.Popen[bytes]]] = {}
 
     def start(self) -> None:
+        """Every process started, then each one's init awaited (they import in parallel)."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        for name in self.specs:
+        started = {name: [self._spawn(name) for _ in range(self.copies)] for name in self.specs}
+        for name, processes in started.items():
             self.idle[name] = queue.Queue()
-            for _ in range(self.copies):
-                self.idle[name].put(self._spawn(name))
+            for process in processes:
+                self._await_init(name, process)
+                self.idle[name].put(process)
 
     def _spawn(self, name: str) -> subprocess.Popen[bytes]:
         spec = self.specs[name]
@@ -112,9 +120,22 @@ class FunctionHost:
             env=spec.environment | {"PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])},
         )
 
+    def _await_init(self, name: str, process: subprocess.Popen[bytes]) -> None:
+        assert process.stdout is not None
+        if _unframe(process.stdout) != READY:
+            log = (self.log_dir / f"{name}.log").read_text(errors="replace")[-2000:]
+            raise RuntimeError(f"function {name} failed to start:\n{log}")
+
+    def _fresh(self, name: str) -> subprocess.Popen[bytes]:
+        process = self._spawn(name)
+        self._await_init(name, process)
+        return process
+
     def invoke(self, name: str, payload: bytes) -> tuple[bool, bytes]:
         pool = self.idle[name]
         process = pool.get()
+        if process.poll() is not None:  # died while idle: Lambda would start a new one
+            process = self._fresh(name)
         timeout_s = self.specs[name].timeout_s
         timed_out = threading.Event()
 
@@ -131,12 +152,12 @@ class FunctionHost:
             answer = _unframe(process.stdout)
         finally:
             watchdog.cancel()
-        if answer is not None and len(answer) >= 1:
+        if answer and not timed_out.is_set():
             pool.put(process)
             return answer[:1] == b"1", answer[1:]
-        process.kill()
+        process.kill()  # overran (an answer racing the kill is late all the same), or died
         process.wait()
-        pool.put(self._spawn(name))
+        pool.put(self._fresh(name))
         if timed_out.is_set():
             message = f"Task timed out after {timeout_s:.2f} seconds"
             return False, _error("Sandbox.Timedout", message)
