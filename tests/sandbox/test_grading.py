@@ -10,6 +10,7 @@ from pathlib import Path
 from tests.sandbox.conftest import ADD_TASK, CORRECT, Grade
 from trialbox.models import Sample, Status, Task
 from trialbox.sandbox.runner import Runner
+from trialbox.scoring import score
 
 WRONG = "def add(a, b):\n    return 3\n"
 FORCE_PASS_CONFTEST = (
@@ -272,3 +273,18 @@ def test_files_that_overflow_the_workspace_score_zero_and_are_not_masked(grade: 
     assert result.feedback == (
         "reward 0: the sample's files do not fit the 16 MiB workspace; nothing ran"
     )
+
+
+def test_starter_plus_sample_files_past_the_cap_are_the_samples_overflow(runner: Runner) -> None:
+    """Each file fits, together they do not: the tmpfs says ENOSPC, and an ungraded run says
+    why nothing ran."""
+    ten_mib = "x" * (10 * 1024 * 1024)
+    task = Task.model_validate(
+        ADD_TASK | {"workspace": {"data.txt": ten_mib}, "limits": {"disk_mb": 16, "memory_mb": 256}}
+    )
+    sample = Sample(task_id=task.task_id, sample_id="s", files={"more.txt": ten_mib})
+    report = runner.run(task, sample, grade=False)
+    assert (report.status, report.grading, report.commands) == (Status.SUCCEEDED, None, [])
+    assert report.notes[-1] == "the sample's files do not fit the 16 MiB workspace; nothing ran"
+    graded = score(task.grading, runner.run(task, sample))
+    assert (graded.status, graded.reward, graded.loss_mask) == (Status.SUCCEEDED, 0.0, False)

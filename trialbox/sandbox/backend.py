@@ -87,6 +87,7 @@ class Launched(ABC):
 
 class Backend(ABC):
     name: Literal["bwrap", "rlimit"]
+    caps_workspace: bool  # prepare_dir enforces size_mb itself (ENOSPC past it)
 
     @abstractmethod
     def prepare_dir(

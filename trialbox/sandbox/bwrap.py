@@ -65,6 +65,7 @@ class BwrapLaunched(Launched):
 
 class BwrapBackend(Backend):
     name = "bwrap"
+    caps_workspace = True  # a size-capped tmpfs: a full disk is the sample's own
 
     def __init__(self, config: SandboxConfig, runtime: Runtime) -> None:
         for tool in ("bwrap", "setpriv"):

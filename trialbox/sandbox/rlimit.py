@@ -84,6 +84,7 @@ class RlimitLaunched(Launched):
 
 class RlimitBackend(Backend):
     name = "rlimit"
+    caps_workspace = False  # a plain directory: a full disk is the host's
 
     def __init__(self, config: SandboxConfig, runtime: Runtime) -> None:
         self.config = config

@@ -42,6 +42,10 @@ MiB = 1024 * 1024
 DISK_FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
 
 
+class WorkspaceOverflow(Exception):
+    """The sample's files do not fit its workspace: the policy's failure, not the sandbox's."""
+
+
 def command_status(outcome: Outcome) -> Status:
     if outcome.timed_out:
         return Status.TIMEOUT
@@ -138,6 +142,10 @@ class Runner:
                 grading = self._run_in_slot(
                     slot, task, sample, limits, grade, commands, checkpoint_to
                 )
+        except WorkspaceOverflow as exc:
+            why = str(exc)
+            grading = (self._ungradable(task, why), Status.SUCCEEDED) if grade else None
+            notes = [*notes, why]
         except Exception as exc:  # the runner's own failure: no reward, never a crash
             return RunReport(
                 task_id=task.task_id,
@@ -179,16 +187,20 @@ class Runner:
         self.backend.prepare_dir(slot.work_dir, limits.disk_mb, uid, uid, 0o700)
         # Nothing has run in the fresh workspace yet, so nothing there can be a planted link.
         fs.write_files(slot.work_dir, task.workspace, uid, uid)
+        # The policy's own files overflowing its workspace are its failure, scored 0 like a
+        # disk it filled from a command; never a sandbox_error, whose loss mask would teach
+        # padding files as a way out of a 0 reward. A full host disk is a sandbox_error.
+        overflow = WorkspaceOverflow(
+            f"the sample's files do not fit the {limits.disk_mb} MiB workspace; nothing ran"
+        )
+        if sum(len(file_bytes(c)) for c in sample.files.values()) > limits.disk_mb * MiB:
+            raise overflow
         try:
             fs.write_files(slot.work_dir, sample.files, uid, uid)
         except OSError as exc:
-            if exc.errno not in DISK_FULL:
-                raise
-            # The policy's own files overflow its workspace: its failure, scored 0 like a
-            # disk it filled from a command. Never a sandbox_error, whose loss mask would
-            # teach padding files as a way out of a 0 reward.
-            why = f"the sample's files do not fit the {limits.disk_mb} MiB workspace; nothing ran"
-            return (self._ungradable(task, why), Status.SUCCEEDED) if grade else None
+            if exc.errno in DISK_FULL and self.backend.caps_workspace:
+                raise overflow from exc
+            raise
         for argv in sample.commands:
             outcome = self.backend.run(slot, self._agent_spec(argv, slot, limits))
             commands.append(command_result("agent", argv, outcome))
