@@ -70,23 +70,28 @@ def _remote_client(local: bool, endpoint_url: str | None, stack: str | None) -> 
     return None
 
 
-def _output_problems(tasks: Path, samples: Path, out: Path, traces_dir: Path | None) -> list[str]:
-    """Why the results could not be written where asked: found before anything runs."""
-    problems = []
+def _out_problem(tasks: Path, samples: Path, out: Path) -> str | None:
+    """Why the results could not be written to `out`, or None."""
     for name, source in (("--tasks", tasks), ("--samples", samples)):
         if out.exists() and source.exists() and out.resolve() == source.resolve():
-            problems.append(f"--out {out} is the {name} file: the results would overwrite it")
+            return f"--out {out} is the {name} file: the results would overwrite it"
     if out.is_dir():
-        problems.append(f"--out {out} is a directory: give a file path")
-    elif not out.parent.is_dir():
-        problems.append(f"--out {out}: directory {out.parent} does not exist")
-    elif not os.access(out.parent, os.W_OK) or (out.exists() and not os.access(out, os.W_OK)):
-        problems.append(f"--out {out}: not writable")
-    elif out.exists() and not is_result_file(out):
-        problems.append(
+        return f"--out {out} is a directory: give a file path"
+    if not out.parent.is_dir():
+        return f"--out {out}: directory {out.parent} does not exist"
+    if not os.access(out.parent, os.W_OK) or (out.exists() and not os.access(out, os.W_OK)):
+        return f"--out {out}: not writable"
+    if out.exists() and not is_result_file(out):
+        return (
             f"--out {out} exists and is not a results file of `trialbox run` "
             "(resume writes into it): choose another path, or delete it"
         )
+    return None
+
+
+def _output_problems(tasks: Path, samples: Path, out: Path, traces_dir: Path | None) -> list[str]:
+    """Why the results could not be written where asked: found before anything runs."""
+    problems = [p for p in [_out_problem(tasks, samples, out)] if p]
     if traces_dir is not None and traces_dir.exists() and not traces_dir.is_dir():
         problems.append(f"--traces-dir {traces_dir} is a file: give a directory")
     return problems
