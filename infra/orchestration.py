@@ -8,7 +8,6 @@ is a completed run the worker reports with SendTaskSuccess, so it is never retri
 from __future__ import annotations
 
 from aws_cdk import Duration, RemovalPolicy
-from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_sqs as sqs
@@ -16,6 +15,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
+from infra.alarms import at_least
 from infra.lambdas import TrialboxFunction, retention
 from infra.nag import acknowledge, logical_id
 from trialbox import constants as c
@@ -125,16 +125,12 @@ class Orchestration(Construct):
         )
         # Every failure is caught into Record, so a failed execution means Record's own
         # fallback failed too: a request without a terminal result.
-        self.failed_alarm = self.rollout.metric_failed(
-            period=Duration.minutes(1), statistic="Sum"
-        ).create_alarm(
+        self.failed_alarm = at_least(
             self,
             "ExecutionsFailed",
-            threshold=1,
-            evaluation_periods=1,
-            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-            alarm_description="a Rollout execution ended without a terminal result",
+            self.rollout.metric_failed(period=Duration.minutes(1), statistic="Sum"),
+            1,
+            "a Rollout execution ended without a terminal result",
         )
 
     def _record_failed(self, table: dynamodb.ITable) -> sfn.IChainable:

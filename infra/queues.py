@@ -4,9 +4,10 @@ queue hygiene): anything in the DLQ, and a message older than the queue should e
 from __future__ import annotations
 
 from aws_cdk import Duration
-from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_sqs as sqs
 from constructs import Construct
+
+from infra.alarms import at_least
 
 MAX_RECEIVES = 3
 
@@ -33,25 +34,20 @@ class QueueWithDlq(Construct):
             dead_letter_queue=sqs.DeadLetterQueue(max_receive_count=MAX_RECEIVES, queue=self.dlq),
         )
         minute = Duration.minutes(1)
-        self.dlq_alarm = self.dlq.metric_approximate_number_of_messages_visible(
+        depth = self.dlq.metric_approximate_number_of_messages_visible(
             period=minute, statistic="Maximum"
-        ).create_alarm(
-            self,
-            "DlqNotEmpty",
-            threshold=1,
-            evaluation_periods=1,
-            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-            alarm_description="messages were dead-lettered: each names its reason",
         )
-        self.age_alarm = self.queue.metric_approximate_age_of_oldest_message(
+        self.dlq_alarm = at_least(
+            self, "DlqNotEmpty", depth, 1, "messages were dead-lettered: each names its reason"
+        )
+        age = self.queue.metric_approximate_age_of_oldest_message(
             period=minute, statistic="Maximum"
-        ).create_alarm(
+        )
+        self.age_alarm = at_least(
             self,
             "OldestMessage",
-            threshold=max_age.to_seconds(),
-            evaluation_periods=3,
-            comparison_operator=cloudwatch.ComparisonOperator.GREATER_THAN_OR_EQUAL_TO_THRESHOLD,
-            treat_missing_data=cloudwatch.TreatMissingData.NOT_BREACHING,
-            alarm_description="the queue's consumer is not keeping up, or is down",
+            age,
+            max_age.to_seconds(),
+            "the queue's consumer is not keeping up, or is down",
+            periods=3,
         )
