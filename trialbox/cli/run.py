@@ -47,6 +47,7 @@ CONCURRENCY_HELP = (
 )
 DEFAULT_TIMEOUT_S = 3600.0
 GRACE_S = 5.0  # how long Ctrl-C waits for the samples in flight
+PER_SAMPLE_ROWS = 40  # runs up to this size also get a row per sample
 
 
 def _remote_client(local: bool, endpoint_url: str | None, stack: str | None) -> Client | None:
@@ -259,13 +260,22 @@ def _save_trace(client: Client, uri: str, dest: Path) -> None:
 def _print_summary(
     rows: list[dict[str, Any]], total: int, out: Path, traces_dir: Path | None
 ) -> None:
+    console = Console(soft_wrap=True, markup=False, highlight=False)
+    if rows and len(rows) <= PER_SAMPLE_ROWS:  # a small run: each sample's outcome at a glance
+        each = Table(title="samples")
+        for column in ("task", "sample", "status", "reward", "feedback"):
+            each.add_column(column, overflow="ellipsis", no_wrap=column == "feedback")
+        for row in rows:
+            reward = "-" if row["reward"] is None else f"{row['reward']:.2f}"
+            feedback = " ".join((row["feedback"] or "").split())  # one line, cut to fit
+            each.add_row(row["task_id"], row["sample_id"], row["status"], reward, feedback)
+        console.print(each)
     stats = summary(rows)
     table = Table(title=f"{len(rows)}/{total} samples")
     table.add_column("status")
     table.add_column("count", justify="right")
     for status, count in sorted(stats["counts"].items()):
         table.add_row(status, str(count))
-    console = Console(soft_wrap=True, markup=False, highlight=False)
     console.print(table)
     mean = stats["mean_reward"]
     console.print(
