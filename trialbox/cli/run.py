@@ -263,8 +263,14 @@ def _print_summary(
     console = Console(soft_wrap=True, markup=False, highlight=False)
     if rows and len(rows) <= PER_SAMPLE_ROWS:  # a small run: each sample's outcome at a glance
         each = Table(title="samples")
-        for column in ("task", "sample", "status", "reward", "feedback"):
-            each.add_column(column, overflow="ellipsis", no_wrap=column == "feedback")
+        used = 16  # borders and padding of five columns
+        for column, key in (("task", "task_id"), ("sample", "sample_id"), ("status", "status")):
+            width = min(24, max(len(column), *(len(str(r[key])) for r in rows)))
+            each.add_column(column, no_wrap=True, width=width)
+            used += width
+        each.add_column("reward", no_wrap=True, width=6)
+        rest = max(12, console.width - used - 6)
+        each.add_column("feedback", overflow="ellipsis", no_wrap=True, width=rest)
         for row in rows:
             reward = "-" if row["reward"] is None else f"{row['reward']:.2f}"
             feedback = " ".join((row["feedback"] or "").split())  # one line, cut to fit
