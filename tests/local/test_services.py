@@ -54,3 +54,29 @@ def test_services_and_functions_exit_when_the_caller_is_killed() -> None:
         time.sleep(0.2)
     assert not [pid for pid in family if alive(pid)]
     assert not Path(twin_dir).exists()  # the logs went with the services process
+
+
+def test_a_caller_gone_while_services_start_leaves_nothing_behind(tmp_path: Path) -> None:
+    """Ctrl-C during `starting the local twin...`: the ready line meets a closed pipe."""
+    twin_dir = tmp_path / "trialbox-twin-x"
+    log_dir = twin_dir / "logs"
+    log_dir.mkdir(parents=True)
+    services = subprocess.Popen(
+        [sys.executable, "-m", "trialbox.local.services", "0", "60", str(log_dir)],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.DEVNULL,
+        start_new_session=True,
+    )
+    assert services.stdout is not None and services.stdin is not None
+    services.stdout.close()  # the caller went away before the twin was ready
+    services.stdin.close()
+    family = {services.pid} | descendants(services.pid)
+    assert services.wait(timeout=120) == 0
+    deadline = time.monotonic() + 15
+    while (
+        any(alive(pid) for pid in family | descendants(services.pid))
+        and time.monotonic() < deadline
+    ):
+        time.sleep(0.2)
+    assert not twin_dir.exists()

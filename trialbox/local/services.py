@@ -78,8 +78,11 @@ def serve(port: int, heartbeat_s: int, log_dir: Path, ready: IO[str], until: IO[
     pollers = [Poller(client(endpoint, "sqs"), m, functions.invoke) for m in stack.mappings]
     for poller in pollers:
         poller.start()
-    ready.write(json.dumps({"port": port, "outputs": stack.outputs}) + "\n")
-    ready.flush()
+    try:
+        ready.write(json.dumps({"port": port, "outputs": stack.outputs}) + "\n")
+        ready.flush()
+    except BrokenPipeError:  # the caller stopped or died while we started
+        return
     until.read()  # EOF: the caller stopped or died
 
 
