@@ -12,6 +12,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
+from urllib.parse import urlparse
 
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError, NoRegionError
@@ -36,7 +37,19 @@ ENV = {
     "tasksets_bucket": "TRIALBOX_TASKSETS_BUCKET",
     "capacity": "TRIALBOX_POOL_CAPACITY",  # optional: jobs the pool runs at once
 }
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
 REQUIRED = ("requests_queue_url", "executions_table", "traces_bucket", "tasksets_bucket")
+
+
+class MissingResources(TrialboxError):
+    """No stack outputs and no TRIALBOX_* resource names: nothing says where the pipeline is."""
+
+    def __init__(self, missing: list[str]) -> None:
+        self.missing = missing
+        super().__init__(
+            f"no Trialbox resources given: set {', '.join(missing)}, pass "
+            "Resources.from_outputs(stack outputs), or use Client.local()"
+        )
 
 
 class AwsCallError(TrialboxError):
@@ -93,10 +106,7 @@ class Client:
             values = {k: os.environ.get(ENV[k]) for k in REQUIRED}
             missing = [ENV[k] for k, v in values.items() if not v]
             if missing:
-                raise TrialboxError(
-                    f"no Trialbox resources given: set {', '.join(missing)}, pass "
-                    "Resources.from_outputs(stack outputs), or use Client.local()"
-                )
+                raise MissingResources(missing)
             resources = Resources(
                 **values,  # type: ignore[arg-type]
                 capacity=_capacity(os.environ.get(ENV["capacity"]), ENV["capacity"]),
@@ -130,8 +140,10 @@ class Client:
 
     @property
     def is_local(self) -> bool:
-        """An in-process twin, whose S3 and table end with the client."""
-        return self._twin is not None
+        """A local twin (in-process, or `trialbox local up` on this machine), whose S3 and
+        table end when it stops."""
+        host = urlparse(self.endpoint_url or "").hostname
+        return self._twin is not None or host in LOOPBACK
 
     @classmethod
     def local(cls, workers: int = 2) -> Client:

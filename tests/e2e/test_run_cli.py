@@ -134,8 +134,11 @@ def test_an_endpoint_without_resource_names_is_bad_input(tmp_path: Path) -> None
         capture_output=True, text=True, timeout=120, env=env,
     )  # fmt: skip
     assert done.returncode == 2
-    assert done.stderr.startswith("error: no Trialbox resources given: set TRIALBOX_REQUESTS")
-    assert "`trialbox local up` prints them), or use --stack NAME" in done.stderr
+    assert done.stderr == (
+        "error: --endpoint-url http://127.0.0.1:9 needs the stack's resource names: set "
+        "TRIALBOX_REQUESTS_QUEUE_URL, TRIALBOX_EXECUTIONS_TABLE, TRIALBOX_TRACES_BUCKET, "
+        "TRIALBOX_TASKSETS_BUCKET (`trialbox local up` prints them), or use --stack NAME\n"
+    )
     assert not out.exists()
 
 
@@ -211,7 +214,7 @@ def test_ctrl_c_keeps_what_finished_and_prints_the_resume_command(tmp_path: Path
     assert all(r["reward"] == 1.0 for r in rows)
 
 
-def test_local_up_serves_the_sdk_until_ctrl_c() -> None:
+def test_local_up_serves_the_sdk_until_ctrl_c(tmp_path: Path) -> None:
     serving = subprocess.Popen(
         [sys.executable, "-m", "trialbox", "local", "up", "--workers", "1"],
         stdout=subprocess.PIPE,
@@ -239,6 +242,18 @@ def test_local_up_serves_the_sdk_until_ctrl_c() -> None:
             [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=180
         )
         assert done.stdout.strip() == "1.0", done.stderr
+        # The CLI against that twin keeps the traces too: its S3 ends when it stops.
+        tasks, samples = inputs(tmp_path)
+        out = tmp_path / "r.jsonl"
+        run = subprocess.run(
+            [sys.executable, "-m", "trialbox", "run", "--tasks", str(tasks), "--samples",
+             str(samples), "--out", str(out)],
+            env=env, capture_output=True, text=True, timeout=180,
+        )  # fmt: skip
+        assert run.returncode == 0, run.stderr
+        (row,) = [json.loads(line) for line in out.read_text().splitlines()]
+        assert (tmp_path / "r.traces" / f"{row['request_id']}.json").is_file()
+        assert "starting the local twin" not in run.stderr
     finally:
         os.killpg(serving.pid, signal.SIGINT)
         stdout, _ = serving.communicate(timeout=60)

@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.progress import Progress
 from rich.table import Table
 
-from trialbox.client import Client
+from trialbox.client import Client, MissingResources
 from trialbox.driver import UNKNOWN_CAPACITY_CONCURRENCY, Driver, default_concurrency
 from trialbox.errors import InputError, TrialboxError
 from trialbox.models import ExecutionRequest, ExecutionResult, Sample
@@ -48,6 +48,7 @@ CONCURRENCY_HELP = (
 DEFAULT_TIMEOUT_S = 3600.0
 GRACE_S = 5.0  # how long Ctrl-C waits for the samples in flight
 PER_SAMPLE_ROWS = 40  # runs up to this size also get a row per sample
+FEEDBACK_MIN = 24
 
 
 def _remote_client(local: bool, endpoint_url: str | None, stack: str | None) -> Client | None:
@@ -59,15 +60,14 @@ def _remote_client(local: bool, endpoint_url: str | None, stack: str | None) -> 
             return Client(endpoint_url=endpoint)
         if not local and stack:
             return Client.from_stack(stack)
+    except MissingResources as exc:
+        raise InputError(
+            f"--endpoint-url {endpoint} needs the stack's resource names: set "
+            f"{', '.join(exc.missing)} (`trialbox local up` prints them), or use --stack NAME"
+        ) from exc
     except TrialboxError as exc:
-        hint = (
-            "--endpoint-url also needs the stack's resource names in TRIALBOX_REQUESTS_QUEUE_URL, "
-            "TRIALBOX_EXECUTIONS_TABLE, TRIALBOX_TRACES_BUCKET and TRIALBOX_TASKSETS_BUCKET "
-            "(`trialbox local up` prints them), or use --stack NAME"
-            if not stack
-            else "check the stack name, and AWS_REGION / AWS_PROFILE"
-        )
-        raise InputError(f"{exc}\n  {hint}") from exc
+        hint = "" if endpoint else "\n  check the stack name, and AWS_REGION / AWS_PROFILE"
+        raise InputError(f"{exc}{hint}") from exc
     return None
 
 
@@ -178,7 +178,7 @@ def run_job(
             "(slow samples, or a stalled pipeline: a deployment's DLQs say which)"
         )
     if missing:
-        command = ["trialbox", "run", "--tasks", str(tasks), "--samples", str(samples)]
+        command = [*_program(), "run", "--tasks", str(tasks), "--samples", str(samples)]
         command += ["--out", str(out), "--run-id", run_id]
         command += ["--local"] if local else []
         command += ["--endpoint-url", endpoint_url] if endpoint_url else []
@@ -247,6 +247,13 @@ def _drive(driver: Driver, timeout_s: float) -> bool:
     return driver.stopping and bool(driver.waiting or driver.in_flight)
 
 
+def _program() -> list[str]:
+    """This command as it was started, so that the resume line runs as printed."""
+    if Path(sys.argv[0]).name == "trialbox":
+        return [sys.argv[0]]
+    return [sys.executable, "-m", "trialbox"]
+
+
 def _save_trace(client: Client, uri: str, dest: Path) -> None:
     try:
         body = client.read_object(uri)
@@ -263,14 +270,21 @@ def _print_summary(
     console = Console(soft_wrap=True, markup=False, highlight=False)
     if rows and len(rows) <= PER_SAMPLE_ROWS:  # a small run: each sample's outcome at a glance
         each = Table(title="samples")
-        used = 16  # borders and padding of five columns
-        for column, key in (("task", "task_id"), ("sample", "sample_id"), ("status", "status")):
-            width = min(24, max(len(column), *(len(str(r[key])) for r in rows)))
-            each.add_column(column, no_wrap=True, width=width)
-            used += width
+        status_w = max(6, *(len(r["status"]) for r in rows))
+        room = console.width - 16 - status_w - 6  # borders, status and reward, never cut
+        task_w = min(24, max(4, *(len(str(r["task_id"])) for r in rows)))
+        sample_w = min(24, max(6, *(len(str(r["sample_id"])) for r in rows)))
+        while task_w + sample_w + FEEDBACK_MIN > room and max(task_w, sample_w) > 6:
+            if task_w >= sample_w:  # ids give way before feedback's minimum
+                task_w -= 1
+            else:
+                sample_w -= 1
+        each.add_column("task", no_wrap=True, overflow="ellipsis", width=task_w)
+        each.add_column("sample", no_wrap=True, overflow="ellipsis", width=sample_w)
+        each.add_column("status", no_wrap=True, width=status_w)
         each.add_column("reward", no_wrap=True, width=6)
-        rest = max(12, console.width - used - 6)
-        each.add_column("feedback", overflow="ellipsis", no_wrap=True, width=rest)
+        feedback_w = max(FEEDBACK_MIN, room - task_w - sample_w)
+        each.add_column("feedback", no_wrap=True, overflow="ellipsis", width=feedback_w)
         for row in rows:
             reward = "-" if row["reward"] is None else f"{row['reward']:.2f}"
             feedback = " ".join((row["feedback"] or "").split())  # one line, cut to fit
