@@ -128,7 +128,7 @@ def test_tests_outside_expected_never_count() -> None:
 def test_zero_expected_scores_zero() -> None:
     result = score(FRACTION, report([], []))
     assert (result.reward, result.loss_mask) == (0.0, False)
-    assert result.feedback == "0/0 tests passed"
+    assert result.feedback == "no tests ran"
 
 
 def test_timeout_is_zero_with_feedback() -> None:
@@ -211,3 +211,11 @@ def test_a_long_failure_message_keeps_its_tail_from_a_word_start() -> None:
     shown = line.split(": ", 1)[1]
     assert shown.startswith("...frame ") and shown.endswith("AssertionError: assert 1 == 2")
     assert len(shown) <= 303
+
+
+def test_an_agent_command_the_runner_stopped_is_noted_when_the_run_went_on() -> None:
+    passed = report([rec(A, Outcome.PASSED)], [A])
+    stuck = command(Status.TIMEOUT).model_copy(update={"phase": "agent", "argv": ["bash"]})
+    result = score(FRACTION, passed.model_copy(update={"commands": [stuck, *passed.commands]}))
+    assert (result.status, result.reward) == (Status.SUCCEEDED, 1.0)
+    assert result.feedback == "all 1 tests passed\nnote: command 'bash' timed out after 10 s"

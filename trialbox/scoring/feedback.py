@@ -39,6 +39,7 @@ def feedback(report: RunReport, passed: int, expected: int, untrusted: list[str]
     if report.status == Status.SANDBOX_ERROR:
         return f"sandbox error (not your code): {report.error}"
     limits = report.provenance.limits if report.provenance else None
+    killed: list[str] = []  # agent commands the runner stopped, when the run went on
     for command in report.commands:
         if command.status in (Status.TIMEOUT, Status.OOM):
             timeout = (
@@ -49,6 +50,12 @@ def feedback(report: RunReport, passed: int, expected: int, untrusted: list[str]
             text = _killed(command, report, timeout)
             if command.status == report.status:
                 return text
+            killed.append(f"note: {text}")
+    text = "\n".join([_graded(report, passed, expected, untrusted), *killed])
+    return text if len(text) <= MAX_FEEDBACK_CHARS else text[: MAX_FEEDBACK_CHARS - 3] + "..."
+
+
+def _graded(report: RunReport, passed: int, expected: int, untrusted: list[str]) -> str:
     grading = report.grading
     if grading is None:
         return "not graded"
@@ -62,7 +69,8 @@ def feedback(report: RunReport, passed: int, expected: int, untrusted: list[str]
         )
     if expected and passed == expected:
         return f"all {expected} tests passed"
-    lines = [f"{passed}/{expected} tests passed"]
+    # No expected ids and none collected: collection itself failed (an exit at import, say).
+    lines = [f"{passed}/{expected} tests passed" if expected else "no tests ran"]
     # Errors and failures first, with their messages; tests that never ran, in one line.
     problems = [
         t for t in grading.tests if t.outcome not in (TestOutcome.PASSED, TestOutcome.MISSING)
@@ -83,5 +91,4 @@ def feedback(report: RunReport, passed: int, expected: int, untrusted: list[str]
         tail = _tail(grader.stderr) or _tail(grader.stdout)
         if tail:
             lines.append(tail)
-    text = "\n".join(lines)
-    return text if len(text) <= MAX_FEEDBACK_CHARS else text[: MAX_FEEDBACK_CHARS - 3] + "..."
+    return "\n".join(lines)
