@@ -14,6 +14,7 @@ from infra.orchestration import Orchestration
 from infra.pool import Pool
 from infra.storage import Storage
 from trialbox import constants as c
+from trialbox.pipeline.jobs import job_key
 
 
 class TrialboxStack(Stack):
@@ -94,9 +95,9 @@ class TrialboxStack(Stack):
         traces = storage.traces
         worker = pool.task_definition.task_role
         payloads = {f"{c.PAYLOADS_PREFIX}*": "large requests, read by request id"}
-        job = {f"{c.JOBS_PREFIX}*/job.json": "each request's job spec, by request id"}
-        report = {f"{c.JOBS_PREFIX}*/report.json": "each request's raw run report"}
-        result = {f"{c.JOBS_PREFIX}*/result.json": "each request's scored result"}
+        job = {job_key("*", "job.json"): "each request's job spec, by request id"}
+        report = {job_key("*", "report.json"): "each request's raw run report"}
+        result = {job_key("*", "result.json"): "each request's scored result"}
         trace = {f"{c.TRACES_PREFIX}*": "each request's trace"}
         grant_objects(dispatcher.role, traces, reads=payloads, puts={})
         grant_objects(prepare.role, traces, reads=payloads, puts=job)

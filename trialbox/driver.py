@@ -16,7 +16,6 @@ from trialbox.client import Client
 from trialbox.models import ExecutionRequest, ExecutionResult
 
 OnResult = Callable[[str, ExecutionResult, float | None], None]  # id, result, wall seconds
-SUBMIT_BATCH = 10  # SendMessageBatch's limit
 PER_WORKER = 4  # in flight per known pool worker: enough to keep each one busy
 # When the pool's size is unknown (resource names given by hand without
 # TRIALBOX_POOL_CAPACITY): modest, because a job queued longer than the heartbeat is retried.
@@ -77,13 +76,15 @@ class Driver:
                 time.sleep(self.poll_s)
 
     def _admit(self) -> None:
-        while self.waiting and len(self.in_flight) < self.concurrency and not self.stopping:
-            room = min(SUBMIT_BATCH, self.concurrency - len(self.in_flight))
-            batch = [self.waiting.popleft() for _ in range(min(room, len(self.waiting)))]
-            # In flight before the call: an interrupted call may still have sent the batch.
-            now = time.monotonic()
-            self.in_flight.update((r.request_id, now) for r in batch)
-            self.client.submit(batch)
+        """Fill the room up to `concurrency` (the client packs SendMessageBatch calls)."""
+        room = min(self.concurrency - len(self.in_flight), len(self.waiting))
+        if room <= 0 or self.stopping:
+            return
+        batch = [self.waiting.popleft() for _ in range(room)]
+        # In flight before the call: an interrupted call may still have sent the batch.
+        now = time.monotonic()
+        self.in_flight.update((r.request_id, now) for r in batch)
+        self.client.submit(batch)
 
     def _collect(self) -> None:
         if not self.in_flight:

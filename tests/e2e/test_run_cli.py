@@ -143,13 +143,7 @@ def test_an_endpoint_without_resource_names_is_bad_input(tmp_path: Path) -> None
 
 
 def test_rerunning_with_the_same_run_id_skips_finished_samples(tmp_path: Path) -> None:
-    tasks = tmp_path / "tasks.jsonl"
-    tasks.write_text(json.dumps(ADD_TASK) + "\n")
-    samples = tmp_path / "samples.jsonl"
-    samples.write_text(
-        json.dumps({"task_id": "add-two", "sample_id": "a", "files": {"solution.py": CORRECT}})
-        + "\n"
-    )
+    tasks, samples = inputs(tmp_path)
     out = tmp_path / "out.jsonl"
     args = ["run", "--tasks", str(tasks), "--samples", str(samples), "--out", str(out)]
     first = trialbox(*args, "--run-id", "r1", "--local")

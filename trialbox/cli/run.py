@@ -163,8 +163,9 @@ def run_job(
     if len(rows) == len(requests) and remote is not None:
         remote.close()
     if len(rows) < len(requests):  # else nothing to run: no twin to start
+        push = (taskset_key(taskset, version), tasks.read_bytes())
         failure, traces_dir = _execute(
-            remote, requests, by_id, rows, out, tasks, traces_dir, concurrency, timeout_s
+            remote, requests, by_id, rows, out, push, traces_dir, concurrency, timeout_s
         )
     ordered = [rows[r.request_id] for r in requests if r.request_id in rows]
     write_atomically(out, "".join(json.dumps(row) + "\n" for row in ordered))
@@ -196,13 +197,14 @@ def _execute(
     by_id: dict[str, Sample],
     rows: dict[str, dict[str, Any]],
     out: Path,
-    tasks: Path,
+    taskset: tuple[str, bytes],
     traces_dir: Path | None,
     concurrency: int | None,
     timeout_s: float,
 ) -> tuple[str | None, Path | None]:
-    """Submit what has no row yet, appending each result to `rows` and to the output as it
-    arrives. Returns why it stopped early (or None) and where traces went."""
+    """Push the task set (key, body), then submit what has no row yet, appending each result
+    to `rows` and to the output as it arrives. Returns why it stopped early (or None) and
+    where traces went."""
     failure = None
     with ResultLog(out) as log:
         try:
@@ -211,8 +213,7 @@ def _execute(
             with remote or Client.local() as client:
                 if traces_dir is None and client.is_local:
                     traces_dir = out.with_suffix(".traces")  # the twin's S3 goes with it
-                taskset, version = taskset_version(tasks)
-                client.push_taskset(taskset_key(taskset, version), tasks.read_bytes())
+                client.push_taskset(*taskset)
                 capacity = client.capacity
                 limit = concurrency or default_concurrency(capacity)
                 todo = [r for r in requests if r.request_id not in rows]
@@ -264,32 +265,38 @@ def _save_trace(client: Client, uri: str, dest: Path) -> None:
     dest.write_bytes(body)
 
 
+def _sample_table(rows: list[dict[str, Any]], width: int) -> Table:
+    """A row per sample; status and reward are never cut, the ids give way before feedback's
+    minimum, and feedback takes the rest."""
+    each = Table(title="samples")
+    status_w = max(6, *(len(r["status"]) for r in rows))
+    room = width - 16 - status_w - 6  # borders, status and reward, never cut
+    task_w = min(24, max(4, *(len(str(r["task_id"])) for r in rows)))
+    sample_w = min(24, max(6, *(len(str(r["sample_id"])) for r in rows)))
+    while task_w + sample_w + FEEDBACK_MIN > room and max(task_w, sample_w) > 6:
+        if task_w >= sample_w:  # ids give way before feedback's minimum
+            task_w -= 1
+        else:
+            sample_w -= 1
+    each.add_column("task", no_wrap=True, overflow="ellipsis", width=task_w)
+    each.add_column("sample", no_wrap=True, overflow="ellipsis", width=sample_w)
+    each.add_column("status", no_wrap=True, width=status_w)
+    each.add_column("reward", no_wrap=True, width=6)
+    feedback_w = max(FEEDBACK_MIN, room - task_w - sample_w)
+    each.add_column("feedback", no_wrap=True, overflow="ellipsis", width=feedback_w)
+    for row in rows:
+        reward = "-" if row["reward"] is None else f"{row['reward']:.2f}"
+        feedback = " ".join((row["feedback"] or "").split())  # one line, cut to fit
+        each.add_row(row["task_id"], row["sample_id"], row["status"], reward, feedback)
+    return each
+
+
 def _print_summary(
     rows: list[dict[str, Any]], total: int, out: Path, traces_dir: Path | None
 ) -> None:
     console = Console(soft_wrap=True, markup=False, highlight=False)
     if rows and len(rows) <= PER_SAMPLE_ROWS:  # a small run: each sample's outcome at a glance
-        each = Table(title="samples")
-        status_w = max(6, *(len(r["status"]) for r in rows))
-        room = console.width - 16 - status_w - 6  # borders, status and reward, never cut
-        task_w = min(24, max(4, *(len(str(r["task_id"])) for r in rows)))
-        sample_w = min(24, max(6, *(len(str(r["sample_id"])) for r in rows)))
-        while task_w + sample_w + FEEDBACK_MIN > room and max(task_w, sample_w) > 6:
-            if task_w >= sample_w:  # ids give way before feedback's minimum
-                task_w -= 1
-            else:
-                sample_w -= 1
-        each.add_column("task", no_wrap=True, overflow="ellipsis", width=task_w)
-        each.add_column("sample", no_wrap=True, overflow="ellipsis", width=sample_w)
-        each.add_column("status", no_wrap=True, width=status_w)
-        each.add_column("reward", no_wrap=True, width=6)
-        feedback_w = max(FEEDBACK_MIN, room - task_w - sample_w)
-        each.add_column("feedback", no_wrap=True, overflow="ellipsis", width=feedback_w)
-        for row in rows:
-            reward = "-" if row["reward"] is None else f"{row['reward']:.2f}"
-            feedback = " ".join((row["feedback"] or "").split())  # one line, cut to fit
-            each.add_row(row["task_id"], row["sample_id"], row["status"], reward, feedback)
-        console.print(each)
+        console.print(_sample_table(rows, console.width))
     stats = summary(rows)
     table = Table(title=f"{len(rows)}/{total} samples")
     table.add_column("status")

@@ -40,6 +40,9 @@ class Context:
         return int((self._deadline - time.monotonic()) * 1000)
 
 
+READY = b"ready"  # a function process's first frame: its init is done
+
+
 def _frame(stream: IO[bytes], data: bytes) -> None:
     stream.write(struct.pack(">I", len(data)) + data)
     stream.flush()
@@ -78,9 +81,6 @@ def _error(error_type: str, message: str, exc: BaseException | None = None) -> b
     return json.dumps(
         {"errorType": error_type, "errorMessage": message, "stackTrace": trace}
     ).encode()
-
-
-READY = b"ready"
 
 
 class FunctionHost:

@@ -19,7 +19,9 @@ def _keep_tail(text: str, limit: int) -> str:
     if len(text) <= limit:
         return text
     tail = text[-limit:]
-    return "..." + (tail.split(" ", 1)[1] if " " in tail[1:] and tail[0] != " " else tail.lstrip())
+    if text[-limit - 1] != " " and " " in tail:  # cut inside a word: start at the next one
+        tail = tail.split(" ", 1)[1]
+    return "..." + tail.lstrip()
 
 
 def _seconds(value: float) -> str:

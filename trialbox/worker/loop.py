@@ -128,32 +128,36 @@ class Worker:
 
     def _answer(self, work: WorkMessage, outcome: tuple[str, str], started_at: float) -> None:
         kind, value = outcome
-        try:
-            if kind == "success":
-                done = ExecutionDone(
-                    report_uri=value,
-                    worker=self.name,
-                    started_at=started_at,
-                    finished_at=time.time(),
-                )
-                self.sfn.send_task_success(taskToken=work.task_token, output=done.model_dump_json())
-            else:
-                self.sfn.send_task_failure(
-                    taskToken=work.task_token, error=ERROR_SANDBOX, cause=value[:32_000]
-                )
-        except ClientError as exc:
-            if exc.response["Error"]["Code"] not in GONE:
-                raise
+        if kind == "success":
+            done = ExecutionDone(
+                report_uri=value, worker=self.name, started_at=started_at, finished_at=time.time()
+            )
+            answered = self._to_token(
+                self.sfn.send_task_success, taskToken=work.task_token, output=done.model_dump_json()
+            )
+        else:
+            answered = self._to_token(
+                self.sfn.send_task_failure,
+                taskToken=work.task_token,
+                error=ERROR_SANDBOX,
+                cause=value[:32_000],
+            )
+        if not answered:
             log.warning("%s: the execution moved on before the callback", work.request_id)
 
-    def _beat(self, token: str) -> bool:
+    @staticmethod
+    def _to_token(call: Callable[..., Any], **kwargs: Any) -> bool:
+        """A task-token call; False when the execution moved on (the token is dead)."""
         try:
-            self.sfn.send_task_heartbeat(taskToken=token)
+            call(**kwargs)
         except ClientError as exc:
             if exc.response["Error"]["Code"] in GONE:
                 return False
             raise
         return True
+
+    def _beat(self, token: str) -> bool:
+        return self._to_token(self.sfn.send_task_heartbeat, taskToken=token)
 
     def _heartbeats(
         self, token: str, receipt: str, done: threading.Event, lost: threading.Event
@@ -182,14 +186,14 @@ class Worker:
 
     def _hand_back(self, token: str) -> None:
         log.warning("%s: stopping before the job finished; handing it back", self.name)
-        try:
-            self.sfn.send_task_failure(
-                taskToken=token, error=ERROR_INTERRUPTED, cause="the worker was stopped"
+        try:  # a token already dead has nothing to hand back
+            self._to_token(
+                self.sfn.send_task_failure,
+                taskToken=token,
+                error=ERROR_INTERRUPTED,
+                cause="the worker was stopped",
             )
-        except ClientError as exc:  # moved on already: nothing to hand back
-            if exc.response["Error"]["Code"] not in GONE:
-                log.exception("handing the job back failed; its heartbeat will lapse")
-        except BotoCoreError:
+        except (ClientError, BotoCoreError):
             log.exception("handing the job back failed; its heartbeat will lapse")
 
     def _delete(self, receipt: str) -> None:
