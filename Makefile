@@ -5,7 +5,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: setup venv system runtime lint format test demo bench clean template synth
+.PHONY: setup venv system runtime lint format test demo bench clean template synth lock
 
 setup: venv system runtime
 
@@ -53,3 +53,13 @@ synth: $(STAMP)
 # Refresh the synthesized template the local twin ships as package data.
 template: $(STAMP)
 	$(BIN)/python -m trialbox.local.template
+
+# Re-lock the image's environments (every transitive pin, with hashes for every platform) with
+# a pinned pip-tools kept outside the checkout. Run after changing a *.in file.
+LOCK_TOOL := $(HOME)/.cache/trialbox/pip-tools
+PIP_COMPILE := PIP_FIND_LINKS= $(LOCK_TOOL)/bin/pip-compile -q --generate-hashes --allow-unsafe \
+	--no-strip-extras --no-emit-index-url --no-emit-find-links --index-url https://pypi.org/simple
+lock:
+	test -x $(LOCK_TOOL)/bin/pip-compile || { python3 -m venv $(LOCK_TOOL) && $(LOCK_TOOL)/bin/pip install -q pip-tools==7.7.0; }
+	$(PIP_COMPILE) -o sandbox_image/requirements.txt sandbox_image/requirements.in
+	$(PIP_COMPILE) -o sandbox_image/worker.lock sandbox_image/worker.in

@@ -78,19 +78,24 @@ class Runtime:
         return cls(root=root, version=manifest["version"], hash=manifest["hash"])
 
 
-def install(root: Path, requirements: Path, python: str) -> Runtime:
-    """Create or update the runtime. Idempotent: does nothing when it is already current."""
+def install(root: Path, requirements: Path, python: str, existing: bool = False) -> Runtime:
+    """Create or update the runtime. Idempotent: does nothing when it is already current.
+    `existing`: the venv was built from `requirements` already (the image's build.sh does it
+    in a layer of its own); only the plugin and the manifest are written."""
     os.umask(0o022)  # every file must be readable by the slot uids
     wanted_requirements = _sha256(requirements.read_bytes())
     manifest_path = root / MANIFEST
     manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
-    if manifest.get("requirements_sha256") != wanted_requirements:
+    if existing and not (root / "bin" / "python").exists():
+        raise SandboxSetupError(f"--existing: no venv at {root}")
+    if not existing and manifest.get("requirements_sha256") != wanted_requirements:
         if root.exists():
             shutil.rmtree(root)
         root.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
         subprocess.run([python, "-m", "venv", str(root)], check=True)
         pip = [str(root / "bin" / "python"), "-m", "pip", "install", "-q", "--no-cache-dir"]
-        subprocess.run([*pip, "--require-virtualenv", "-r", str(requirements)], check=True)
+        pip += ["--require-virtualenv", "--require-hashes", "-r", str(requirements)]
+        subprocess.run(pip, check=True)
         manifest = {}
     plugin_dir = root / PLUGIN_DIR
     plugin_dir.mkdir(exist_ok=True, mode=0o755)
@@ -135,12 +140,16 @@ def main(argv: list[str] | None = None) -> int:
     inst.add_argument("--requirements", type=Path, required=True)
     inst.add_argument("--python", default="/usr/bin/python3")
     inst.add_argument("--state-dir", type=Path, default=config.state_dir)
+    inst.add_argument(
+        "--existing", action="store_true", help="the venv at --root is built already (image)"
+    )
     args = parser.parse_args(argv)
-    runtime = install(args.root, args.requirements, args.python)
+    runtime = install(args.root, args.requirements, args.python, args.existing)
     args.state_dir.mkdir(parents=True, exist_ok=True)
     args.state_dir.chmod(0o711)
     print(f"sandbox runtime {runtime.version} ({runtime.hash[:12]}) at {runtime.root}")
-    print(favor_dynamic_cgroups())
+    if not args.existing:  # host tuning: an image build has no host to tune
+        print(favor_dynamic_cgroups())
     return 0
 
 
