@@ -107,6 +107,7 @@ CLONE_NEWPID = 0x20000000
 CLONE_NEWNET = 0x40000000
 MS_REC = 0x4000
 MS_PRIVATE = 1 << 18
+PR_SET_DUMPABLE = 4
 PR_SET_NO_NEW_PRIVS = 38
 PR_SET_SECCOMP = 22
 SECCOMP_MODE_FILTER = 2
@@ -170,7 +171,7 @@ def guarded(probe: Callable[[], Result]) -> Result:
         return {"status": "absent"}
     except OSError as exc:
         return {"status": failed(exc.errno or 0)}
-    except Exception as exc:  # noqa: BLE001 - informational: report, never stop
+    except Exception as exc:  # informational: report, never stop
         return {"status": f"error ({type(exc).__name__}: {exc})"}
 
 
@@ -187,7 +188,7 @@ def in_child(probe: Callable[[], Result], timeout_s: float = CHILD_TIMEOUT_S) ->
             data = json.dumps(result).encode()
             while data:
                 data = data[os.write(write_fd, data) :]
-        except BaseException:  # noqa: BLE001 - the child must always _exit
+        except BaseException:  # the child must always _exit
             code = 1
         finally:
             os._exit(code)
@@ -318,7 +319,7 @@ def mountinfo() -> list[dict[str, str]]:
         for line in info:
             left, _, right = line.partition(" - ")
             fields = left.split()
-            fs_type, source, *super_opts = right.split()
+            fs_type, _source, *super_opts = right.split()
             mounts.append(
                 {
                     "point": fields[4].replace("\\040", " "),
@@ -364,7 +365,10 @@ def probe_lsm() -> Result:
             with open(path) as handle:
                 result[label] = handle.read().strip("\x00\n ")
         except OSError as exc:
-            result[label] = "absent" if exc.errno == errno.ENOENT else failed(exc.errno or 0)
+            absent = exc.errno in (errno.ENOENT, errno.EINVAL)  # EINVAL: no LSM answers
+            result[label] = (
+                f"absent (errno {errno_name(exc.errno or 0)})" if absent else failed(exc.errno or 0)
+            )
     return result
 
 
@@ -422,18 +426,34 @@ def unshare(flags: int) -> Result:
 
 
 def userns_mount_tmpfs() -> Result:
-    """A user namespace owning a mount namespace, and a tmpfs in it: what bwrap does."""
+    """A user namespace owning a mount namespace, and a tmpfs in it: what bwrap does. Mapping
+    uid 0 (running as root) needs CAP_SETFCAP since Linux 5.12, so root without it fails at
+    uid_map where a slot uid succeeds."""
     uid, gid = os.getuid(), os.getgid()
-    check(libc().unshare(ctypes.c_int(CLONE_NEWUSER | CLONE_NEWNS)))
-    write_file("/proc/self/setgroups", "deny")
-    write_file("/proc/self/uid_map", f"0 {uid} 1")
-    write_file("/proc/self/gid_map", f"0 {gid} 1")
     lib = libc()
-    check(lib.mount(b"none", b"/", None, ctypes.c_ulong(MS_REC | MS_PRIVATE), None))
     target = tempfile.gettempdir().encode()
-    check(lib.mount(b"none", target, b"tmpfs", ctypes.c_ulong(0), b"size=1m"))
-    with open(os.path.join(tempfile.gettempdir(), "probe"), "w") as handle:
-        handle.write("x")
+    steps: list[tuple[str, Callable[[], object]]] = [
+        ("unshare", lambda: check(lib.unshare(ctypes.c_int(CLONE_NEWUSER | CLONE_NEWNS)))),
+        ("setgroups", lambda: write_file("/proc/self/setgroups", "deny")),
+        ("uid_map", lambda: write_file("/proc/self/uid_map", f"0 {uid} 1")),
+        ("gid_map", lambda: write_file("/proc/self/gid_map", f"0 {gid} 1")),
+        (
+            "make_private",
+            lambda: check(
+                lib.mount(b"none", b"/", None, ctypes.c_ulong(MS_REC | MS_PRIVATE), None)
+            ),
+        ),
+        (
+            "mount_tmpfs",
+            lambda: check(lib.mount(b"none", target, b"tmpfs", ctypes.c_ulong(0), b"size=1m")),
+        ),
+        ("write", lambda: write_file(os.path.join(target.decode(), "probe"), "x")),
+    ]
+    for step, action in steps:
+        try:
+            action()
+        except OSError as exc:
+            return {"status": failed(exc.errno or 0), "step": step}
     return {"status": "ok", "mounted_on": target.decode()}
 
 
@@ -605,6 +625,9 @@ def as_unprivileged() -> Result:
     os.setgroups([])
     os.setgid(NOBODY)
     os.setuid(NOBODY)
+    # A uid change clears "dumpable", which setpriv's exec would restore; without it the
+    # kernel refuses ptrace and /proc/self writes for reasons the slot uid would not meet.
+    check(libc().prctl(PR_SET_DUMPABLE, ctypes.c_ulong(1), ctypes.c_ulong(0), 0, 0))
     os.chdir("/")
     result: Result = {"status": "ok", "uid": os.getuid()}
     result["capabilities"] = probe_capabilities()
@@ -650,7 +673,7 @@ def collect() -> Result:
 def main() -> int:
     try:
         report = collect()
-    except Exception as exc:  # noqa: BLE001 - informational: always print, always exit 0
+    except Exception as exc:  # informational: print, exit 0
         report = {"check_isolation": VERSION, "status": f"error ({type(exc).__name__}: {exc})"}
     sys.stdout.write(json.dumps(report, sort_keys=True, separators=(",", ":")) + "\n")
     sys.stdout.flush()
