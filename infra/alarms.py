@@ -1,9 +1,16 @@
-"""Alarms as the stack raises them: a metric at or above a threshold, missing data is fine."""
+"""Alarms as the stack raises them: a metric at or above a threshold, missing data is fine.
+
+Each is a `PagingAlarm`: the stack sends every one to its alarm topic (`Monitoring.route`).
+"""
 
 from __future__ import annotations
 
 from aws_cdk import aws_cloudwatch as cloudwatch
 from constructs import Construct
+
+
+class PagingAlarm(cloudwatch.Alarm):
+    """An alarm someone is told about (a scaling alarm is not one)."""
 
 
 def at_least(
@@ -14,7 +21,7 @@ def at_least(
     description: str,
     periods: int = 1,
 ) -> cloudwatch.Alarm:
-    return cloudwatch.Alarm(
+    return PagingAlarm(
         scope,
         construct_id,
         metric=metric,

@@ -56,6 +56,11 @@ class StackConfig(BaseModel):
     result_ttl_days: int = Field(default=30, ge=1)
     log_retention_days: Literal[1, 7, 30, 90, 180, 365] = 30
     dispatcher_batch_size: int = Field(default=10, ge=1, le=10)
+    # Alarms go to an SNS topic; with an address, the topic also emails it (confirm the
+    # subscription from the first message). None: the topic has no subscriber.
+    alarm_email: str | None = Field(
+        default=None, pattern=r"^[^@\s]+@[^@\s]+\.[^@\s]+$", description="who is paged"
+    )
 
     @classmethod
     def from_context(cls, context: dict[str, Any] | None) -> StackConfig:

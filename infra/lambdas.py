@@ -21,6 +21,7 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from infra.nag import XRAY, acknowledge
+from trialbox.constants import METRICS_NAMESPACE
 
 ROOT = Path(__file__).resolve().parents[1]
 # What a handler imports at run time, beyond the Lambda runtime's own boto3.
@@ -105,8 +106,8 @@ class TrialboxFunction(Construct):
             log_group=self.log_group,
             tracing=lambda_.Tracing.ACTIVE,
             environment={
-                "POWERTOOLS_SERVICE_NAME": f"trialbox-{name}",
-                "POWERTOOLS_METRICS_NAMESPACE": "Trialbox",
+                "POWERTOOLS_SERVICE_NAME": service_name(name),
+                "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
                 **environment,
             },
         )
@@ -120,6 +121,11 @@ class TrialboxFunction(Construct):
                 "AwsSolutions-IAM5[Resource::*]": XRAY,
             },
         )
+
+
+def service_name(name: str) -> str:
+    """A function's Powertools service: its log field and its metrics' `service` dimension."""
+    return f"trialbox-{name}"
 
 
 RETENTION = {

@@ -2,14 +2,15 @@
 
 from __future__ import annotations
 
-from aws_cdk import Duration, RemovalPolicy
+import jsii
+from aws_cdk import AspectPriority, Aspects, Duration, IAspect, RemovalPolicy
 from aws_cdk import aws_applicationautoscaling as autoscaling
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_ecs as ecs
 from aws_cdk import aws_logs as logs
-from constructs import Construct
+from constructs import Construct, IConstruct
 
 from infra.config import PoolConfig
 from infra.lambdas import ROOT, retention
@@ -22,6 +23,14 @@ KEPT = frozenset({"CHOWN", "FOWNER", "SETUID", "SETGID", "KILL"})
 STOP_TIMEOUT_S = 120  # Fargate's most: SIGTERM, then SIGKILL after this
 # Writable scratch on a read-only root: the slot state (workspaces, checkpoints) and /tmp.
 SCRATCH = {"state": "/var/lib/trialbox", "tmp": "/tmp"}
+# Scale-out: one metric period. A step is not repeated on the same backlog before the tasks it
+# started are running (Fargate takes 30-45 s), yet a growing backlog adds more a minute later
+# (a larger step applies at once, even in the cooldown).
+SCALE_OUT_COOLDOWN = Duration.seconds(60)
+# Scale-in runs only when no job waits or runs, so it never stops a busy task; the cooldown
+# keeps a warm pool across a trainer's pause between batches (a gradient step) instead of
+# dropping a task every minute, while an idle pool of 10 is still gone within about 20 min.
+SCALE_IN_COOLDOWN = Duration.seconds(120)
 
 
 class Pool(Construct):
@@ -126,6 +135,19 @@ class Pool(Construct):
             ],
             min_healthy_percent=0,
             max_healthy_percent=200,
+            # A task that cannot start (image, role, capacity) fails the deploy and rolls it
+            # back in minutes, instead of CloudFormation waiting for hours.
+            circuit_breaker=ecs.DeploymentCircuitBreaker(enable=True, rollback=True),
+            # No desired_count, on purpose: a DesiredCount in the template is applied again on
+            # every update, so an image deploy would drop a busy pool to it mid-training. With
+            # none, CloudFormation creates the service with 1 task (which the Idle policy
+            # removes, and which lets the circuit breaker test the image on the first deploy)
+            # and leaves the count to auto scaling on every update after.
+        )
+        # The association is created by an aspect of the cluster at synth; without this, the
+        # service may be created before FARGATE_SPOT is attached to its cluster and fail.
+        Aspects.of(self.cluster).add(
+            _DependsOnCapacityProviders(self.service), priority=AspectPriority.DEFAULT + 1
         )
         scaling = self.service.auto_scale_task_count(
             min_capacity=config.min_workers, max_capacity=config.max_workers
@@ -146,6 +168,7 @@ class Pool(Construct):
                 {"lower": 100, "change": +20},
             ],
             adjustment_type=step,
+            cooldown=SCALE_OUT_COOLDOWN,
         )
         scaling.scale_on_metric(
             "Idle",
@@ -156,4 +179,18 @@ class Pool(Construct):
             ),
             scaling_steps=[{"upper": 0, "change": -1}, {"lower": 1, "change": 0}],
             adjustment_type=step,
+            cooldown=SCALE_IN_COOLDOWN,
         )
+
+
+@jsii.implements(IAspect)
+class _DependsOnCapacityProviders:
+    """Makes the service wait for its cluster's capacity-provider association (an aspect of the
+    cluster creates it at synth, after this construct has run)."""
+
+    def __init__(self, service: ecs.FargateService) -> None:
+        self.service = service
+
+    def visit(self, node: IConstruct) -> None:
+        if isinstance(node, ecs.CfnClusterCapacityProviderAssociations):
+            self.service.node.add_dependency(node)

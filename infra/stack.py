@@ -7,12 +7,14 @@ from constructs import Construct
 
 from infra.config import StackConfig
 from infra.intake import DISPATCHER_TIMEOUT, Intake
-from infra.lambdas import TrialboxFunction, lambda_code
+from infra.lambdas import TrialboxFunction, lambda_code, service_name
+from infra.monitoring import Monitoring
 from infra.nag import acknowledge, grant_objects, logical_id
 from infra.network import Network
 from infra.orchestration import Orchestration
 from infra.pool import Pool
 from infra.storage import Storage
+from trialbox import __version__
 from trialbox import constants as c
 from trialbox.pipeline.jobs import job_key
 
@@ -122,6 +124,14 @@ class TrialboxStack(Stack):
         )
         orchestration.rollout.grant_task_response(worker)
 
+        # Every paging alarm in the stack, wherever it is built, goes to the topic (an aspect).
+        Monitoring(
+            self,
+            "Monitoring",
+            alarm_email=config.alarm_email,
+            recorder_service=service_name("recorder"),
+        ).route(self)
+
         outputs = {
             c.OUTPUT_REQUESTS_QUEUE_URL: intake.requests.queue.queue_url,
             c.OUTPUT_WORK_QUEUE_URL: pool.work.queue.queue_url,
@@ -130,6 +140,7 @@ class TrialboxStack(Stack):
             c.OUTPUT_EXECUTIONS_TABLE: storage.executions.table_name,
             c.OUTPUT_ROLLOUT_ARN: orchestration.rollout.state_machine_arn,
             c.OUTPUT_POOL_CAPACITY: str(config.pool.max_workers),
+            c.OUTPUT_STACK_VERSION: __version__,  # the SDK refuses a stack of another major.minor
         }
         for name, value in outputs.items():
             CfnOutput(self, name, value=value, export_name=f"{config.stack_name}-{name}")

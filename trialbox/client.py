@@ -20,6 +20,7 @@ from botocore.exceptions import BotoCoreError, ClientError, NoRegionError
 from trialbox import constants as c
 from trialbox.errors import TrialboxError
 from trialbox.models import ExecutionRequest, ExecutionResult
+from trialbox.stack_version import check_stack_version
 
 if TYPE_CHECKING:
     from trialbox.local.twin import LocalTwin
@@ -131,7 +132,9 @@ class Client:
             ) from exc
         stack = described["Stacks"][0]
         outputs = {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
-        return cls(Resources.from_outputs(outputs), session=session)
+        resources = Resources.from_outputs(outputs)
+        check_stack_version(stack_name, outputs)
+        return cls(resources, session=session)
 
     @property
     def capacity(self) -> int | None:

@@ -20,6 +20,9 @@ OUTPUT_TRACES_BUCKET = "TracesBucketName"
 OUTPUT_EXECUTIONS_TABLE = "ExecutionsTableName"
 OUTPUT_ROLLOUT_ARN = "RolloutStateMachineArn"
 OUTPUT_POOL_CAPACITY = "PoolMaxWorkers"  # jobs the pool runs at once, at most
+# The customer managed policy with what the SDK and `trialbox run --stack` call (a trainer's).
+OUTPUT_CLIENT_POLICY_ARN = "TrialboxClientPolicyArn"
+OUTPUT_STACK_VERSION = "TrialboxVersion"  # the trialbox version that synthesized the stack
 
 # Error names the Rollout state machine routes on.
 ERROR_REJECTED = "RequestRejected"  # the request is invalid: a `rejected` result (Prepare)
@@ -27,6 +30,10 @@ ERROR_SANDBOX = "Sandbox.Error"  # the runner itself failed: a `sandbox_error` r
 # The worker is being stopped (Spot interruption, scale-in) and hands its job back: the Execute
 # step retries it on another sandbox at once, as it does a lost one.
 ERROR_INTERRUPTED = "Sandbox.Interrupted"
+
+# Custom metrics (Powertools EMF; each function's `service` dimension is trialbox-<name>).
+METRICS_NAMESPACE = "Trialbox"
+METRIC_SANDBOX_ERROR = "SandboxError"  # per result the recorder writes: 1 if sandbox_error, else 0
 
 # The executions table.
 TABLE_KEY = "request_id"

@@ -6,6 +6,8 @@ from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from trialbox.constants import METRIC_SANDBOX_ERROR
+from trialbox.models import Status
 from trialbox.pipeline.recorder import Recorder, RecordInput
 from trialbox.pipeline.settings import FunctionSettings, client
 from trialbox.pipeline.stores import ObjectStore, ResultTable
@@ -26,10 +28,13 @@ recorder = Recorder(
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
-    written = recorder(RecordInput.model_validate(event))
+    recorded = recorder(RecordInput.model_validate(event))
     metrics.add_metric(
-        name="ResultsWritten" if written else "ResultsAlreadyRecorded",
+        name="ResultsWritten" if recorded.written else "ResultsAlreadyRecorded",
         unit=MetricUnit.Count,
         value=1,
     )
-    return {"written": written}
+    if recorded.written:  # 0 or 1 per result: its Average is the sandbox_error rate
+        is_error = recorded.status == Status.SANDBOX_ERROR
+        metrics.add_metric(name=METRIC_SANDBOX_ERROR, unit=MetricUnit.Count, value=int(is_error))
+    return {"written": recorded.written}

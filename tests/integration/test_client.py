@@ -3,24 +3,29 @@
 from __future__ import annotations
 
 import json
+import warnings
 from typing import Any
 
 import boto3
 import pytest
 
 from tests.integration.conftest import Aws
+from trialbox import __version__
 from trialbox import constants as c
 from trialbox.client import AwsCallError, Client, Resources
 from trialbox.driver import default_concurrency
 from trialbox.errors import TrialboxError
 from trialbox.models import ExecutionRequest
+from trialbox.stack_version import StackVersionMismatch, UnversionedStackWarning
 
 OUTPUTS = {
     c.OUTPUT_REQUESTS_QUEUE_URL: "https://sqs.us-east-1.amazonaws.com/123456789012/requests",
     c.OUTPUT_EXECUTIONS_TABLE: "executions",
     c.OUTPUT_TRACES_BUCKET: "traces",
     c.OUTPUT_TASKSETS_BUCKET: "tasksets",
+    c.OUTPUT_STACK_VERSION: __version__,
 }
+SERIES = ".".join(__version__.split(".")[:2])
 
 
 def deploy(name: str, outputs: dict[str, str]) -> None:
@@ -62,6 +67,39 @@ def test_pool_capacity_from_the_environment_and_a_bad_one_named(
     monkeypatch.setenv("TRIALBOX_POOL_CAPACITY", "lots")
     with pytest.raises(TrialboxError, match="TRIALBOX_POOL_CAPACITY must be a positive number"):
         Client()
+
+
+def test_from_stack_refuses_a_stack_of_another_major_minor(aws: Aws) -> None:
+    deploy("Newer", OUTPUTS | {c.OUTPUT_STACK_VERSION: "9.9.0"})
+    with pytest.raises(StackVersionMismatch) as raised:
+        Client.from_stack("Newer")
+    assert str(raised.value) == (
+        f"stack 'Newer' was deployed by trialbox 9.9.0, but this SDK is {__version__}: "
+        "major.minor must match. Install the stack's version (pip install 'trialbox==9.9.*'), "
+        f"or deploy this version's stack (npx aws-cdk deploy from a trialbox {SERIES} checkout)."
+    )
+    assert isinstance(raised.value, TrialboxError)
+
+
+def test_from_stack_accepts_another_patch_release_silently(aws: Aws) -> None:
+    deploy("Patched", OUTPUTS | {c.OUTPUT_STACK_VERSION: f"{SERIES}.99"})
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert Client.from_stack("Patched").resources == Resources.from_outputs(OUTPUTS)
+
+
+def test_from_stack_warns_about_a_stack_without_a_version(aws: Aws) -> None:
+    unversioned = {k: v for k, v in OUTPUTS.items() if k != c.OUTPUT_STACK_VERSION}
+    deploy("Older", unversioned)
+    with pytest.warns(UnversionedStackWarning) as caught:
+        client = Client.from_stack("Older")
+    assert client.resources == Resources.from_outputs(unversioned)
+    assert [str(w.message) for w in caught] == [
+        "stack 'Older' has no TrialboxVersion output (deployed by a trialbox older than this "
+        f"check), so it cannot be checked against this SDK ({__version__}); redeploy it from "
+        "this version to be sure they match"
+    ]
+    assert caught[0].filename == __file__  # points at the caller's line, not the SDK's
 
 
 def test_from_stack_names_a_missing_stack(aws: Aws) -> None:

@@ -8,10 +8,10 @@ import pytest
 
 from tests.integration.conftest import Aws
 from tests.sandbox.conftest import ADD_TASK, CORRECT
-from trialbox.models import ExecutionRequest, ExecutionResult
+from trialbox.models import ExecutionRequest, ExecutionResult, Status
 from trialbox.pipeline.jobs import ExecutionDone, JobSpec, RolloutInput
 from trialbox.pipeline.prepare import Preparer, RequestRejected, taskset_key
-from trialbox.pipeline.recorder import Recorder, RecordInput, StepError
+from trialbox.pipeline.recorder import Recorded, Recorder, RecordInput, StepError
 from trialbox.pipeline.score import Scorer
 from trialbox.sandbox.runner import Runner
 
@@ -104,8 +104,8 @@ def test_score_then_record_exactly_once(aws: Aws, preparer: Preparer) -> None:
 
     recorder = Recorder(aws.table, aws.traces)
     state = RecordInput(request_id="r-1", score=scored, job=ref.model_dump())
-    assert recorder(state) is True
-    assert recorder(state) is False  # the first terminal write wins
+    assert recorder(state).written is True
+    assert recorder(state).written is False  # the first terminal write wins
     item = aws.item("r-1")
     assert item is not None
     assert (item["status"], item["reward"]) == ({"S": "succeeded"}, {"N": "1.0"})
@@ -138,7 +138,7 @@ def test_failures_are_recorded_with_their_error_class(
     aws: Aws, error: str, cause: str | None, status: str, message: str
 ) -> None:
     state = RecordInput(request_id="r-9", error=StepError(Error=error, Cause=cause))
-    assert Recorder(aws.table, aws.traces)(state) is True
+    assert Recorder(aws.table, aws.traces)(state) == Recorded(written=True, status=Status(status))
     item = aws.item("r-9")
     assert item is not None and item["status"] == {"S": status}
     assert item["loss_mask"] == {"BOOL": True} and "reward" not in item

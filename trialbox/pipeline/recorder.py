@@ -8,7 +8,7 @@ from typing import Any
 
 from pydantic import ConfigDict, Field
 
-from trialbox.models import ExecutionResult, StrictModel
+from trialbox.models import ExecutionResult, Status, StrictModel
 from trialbox.pipeline.jobs import ScoreRef
 from trialbox.pipeline.record import failure_result, record
 from trialbox.pipeline.stores import ObjectStore, ResultTable
@@ -32,12 +32,21 @@ class RecordInput(StrictModel):
     request: dict[str, Any] | None = Field(default=None, exclude=True)
 
 
+@dataclass(frozen=True)
+class Recorded:
+    """What Record did: whether this call wrote the terminal result (False: one existed), and
+    the result's status (the sandbox_error rate metric counts written results only)."""
+
+    written: bool
+    status: Status
+
+
 @dataclass
 class Recorder:
     table: ResultTable
     traces: ObjectStore
 
-    def __call__(self, state: RecordInput) -> bool:
+    def __call__(self, state: RecordInput) -> Recorded:
         if state.score is not None:
             result = ExecutionResult.model_validate_json(
                 self.traces.get_bytes(state.score.result_uri)
@@ -46,4 +55,4 @@ class Recorder:
             error = state.error or StepError(Error="States.Unknown", Cause="no score and no error")
             result = failure_result(state.request_id, error.Error, error.Cause)
         trace = {"state": json.loads(state.model_dump_json(exclude={"request"}))}
-        return record(result, self.table, self.traces, trace)
+        return Recorded(record(result, self.table, self.traces, trace), result.status)
