@@ -12,8 +12,8 @@ import pytest
 
 from tests.sandbox.conftest import FORK_BOMB, SETSID_DAEMON, Exec, secret_in_another_slot
 from trialbox.models import Limits, Status
+from trialbox.sandbox.as_uid import processes_of
 from trialbox.sandbox.runner import Runner
-from trialbox.sandbox.slots import processes_of
 
 
 def all_slot_uids(runner: Runner) -> tuple[int, ...]:

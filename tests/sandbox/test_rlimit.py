@@ -6,19 +6,23 @@ processes, loopback/network isolation, a per-workspace disk cap and a cgroup OOM
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
+
 import pytest
 
 from tests.sandbox.conftest import (
     ADD_TASK,
     CORRECT,
     FORK_BOMB,
+    LEFTOVERS,
     SETSID_DAEMON,
     secret_in_another_slot,
 )
 from trialbox.models import Limits, Sample, Status, Task
+from trialbox.sandbox.as_uid import processes_of
 from trialbox.sandbox.config import SandboxConfig
 from trialbox.sandbox.runner import Runner
-from trialbox.sandbox.slots import processes_of
 from trialbox.scoring import score
 
 
@@ -104,3 +108,31 @@ def test_grading_works_under_rlimit(rlimit: Runner) -> None:
     result = score(task.grading, report)
     assert (result.status, result.reward) == (Status.SUCCEEDED, 1.0)
     assert report.provenance is not None and report.provenance.backend == "rlimit"
+
+
+def test_nothing_a_job_leaves_survives_the_wipe(rlimit: Runner) -> None:
+    result = rlimit.exec(["python", "-c", LEFTOVERS], Limits())
+    assert result.stdout.split() == ["/tmp", "/var/tmp", "/dev/shm", "shm", "sem", "msg", "key"]
+    assert rlimit.residue() == []
+    probe = (
+        "import glob, ctypes, platform\n"
+        "keyctl = {'x86_64': 250, 'aarch64': 219}[platform.machine()]\n"
+        "libc = ctypes.CDLL(None)\n"
+        "print(glob.glob('/tmp/trialbox-leftover*') + glob.glob('/var/tmp/trialbox-leftover*')"
+        " + glob.glob('/dev/shm/trialbox-leftover*'),"
+        " libc.shmget(0x7B0001, 0, 0), libc.syscall(keyctl, 11, -4, 0, 0))\n"
+    )
+    again = rlimit.exec(["python", "-c", probe], Limits())
+    assert again.stdout == "[] -1 0\n"
+
+
+def test_residue_names_what_a_job_left(rlimit: Runner) -> None:
+    # Planted by the root test process as a slot uid would: the check must see it.
+    uid = rlimit.slots.slot(0).agent_uid
+    path = Path("/dev/shm") / f"planted-{uid}"
+    path.write_text("x")
+    os.chown(path, uid, uid)
+    try:
+        assert rlimit.residue() == [f"file {path}"]
+    finally:
+        path.unlink()

@@ -14,8 +14,8 @@ import pytest
 from tests.sandbox.conftest import ADD_TASK
 from trialbox.errors import SandboxSetupError
 from trialbox.models import Limits, Sample, Task
+from trialbox.sandbox.as_uid import processes_of
 from trialbox.sandbox.runner import Runner
-from trialbox.sandbox.slots import processes_of
 from trialbox.scoring import score
 
 HOLDER = textwrap.dedent(

@@ -13,12 +13,13 @@ import subprocess
 from pathlib import Path
 
 from trialbox.errors import SandboxSetupError
+from trialbox.sandbox import as_uid
 from trialbox.sandbox.backend import Backend, CommandSpec, Launched, Measured
 from trialbox.sandbox.cgroups import Cgroup, cgroup_class
 from trialbox.sandbox.config import SandboxConfig
 from trialbox.sandbox.fs import mount_tmpfs, unmount
 from trialbox.sandbox.runtime import Runtime
-from trialbox.sandbox.slots import Slot, kill_processes_of
+from trialbox.sandbox.slots import Slot
 
 SANDBOX_WORKDIR = "/workspace"
 # The launch shim runs as root just long enough to join the cgroups, then execs setpriv.
@@ -125,7 +126,7 @@ class BwrapBackend(Backend):
 
     def sweep(self, slot: Slot) -> None:
         self._cgroup(slot).remove()
-        kill_processes_of(slot.uids)
+        as_uid.kill_all(slot.uids)
         self.release(slot)
 
     def release(self, slot: Slot) -> None:

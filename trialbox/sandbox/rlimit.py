@@ -1,16 +1,25 @@
 """rlimit backend, for inside a Fargate task (no CAP_SYS_ADMIN: no namespaces, mounts or
-cgroups). What it enforces: setrlimit (AS, DATA, CPU, NPROC, FSIZE, NOFILE, CORE), a dedicated
-uid per slot with no_new_privs and no groups, a new session, kill of the session plus kill(-1)
-as the slot uid, capped output, a wall deadline and an explicit environment. The runner sets
-PR_SET_DUMPABLE=0 on itself so a sandboxed process cannot read its environment (and the task's
-credentials URI) from /proc.
+cgroups). What it enforces: setrlimit (AS, DATA, CPU, NPROC, FSIZE, NOFILE, CORE, MSGQUEUE), a
+dedicated uid per slot with no_new_privs and no groups, a new session, kill of every process of
+the slot uid (as that uid, see as_uid), capped output, a wall deadline and an explicit
+environment. The runner is undumpable, so a sandboxed process cannot read its environment (and
+the task's credentials URI) from /proc; nothing runs as a slot uid with the runner's
+environment.
 
-What it cannot cover (the bwrap backend does; in AWS the VPC and one microVM per job do):
+The command starts as the slot uid: subprocess switches uid and groups in the child before it
+execs `prlimit`, so a refused switch is the sandbox's failure (SandboxError), never the
+command's exit code. prlimit lowers the limits and execs `setpriv --no-new-privs`, which execs
+the command; both come from util-linux, which every Debian image has.
+
+Between jobs on one task, `sweep` wipes what the slot uids left anywhere writable (wipe.py), and
+the worker checks `residue` before it takes the next job.
+
+What it cannot cover (the bwrap backend does):
 - no private /tmp: /tmp is shared with the worker (the sandbox env points TMPDIR at the
-  workspace instead);
-- host processes are visible in /proc (but not signallable: other uids);
-- loopback and the network are reachable: isolation is the VPC's job (isolated subnets, no NAT,
-  DNS firewall);
+  workspace instead), and the wipe removes what a job left there;
+- host processes are visible in /proc (but not signallable or readable: other uids);
+- loopback and the network are reachable: egress is closed by the VPC (security groups to the
+  endpoints only, endpoint policies, a DNS firewall);
 - no per-workspace disk cap: RLIMIT_FSIZE caps each file (EFBIG), not the total;
 - no cgroup OOM signal: RLIMIT_AS makes allocations fail (MemoryError) instead of an OOM kill,
   so `oom` is never reported, and peak memory is the largest single process (ru_maxrss).
@@ -18,30 +27,28 @@ What it cannot cover (the bwrap backend does; in AWS the VPC and one microVM per
 
 from __future__ import annotations
 
-import contextlib
-import ctypes
-import ctypes.util
 import math
 import os
 import resource
 import shutil
-import signal
 import subprocess
 from pathlib import Path
 
+from trialbox.errors import SandboxError
+from trialbox.sandbox import as_uid, wipe
 from trialbox.sandbox.backend import Backend, CommandSpec, Launched, Measured
 from trialbox.sandbox.config import SandboxConfig
 from trialbox.sandbox.fs import unmount
 from trialbox.sandbox.runtime import Runtime
-from trialbox.sandbox.slots import Slot, kill_processes_of
+from trialbox.sandbox.slots import Slot
 
-PR_SET_DUMPABLE = 4
 MiB = 1024 * 1024
 
 
-def make_runner_undumpable() -> None:
-    libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-    libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+def _within_hard(kind: int, wanted: int) -> int:
+    """A limit never above the worker's own hard limit, so lowering it cannot fail."""
+    hard = resource.getrlimit(kind)[1]
+    return wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
 
 
 class RlimitLaunched(Launched):
@@ -51,18 +58,8 @@ class RlimitLaunched(Launched):
         self.rusage: resource.struct_rusage | None = None
 
     def kill_tree(self) -> None:
-        with contextlib.suppress(ProcessLookupError, PermissionError):
-            os.killpg(self.proc.pid, signal.SIGKILL)
         # kill(-1) as the slot uid reaches every process of that uid, even a setsid daemon.
-        subprocess.run(
-            ["kill", "-s", "KILL", "--", "-1"],
-            user=self.uid,
-            group=self.uid,
-            extra_groups=[],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
-            check=False,
-        )
+        as_uid.kill_all((self.uid,))
 
     def wait(self) -> int:
         if self.proc.returncode is None:
@@ -89,7 +86,8 @@ class RlimitBackend(Backend):
     def __init__(self, config: SandboxConfig, runtime: Runtime) -> None:
         self.config = config
         self.runtime = runtime
-        make_runner_undumpable()
+        self.places = wipe.writable_places(wipe.MOUNTINFO.read_text())
+        as_uid.make_undumpable()
 
     def prepare_dir(
         self, path: Path, size_mb: int, owner: int, group: int, mode: int, inodes: int = 65536
@@ -109,31 +107,37 @@ class RlimitBackend(Backend):
         self.sweep(slot)
 
     def sweep(self, slot: Slot) -> None:
-        kill_processes_of(slot.uids)
+        as_uid.kill_all(slot.uids)
         for path in (slot.work_dir, slot.grade_dir):
             self.release_dir(path)
         slot.root.mkdir(parents=True, exist_ok=True)
         slot.root.chmod(0o711)
+        wipe.wipe(slot.uids, self.places)
+
+    def residue(self, uids: tuple[int, ...]) -> list[str]:
+        return wipe.residue(uids, self.places)
 
     def launch(self, slot: Slot, spec: CommandSpec, report_fd: int | None) -> Launched:
         uid = slot.agent_uid if spec.role == "agent" else slot.grader_uid
         limits = spec.limits
         memory = limits.memory_mb * MiB
-        cpu_s = math.ceil(spec.timeout_s * limits.cpus) + 1
+        wanted = {
+            "as": (resource.RLIMIT_AS, memory),
+            "data": (resource.RLIMIT_DATA, memory),
+            "cpu": (resource.RLIMIT_CPU, math.ceil(spec.timeout_s * limits.cpus) + 1),
+            "nproc": (resource.RLIMIT_NPROC, limits.pids),
+            "fsize": (resource.RLIMIT_FSIZE, limits.disk_mb * MiB),
+            "nofile": (resource.RLIMIT_NOFILE, 1024),
+            "core": (resource.RLIMIT_CORE, 0),
+            # No POSIX message queues: they would outlive the job where /dev/mqueue is not
+            # mounted for the wipe to see them.
+            "msgqueue": (resource.RLIMIT_MSGQUEUE, 0),
+        }
         argv = [
             "prlimit",
-            f"--as={memory}",
-            f"--data={memory}",
-            f"--cpu={cpu_s}",
-            f"--nproc={limits.pids}",
-            f"--fsize={limits.disk_mb * MiB}",
-            "--nofile=1024",
-            "--core=0",
+            *(f"--{name}={_within_hard(kind, value)}" for name, (kind, value) in wanted.items()),
             "--",
             "setpriv",
-            f"--reuid={uid}",
-            f"--regid={uid}",
-            "--clear-groups",
             "--no-new-privs",
             "--inh-caps=-all",
             "--",
@@ -141,14 +145,21 @@ class RlimitBackend(Backend):
         ]
         env = dict(spec.env)
         env.update(HOME=str(spec.workdir), TMPDIR=str(spec.workdir))
-        proc = subprocess.Popen(
-            argv,
-            cwd=spec.workdir,
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            pass_fds=[report_fd] if report_fd is not None else [],
-            env=env,
-            start_new_session=True,
-        )
+        try:
+            proc = subprocess.Popen(
+                argv,
+                cwd=spec.workdir,
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                pass_fds=[report_fd] if report_fd is not None else [],
+                env=env,
+                start_new_session=True,
+                user=uid,
+                group=uid,
+                extra_groups=[],
+            )
+        except OSError as exc:  # the uid switch or the exec of prlimit: never the command's
+            why = f"the sandbox could not start the command as uid {uid}: {exc}"
+            raise SandboxError(why) from exc
         return RlimitLaunched(proc, uid)

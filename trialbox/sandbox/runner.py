@@ -21,7 +21,7 @@ from trialbox.models.report import (
 )
 from trialbox.models.sample import Sample
 from trialbox.models.task import Task
-from trialbox.sandbox import fs
+from trialbox.sandbox import as_uid, fs
 from trialbox.sandbox.backend import Backend, CommandSpec, Outcome
 from trialbox.sandbox.bwrap import SANDBOX_WORKDIR, BwrapBackend
 from trialbox.sandbox.config import SandboxConfig
@@ -36,7 +36,7 @@ from trialbox.sandbox.grading import (
 )
 from trialbox.sandbox.rlimit import RlimitBackend
 from trialbox.sandbox.runtime import Runtime
-from trialbox.sandbox.slots import Slot, SlotPool, kill_processes_of
+from trialbox.sandbox.slots import Slot, SlotPool
 
 MiB = 1024 * 1024
 DISK_FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
@@ -87,6 +87,12 @@ class Runner:
         self.slots = SlotPool(self.config, self.backend.sweep, self.backend.release)
         self.slots.sweep_idle()  # what a killed runner left behind
         self.protected = protected_modules(self.runtime)
+
+    def residue(self) -> list[str]:
+        """What any slot uid left where the next job could see it (the worker takes no job
+        while this is not empty)."""
+        uids = tuple(uid for i in range(self.config.slots) for uid in self.slots.slot(i).uids)
+        return self.backend.residue(uids)
 
     def _sandbox_path(self, host: Path) -> str:
         return SANDBOX_WORKDIR if self.backend.name == "bwrap" else str(host)
@@ -204,7 +210,7 @@ class Runner:
         for argv in sample.commands:
             outcome = self.backend.run(slot, self._agent_spec(argv, slot, limits))
             commands.append(command_result("agent", argv, outcome))
-        kill_processes_of((uid,))  # the agent's leftovers, before anything reads its files
+        as_uid.kill_all((uid,))  # the agent's leftovers, before anything reads its files
         if checkpoint_to is not None:
             checkpoint_to.write_bytes(fs.checkpoint(slot.work_dir))
         if not grade:

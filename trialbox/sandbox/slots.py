@@ -9,7 +9,6 @@ import contextlib
 import fcntl
 import os
 import random
-import signal
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -41,34 +40,6 @@ class Slot:
     @property
     def uids(self) -> tuple[int, int]:
         return (self.agent_uid, self.grader_uid)
-
-
-def processes_of(uids: tuple[int, ...]) -> list[int]:
-    """Live host pids owned by one of `uids`. Zombies are dead already and are skipped: their
-    reaping is up to their parent (bwrap's init is reparented to the host's init)."""
-    found = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        with contextlib.suppress(OSError):
-            if os.stat(entry.path).st_uid not in uids:
-                continue
-            with open(f"{entry.path}/stat", "rb") as stat:
-                state = stat.read().rsplit(b")", 1)[1].split()[0]
-            if state not in (b"Z", b"X"):
-                found.append(int(entry.name))
-    return found
-
-
-def kill_processes_of(uids: tuple[int, ...]) -> None:
-    for _ in range(100):
-        pids = processes_of(uids)
-        if not pids:
-            return
-        for pid in pids:
-            with contextlib.suppress(ProcessLookupError, PermissionError):
-                os.kill(pid, signal.SIGKILL)
-        time.sleep(0.005)
 
 
 class SlotPool:
