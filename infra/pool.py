@@ -42,6 +42,7 @@ class Pool(Construct):
         config: PoolConfig,
         vpc: ec2.IVpc,
         subnets: ec2.SubnetSelection,
+        security_groups: list[ec2.ISecurityGroup],
         heartbeat_s: int,
         environment: dict[str, str],
         log_retention_days: int,
@@ -127,6 +128,7 @@ class Pool(Construct):
             cluster=self.cluster,
             task_definition=self.task_definition,
             vpc_subnets=subnets,
+            security_groups=security_groups,  # egress: the VPC endpoints only (infra/network.py)
             assign_public_ip=False,
             capacity_provider_strategies=[
                 ecs.CapacityProviderStrategy(

@@ -23,7 +23,12 @@ class TrialboxStack(Stack):
     def __init__(self, scope: Construct, construct_id: str, *, config: StackConfig) -> None:
         super().__init__(scope, construct_id)
         storage = Storage(self, "Storage", trace_retention_days=config.trace_retention_days)
-        network = Network(self, "Network")
+        network = Network(
+            self,
+            "Network",
+            buckets=[storage.tasksets, storage.traces],
+            log_retention_days=config.log_retention_days,
+        )
         buckets = {
             c.ENV_TASKSETS_BUCKET: storage.tasksets.bucket_name,
             c.ENV_TRACES_BUCKET: storage.traces.bucket_name,
@@ -34,6 +39,7 @@ class TrialboxStack(Stack):
             config=config.pool,
             vpc=network.vpc,
             subnets=network.subnets,
+            security_groups=[network.workers_sg],
             heartbeat_s=config.heartbeat_s,
             environment={
                 c.ENV_TRACES_BUCKET: storage.traces.bucket_name,

@@ -166,6 +166,8 @@ def create(template: dict[str, Any], clients: dict[str, Any]) -> LocalStack:
 
     for logical in by_type.get("AWS::Lambda::Function", []):
         props = resources[logical]["Properties"]
+        if not props["Handler"].startswith("functions."):
+            continue  # a deploy-time custom resource's provider (the S3 prefix list lookup)
         env = resolver.resolve(props.get("Environment", {}).get("Variables", {}))
         stack.functions[logical] = FunctionSpec(
             logical, props["Handler"], env, float(props.get("Timeout", 3))
