@@ -249,3 +249,50 @@ def test_a_job_received_after_the_stop_is_given_back_unrun(aws: Aws) -> None:
     assert aws.sfn.describe_execution(executionArn=arn)["status"] == "RUNNING"
     the_worker.shut_down(grace_s=3600)
     assert the_worker.hand_back_at is not None and the_worker.hand_back_at < time.time() + 61
+
+
+def fake_report(job: JobSpec) -> RunReport:
+    return RunReport(
+        task_id=job.task.task_id,
+        sample_id=job.request_id,
+        status=Status.SUCCEEDED,
+        commands=[],
+        grading=None,
+        provenance=None,
+    )
+
+
+def serve_until_stopped(the_worker: Worker, timeout_s: float = 30) -> None:
+    thread = threading.Thread(target=the_worker.serve, daemon=True)
+    thread.start()
+    thread.join(timeout_s)
+    assert not thread.is_alive(), "the worker should have stopped on its own"
+
+
+def test_a_worker_exits_after_recycle_after_jobs_and_leaves_the_rest_queued(aws: Aws) -> None:
+    machine = waiting_machine(aws)
+    arns = [start(aws, machine, f"rc-{i}", job(aws, f"rc-{i}")) for i in range(3)]
+    the_worker = worker(aws, fake_report)
+    the_worker.recycle_after_jobs = 2
+    the_worker.residue = list  # nothing left behind
+    serve_until_stopped(the_worker)
+    assert the_worker.jobs_done == 2
+    finished = [wait_for(aws, arn, 5)["status"] for arn in arns if _done(aws, arn)]
+    assert finished == ["SUCCEEDED", "SUCCEEDED"]
+    assert len(aws.messages(aws.work_queue)) == 1  # the third waits for a fresh worker
+
+
+def test_a_worker_whose_wipe_left_anything_takes_no_further_job(aws: Aws) -> None:
+    machine = waiting_machine(aws)
+    for i in range(2):
+        start(aws, machine, f"rs-{i}", job(aws, f"rs-{i}"))
+    the_worker = worker(aws, fake_report)
+    the_worker.recycle_after_jobs = 100
+    the_worker.residue = lambda: ["file /tmp/left-by-a-job"]
+    serve_until_stopped(the_worker)
+    assert the_worker.jobs_done == 1
+    assert len(aws.messages(aws.work_queue)) == 1
+
+
+def _done(aws: Aws, arn: str) -> bool:
+    return str(aws.sfn.describe_execution(executionArn=arn)["status"]) != "RUNNING"

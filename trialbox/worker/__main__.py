@@ -1,5 +1,7 @@
 """`python -m trialbox.worker`: the Fargate entrypoint. SIGTERM finishes the current job, or
-hands it back to the state machine before the container's stop timeout."""
+hands it back to the state machine before the container's stop timeout. After
+TRIALBOX_RECYCLE_AFTER_JOBS jobs (1 when unset: a fresh task per job), or as soon as the
+wipe between jobs leaves anything, it exits 0 and ECS starts a fresh task."""
 
 from __future__ import annotations
 
@@ -29,6 +31,8 @@ def main() -> int:
         run_job=job_runner(runner),
         heartbeat_s=int(os.environ.get(c.ENV_HEARTBEAT_S, "60")),
         name=socket.gethostname(),
+        recycle_after_jobs=int(os.environ.get(c.ENV_RECYCLE_AFTER_JOBS, "1")),
+        residue=runner.residue,
     )
     # ECS sends SIGTERM, then SIGKILL after the container's stop timeout: finish the job in
     # hand, or hand it back before the kill.

@@ -40,6 +40,12 @@ class Worker:
     # Epoch s after which a job still running is handed back (set on SIGTERM), so that the
     # container's stop timeout never cuts a job off unanswered.
     hand_back_at: float | None = None
+    # Exit (for a fresh task) after this many jobs; None: never (the twin's workers).
+    recycle_after_jobs: int | None = None
+    # What earlier jobs left where the next could see it (Runner.residue); anything found
+    # ends the loop before another job is taken.
+    residue: Callable[[], list[str]] | None = None
+    jobs_done: int = 0
 
     def shut_down(self, grace_s: float) -> None:
         """Take no new job; finish the current one, or hand it back after `grace_s`."""
@@ -75,7 +81,20 @@ class Worker:
                 )
                 continue
             self.handle(message)
+            self._after_job()
         return bool(messages)
+
+    def _after_job(self) -> None:
+        """Recycle after `recycle_after_jobs`, or at once when the wipe left anything."""
+        self.jobs_done += 1
+        if self.recycle_after_jobs is not None and self.jobs_done >= self.recycle_after_jobs:
+            log.info("%s: %d jobs done; exiting for a fresh task", self.name, self.jobs_done)
+            self.stop.set()
+            return
+        found = self.residue() if self.residue is not None else []
+        if found:
+            log.error("%s: the wipe left %s; exiting for a fresh task", self.name, found[:20])
+            self.stop.set()
 
     def handle(self, message: dict[str, Any]) -> None:
         receipt = message["ReceiptHandle"]
