@@ -26,6 +26,10 @@ class PoolConfig(BaseModel):
     cpu: int = 1024
     memory_mb: int = 2048
     spot: bool = True
+    # Jobs a worker task runs before it exits for a fresh one. Between two jobs it wipes what
+    # the slot uids left and takes no further job unless the check finds nothing (tests/fargate
+    # proves the wipe complete). 1 = a fresh microVM per job, at a 30-45 s task start each.
+    recycle_after_jobs: int = Field(default=100, ge=1, le=100_000)
 
     @model_validator(mode="after")
     def _valid(self) -> PoolConfig:

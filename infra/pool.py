@@ -16,10 +16,28 @@ from infra.config import PoolConfig
 from infra.lambdas import ROOT, retention
 from infra.nag import acknowledge
 from infra.queues import QueueWithDlq
-from trialbox.constants import ENV_STOP_GRACE_S, ENV_WORK_QUEUE_URL
+from trialbox.constants import ENV_RECYCLE_AFTER_JOBS, ENV_STOP_GRACE_S, ENV_WORK_QUEUE_URL
 
-# The worker drops each job to a per-slot uid: it keeps exactly these (Fargate cannot add any).
-KEPT = frozenset({"CHOWN", "FOWNER", "SETUID", "SETGID", "KILL"})
+# The worker runs as root and keeps only what its file and process work needs (Fargate can add
+# nothing but SYS_PTRACE, so these come from the default set). tests/fargate runs real jobs
+# under exactly this set, read from the template, and shows a job failing without each one.
+# Nothing here reaches a job: commands start as the slot uid with CapEff 0 and no_new_privs.
+KEPT = {
+    # Hand the workspace and its files to the slot uid.
+    "CHOWN": "chown the slot's workspace and files to its uid",
+    # Root materializes, copies (for grading), checkpoints and wipes the slot's 0700 trees,
+    # every open relative to a directory fd with O_NOFOLLOW, so a planted link leads nowhere.
+    # The alternative, a process per file operation as the slot uid, costs a fork per file
+    # and closes no hole that O_NOFOLLOW leaves open.
+    "DAC_OVERRIDE": "read and write the slot uid's 0700 workspace",
+    # chmod files root handed to the slot uid; remove the slot uid's files from sticky shared
+    # directories (/tmp, /dev/shm) in the wipe between jobs.
+    "FOWNER": "chmod the slot's files and wipe them from sticky /tmp and /dev/shm",
+    # Start each command as the slot uid with no groups; kill, remove SysV IPC and clear
+    # keyrings as that uid (no CAP_KILL or CAP_SYS_ADMIN needed for those).
+    "SETUID": "start commands and clean up as the slot uid",
+    "SETGID": "start commands as the slot gid with no supplementary groups",
+}
 STOP_TIMEOUT_S = 120  # Fargate's most: SIGTERM, then SIGKILL after this
 # Writable scratch on a read-only root: the slot state (workspaces, checkpoints) and /tmp.
 SCRATCH = {"state": "/var/lib/trialbox", "tmp": "/tmp"}
@@ -100,6 +118,9 @@ class Pool(Construct):
                 ENV_WORK_QUEUE_URL: self.work.queue.queue_url,
                 "TRIALBOX_SANDBOX_BACKEND": "rlimit",
                 "TRIALBOX_SANDBOX_STATE_DIR": SCRATCH["state"],
+                # Reuse the task for this many jobs, behind the wipe the worker proves between
+                # them; it then exits and ECS starts a fresh microVM.
+                ENV_RECYCLE_AFTER_JOBS: str(config.recycle_after_jobs),
                 # Hand a running job back with time left to answer before the SIGKILL.
                 ENV_STOP_GRACE_S: str(STOP_TIMEOUT_S - 30),
                 **environment,
