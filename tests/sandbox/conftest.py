@@ -119,7 +119,8 @@ def secret_in_another_slot(runner: Runner) -> Iterator[Path]:
 
 # Leaves something in every place a uid can reach outside its workspace on an rlimit worker:
 # a setsid daemon holding a lock, files in /tmp, /var/tmp and /dev/shm, SysV shared memory,
-# a semaphore set and a message queue, and a key in its user keyring. Prints what it managed.
+# a semaphore set and a message queue, and a key in its user and persistent keyrings. Prints
+# what it managed.
 LEFTOVERS = r"""
 import ctypes, fcntl, os, platform, time
 libc = ctypes.CDLL(None, use_errno=True)
@@ -136,6 +137,10 @@ if libc.semget(0x7B0002, 1, 0o1666) >= 0: made.append("sem")
 if libc.msgget(0x7B0003, 0o1666) >= 0: made.append("msg")
 add_key = {"x86_64": 248, "aarch64": 217}[platform.machine()]
 if libc.syscall(add_key, b"user", b"trialbox-leftover", b"secret", 6, -4) > 0: made.append("key")
+keyctl = {"x86_64": 250, "aarch64": 219}[platform.machine()]
+ring = libc.syscall(keyctl, 22, -1, -2)  # KEYCTL_GET_PERSISTENT into the process keyring
+if ring > 0 and libc.syscall(add_key, b"user", b"trialbox-p", b"secret", 6, ring) > 0:
+    made.append("persistent-key")
 if os.fork() == 0:
     os.setsid()
     lock = open("/tmp/trialbox-leftover.lock", "w")

@@ -117,7 +117,8 @@ def not_running(residue: list[str]) -> list[str]:
 
 def test_nothing_a_job_leaves_survives_the_wipe(rlimit: Runner) -> None:
     result = rlimit.exec(["python", "-c", LEFTOVERS], Limits())
-    assert result.stdout.split() == ["/tmp", "/var/tmp", "/dev/shm", "shm", "sem", "msg", "key"]
+    made = ["/tmp", "/var/tmp", "/dev/shm", "shm", "sem", "msg", "key", "persistent-key"]
+    assert result.stdout.split() == made
     assert not_running(rlimit.residue()) == []
     probe = (
         "import glob, ctypes, platform\n"
@@ -125,10 +126,11 @@ def test_nothing_a_job_leaves_survives_the_wipe(rlimit: Runner) -> None:
         "libc = ctypes.CDLL(None)\n"
         "print(glob.glob('/tmp/trialbox-leftover*') + glob.glob('/var/tmp/trialbox-leftover*')"
         " + glob.glob('/dev/shm/trialbox-leftover*'),"
-        " libc.shmget(0x7B0001, 0, 0), libc.syscall(keyctl, 11, -4, 0, 0))\n"
+        " libc.shmget(0x7B0001, 0, 0), libc.syscall(keyctl, 11, -4, 0, 0),"
+        " libc.syscall(keyctl, 11, libc.syscall(keyctl, 22, -1, -2), 0, 0))\n"
     )
     again = rlimit.exec(["python", "-c", probe], Limits())
-    assert again.stdout == "[] -1 0\n"
+    assert again.stdout == "[] -1 0 0\n"
 
 
 def test_residue_names_what_a_job_left(rlimit: Runner) -> None:

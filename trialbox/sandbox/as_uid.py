@@ -35,6 +35,8 @@ SYSVIPC = Path("/proc/sysvipc")
 SYS_KEYCTL = {"x86_64": 250, "aarch64": 219}.get(platform.machine())
 KEYCTL_CLEAR = 7
 KEYCTL_READ = 11
+KEYCTL_GET_PERSISTENT = 22
+KEY_SPEC_PROCESS_KEYRING = -2
 KEY_SPEC_USER_KEYRING = -4
 KEY_SPEC_USER_SESSION_KEYRING = -5
 USER_KEYRINGS = (KEY_SPEC_USER_KEYRING, KEY_SPEC_USER_SESSION_KEYRING)
@@ -113,17 +115,27 @@ def _keyctl(*args: int) -> int:
     return result
 
 
+def _keyrings() -> list[int]:
+    """The uid's keyrings that outlive its processes: user, user-session and, where the
+    kernel has them, its persistent keyring (looked up, which creates it, only when the uid
+    holds more keys than the first two)."""
+    rings = list(USER_KEYRINGS)
+    persistent = _keyctl(KEYCTL_GET_PERSISTENT, -1, KEY_SPEC_PROCESS_KEYRING)
+    if persistent > 0:
+        rings.append(persistent)
+    return rings
+
+
 def _clear_keyrings() -> int:
-    for keyring in USER_KEYRINGS:
+    for keyring in _keyrings():
         _keyctl(KEYCTL_CLEAR, keyring)  # refused (seccomp, no keys support): nothing to clear
     return 0
 
 
 def _count_keys() -> int:
-    """Keys linked in the uid's user and user-session keyrings (which persist after its
-    processes are gone)."""
+    """Keys linked in the uid's keyrings that outlive its processes."""
     count = 0
-    for keyring in USER_KEYRINGS:
+    for keyring in _keyrings():
         size = _keyctl(KEYCTL_READ, keyring, 0, 0)  # the payload size: 4 bytes per key id
         if size > 0:
             count += size // 4
@@ -163,13 +175,22 @@ def kill_all(uids: tuple[int, ...]) -> None:
         time.sleep(0.005)
 
 
-def _key_users() -> set[int]:
-    """Uids the kernel holds keys for (/proc/key-users): only these can have keyrings."""
+def _key_users() -> dict[int, int]:
+    """Keys the kernel holds per uid (/proc/key-users' nkeys), for the uids it lists."""
     try:
         lines = Path("/proc/key-users").read_text().splitlines()
     except OSError:
-        return set()
-    return {int(line.split(":")[0]) for line in lines if ":" in line}
+        return {}
+    found = {}
+    for line in lines:
+        uid, _, rest = line.partition(":")
+        found[int(uid)] = int(rest.split()[1].split("/")[0])
+    return found
+
+
+def _may_hold_keys(uid: int, key_users: dict[int, int]) -> bool:
+    """More keys than its user and user-session keyrings themselves."""
+    return key_users.get(uid, 0) > len(USER_KEYRINGS)
 
 
 def remove_ipc_and_keys(uids: tuple[int, ...]) -> None:
@@ -178,7 +199,7 @@ def remove_ipc_and_keys(uids: tuple[int, ...]) -> None:
     for uid in uids:
         if _sysv_ids(uid):
             _in_child_as(uid, "ipc")
-        if uid in key_users:
+        if _may_hold_keys(uid, key_users):
             _in_child_as(uid, "keys")
 
 
@@ -189,7 +210,7 @@ def ipc_and_keys_left(uids: tuple[int, ...]) -> list[str]:
     for uid in uids:
         for kind, ids in _sysv_ids(uid).items():
             found.append(f"uid {uid}: SysV {kind} {ids}")
-        keys = _in_child_as(uid, "count") if uid in key_users else 0
+        keys = _in_child_as(uid, "count") if _may_hold_keys(uid, key_users) else 0
         if keys:
             found.append(f"uid {uid}: {keys} keys in its user keyrings")
     return found
