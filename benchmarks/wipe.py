@@ -7,16 +7,19 @@ apart. The same after a hostile job that leaves something everywhere (tests/sand
 It reports medians and the wipe + check as a fraction of the graded job, and against Fargate's
 30-45 s task start (what `recycle_after_jobs = 1` pays per job instead).
 
-Run: `make bench` or `.venv/bin/python benchmarks/wipe.py -n 20`. Numbers are this host's
-(the rlimit backend, run as root): on Fargate the writable places are fewer (a read-only root).
+It runs in a private mount namespace laid out like the Fargate task (a read-only root; tmpfs
+on /tmp, /dev/shm and the slot state dir), so the wipe walks what it walks there, not this
+host's /tmp. Run: `make bench` or `.venv/bin/python benchmarks/wipe.py -n 20` (as root).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from typing import Any
@@ -40,7 +43,7 @@ SOLUTION = "def add(a, b):\n    return a + b\n"
 LEFTOVERS = (
     "import ctypes, os\n"
     "libc = ctypes.CDLL(None)\n"
-    "for place in ('/tmp', '/var/tmp', '/dev/shm'):\n"
+    "for place in ('/tmp', '/dev/shm'):\n"
     "    open(f'{place}/bench-leftover-{os.getuid()}', 'w').write('x')\n"
     "libc.shmget(0x7B0101, 4096, 0o1666); libc.semget(0x7B0102, 1, 0o1666)\n"
     "libc.msgget(0x7B0103, 0o1666)\n"
@@ -49,6 +52,25 @@ LEFTOVERS = (
     "os._exit(0)\n"
 )
 FARGATE_START_S = (30.0, 45.0)
+IN_NAMESPACE = "TRIALBOX_BENCH_FARGATE_MOUNTS"
+# The task's layout: a read-only root, writable scratch volumes and /dev/shm.
+FARGATE_MOUNTS = (
+    "mount -o remount,bind,ro / && "
+    "mount -t tmpfs -o mode=1777 tmpfs /tmp && "
+    "mount -t tmpfs -o mode=1777 tmpfs /dev/shm && "
+    "mount -t tmpfs -o mode=711 tmpfs {state}"
+)
+
+
+def in_fargate_layout() -> None:
+    """Re-run this script in a private mount namespace laid out like the task."""
+    if os.environ.get(IN_NAMESPACE):
+        return
+    state = SandboxConfig.from_env().state_dir
+    script = FARGATE_MOUNTS.format(state=state) + ' && exec "$@"'
+    argv = ["unshare", "--mount", "--propagation", "private", "sh", "-c", script, "sh"]
+    env = os.environ | {IN_NAMESPACE: "1", "PYTHONDONTWRITEBYTECODE": "1"}
+    sys.exit(subprocess.run([*argv, sys.executable, *sys.argv], env=env).returncode)
 
 
 def timed(action: Callable[[], object]) -> float:
@@ -61,6 +83,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("-n", type=int, default=20, help="rounds")
     args = parser.parse_args()
+    in_fargate_layout()
     runner = Runner(SandboxConfig.from_env().model_copy(update={"backend": "rlimit", "slots": 1}))
     slot = runner.slots.slot(0)
     task = Task.model_validate(TASK)
@@ -81,11 +104,12 @@ def main() -> None:
         )
         planted = runner.residue()
         times["hostile wipe"].append(timed(lambda: runner.backend.sweep(slot)))
-        assert len(planted) >= 7 and runner.residue() == [], (planted, runner.residue())
+        assert len(planted) >= 5 and runner.residue() == [], (planted, runner.residue())
     medians = {k: statistics.median(v) for k, v in times.items()}
     between = medians["wipe"] + medians["check"]
     report = {
         "rounds": args.n,
+        "writable places walked": [str(p) for p in getattr(runner.backend, "places", [])],
         "median_s": {k: round(v, 4) for k, v in medians.items()},
         "wipe_plus_check_s": round(between, 4),
         "wipe_plus_check_vs_graded_job": round(between / medians["job"], 3),
