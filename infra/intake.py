@@ -32,4 +32,6 @@ class Intake(Construct):
                 report_batch_item_failures=True,
             )
         )
-        self.requests.dlq.grant_send_messages(dispatcher.role)
+        # SendMessage alone: grant_send_messages adds GetQueueAttributes and GetQueueUrl, which
+        # the dispatcher never calls (it has the DLQ's URL), and tests/iam fails unused grants.
+        self.requests.dlq.grant(dispatcher.role, "sqs:SendMessage")

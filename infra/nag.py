@@ -27,29 +27,34 @@ def acknowledge(scope: IConstruct, findings: dict[str, str]) -> None:
         Validations.of(scope).acknowledge(Acknowledgment(id=rule_id, reason=reason))
 
 
-def _actions(prefixes: tuple[str, ...]) -> dict[str, str]:
-    return {
-        f"AwsSolutions-IAM5[Action::s3:{action}*]": (
-            "CDK's grant_read/grant_put: object-level actions, limited to the key patterns "
-            "in this role's resources"
-        )
-        for action in prefixes
-    }
-
-
 def grant_objects(
-    role: iam.IRole, bucket: s3.IBucket, reads: dict[str, str], puts: dict[str, str]
+    role: iam.IRole,
+    bucket: s3.IBucket,
+    reads: dict[str, str],
+    puts: dict[str, str],
+    *,
+    not_found: str | None = None,
 ) -> None:
-    """Grant read and put on key patterns of one bucket, acknowledging each pattern's
-    wildcard on this role with its reason (pattern -> why this role needs it)."""
+    """Grant s3:GetObject on each read pattern and s3:PutObject on each put pattern of one
+    bucket: the actions the code calls, no more (tests/iam proves it call by call; CDK's
+    grant_read/grant_put would add GetBucket*, List*, Abort* and the object-lock puts). Each
+    pattern's wildcard is acknowledged on this role with its reason (pattern -> why this role
+    needs it). The buckets are SSE-S3: no key grant is needed.
+
+    `not_found`: why this role must tell a missing key from a forbidden one. S3 answers
+    NoSuchKey only to a caller that may list the bucket (s3:ListBucket), AccessDenied to any
+    other."""
     bucket_id = logical_id(bucket)
     findings: dict[str, str] = {}
-    for pattern, why in reads.items():
-        bucket.grant_read(role, pattern)
-        findings |= _actions(("GetBucket", "GetObject", "List"))
-        findings[f"AwsSolutions-IAM5[Resource::<{bucket_id}.Arn>/{pattern}]"] = why
-    for pattern, why in puts.items():
-        bucket.grant_put(role, pattern)
-        findings |= _actions(("Abort",))
-        findings[f"AwsSolutions-IAM5[Resource::<{bucket_id}.Arn>/{pattern}]"] = why
+    for action, patterns in (("s3:GetObject", reads), ("s3:PutObject", puts)):
+        if not patterns:
+            continue
+        objects = [bucket.arn_for_objects(pattern) for pattern in patterns]
+        role.add_to_principal_policy(iam.PolicyStatement(actions=[action], resources=objects))
+        for pattern, why in patterns.items():
+            findings[f"AwsSolutions-IAM5[Resource::<{bucket_id}.Arn>/{pattern}]"] = why
+    if not_found:
+        role.add_to_principal_policy(
+            iam.PolicyStatement(actions=["s3:ListBucket"], resources=[bucket.bucket_arn])
+        )
     acknowledge(role, findings)

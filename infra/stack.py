@@ -5,6 +5,7 @@ from __future__ import annotations
 from aws_cdk import CfnOutput, Duration, Stack
 from constructs import Construct
 
+from infra.client_policy import ClientPolicy
 from infra.config import StackConfig
 from infra.intake import DISPATCHER_TIMEOUT, Intake
 from infra.lambdas import TrialboxFunction, lambda_code, service_name
@@ -113,7 +114,13 @@ class TrialboxStack(Stack):
         grant_objects(scorer.role, traces, reads=job | report, puts=result)
         grant_objects(recorder.role, traces, reads=result, puts=trace)
         tasksets = {"*": "task sets are content-addressed files: Prepare reads any it is named"}
-        grant_objects(prepare.role, storage.tasksets, reads=tasksets, puts={})
+        grant_objects(
+            prepare.role,
+            storage.tasksets,
+            reads=tasksets,
+            puts={},
+            not_found="a task set that does not exist rejects the request (NoSuchKey)",
+        )
         for role in (recorder.role, dispatcher.role):  # one conditional PutItem per result
             storage.executions.grant(role, "dynamodb:PutItem")
         orchestration.rollout.grant_start_execution(dispatcher.role)
@@ -129,6 +136,14 @@ class TrialboxStack(Stack):
             {executions: "DescribeExecution on the Rollout's own executions (a redelivery check)"},
         )
         orchestration.rollout.grant_task_response(worker)
+        client_policy = ClientPolicy(
+            self,
+            "TrialboxClientPolicy",
+            requests=intake.requests.queue,
+            tasksets=storage.tasksets,
+            traces=storage.traces,
+            table=storage.executions,
+        )
 
         # Every paging alarm in the stack, wherever it is built, goes to the topic (an aspect).
         Monitoring(
@@ -146,6 +161,7 @@ class TrialboxStack(Stack):
             c.OUTPUT_EXECUTIONS_TABLE: storage.executions.table_name,
             c.OUTPUT_ROLLOUT_ARN: orchestration.rollout.state_machine_arn,
             c.OUTPUT_POOL_CAPACITY: str(config.pool.max_workers),
+            c.OUTPUT_CLIENT_POLICY_ARN: client_policy.policy.managed_policy_arn,
             c.OUTPUT_STACK_VERSION: __version__,  # the SDK refuses a stack of another major.minor
         }
         for name, value in outputs.items():

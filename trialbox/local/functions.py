@@ -18,6 +18,7 @@ import uuid
 from pathlib import Path
 from typing import IO
 
+from trialbox.local import principals
 from trialbox.local.resources import ACCOUNT, REGION, FunctionSpec
 
 ROOT = Path(__file__).resolve().parents[2]  # a checkout's root, where functions/ lives
@@ -92,7 +93,13 @@ class FunctionHost:
         self, specs: dict[str, FunctionSpec], env: dict[str, str], log_dir: Path, copies: int = 2
     ) -> None:
         self.specs = {
-            name: FunctionSpec(spec.name, spec.handler, spec.environment | env, spec.timeout_s)
+            name: FunctionSpec(
+                spec.name,
+                spec.handler,
+                # Each function signs as itself: the request log then names its role.
+                spec.environment | env | {"AWS_ACCESS_KEY_ID": principals.function(name)},
+                spec.timeout_s,
+            )
             for name, spec in specs.items()
         }
         self.log_dir = log_dir

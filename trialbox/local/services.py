@@ -28,26 +28,27 @@ from moto.server import ThreadedMotoServer
 
 from trialbox import constants as c
 from trialbox.errors import TrialboxError
-from trialbox.local import patches
+from trialbox.local import patches, principals, requestlog
 from trialbox.local.functions import FunctionHost
 from trialbox.local.poller import Poller
 from trialbox.local.resources import REGION, create
 from trialbox.local.template import load_template
 
 CREDENTIALS = {
-    "AWS_ACCESS_KEY_ID": "local",
+    "AWS_ACCESS_KEY_ID": principals.SDK,
     "AWS_SECRET_ACCESS_KEY": "local",
     "AWS_DEFAULT_REGION": REGION,
 }
 MOTO_CONFIG = {"stepfunctions": {"execute_state_machine": True}, "lambda": {"use_docker": False}}
 
 
-def client(endpoint_url: str, service: str) -> Any:
+def client(endpoint_url: str, service: str, key: str = principals.SDK) -> Any:
+    """A client of the twin, signing as `key` (the principal it stands for)."""
     return boto3.session.Session().client(
         service,
         endpoint_url=endpoint_url,
         region_name=REGION,
-        aws_access_key_id="local",
+        aws_access_key_id=key,
         aws_secret_access_key="local",
     )
 
@@ -57,10 +58,14 @@ def serve(port: int, heartbeat_s: int, log_dir: Path, ready: IO[str], until: IO[
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     port = server.get_host_and_port()[1]
+    if os.environ.get(requestlog.ENV_REQUEST_LOG):
+        requestlog.install(server, os.environ[requestlog.ENV_REQUEST_LOG])
     endpoint = f"http://127.0.0.1:{port}"
     os.environ["MOTO_PORT"] = str(port)  # moto's interpreter calls services there
     requests.post(f"{endpoint}/moto-api/config", json=MOTO_CONFIG, timeout=10)
-    clients = {s: client(endpoint, s) for s in ("s3", "sqs", "dynamodb", "stepfunctions")}
+    clients = {
+        s: client(endpoint, s, principals.SETUP) for s in ("s3", "sqs", "dynamodb", "stepfunctions")
+    }
     stack = create(load_template(), clients)
     env = CREDENTIALS | {
         "AWS_ENDPOINT_URL": endpoint,
@@ -75,7 +80,11 @@ def serve(port: int, heartbeat_s: int, log_dir: Path, ready: IO[str], until: IO[
     patches.accept_early_heartbeats()
     patches.keep_failure_causes()
     patches.reuse_service_clients()
-    pollers = [Poller(client(endpoint, "sqs"), m, functions.invoke) for m in stack.mappings]
+    # Lambda polls a mapping's queue with the function's own role.
+    pollers = [
+        Poller(client(endpoint, "sqs", principals.function(m.function)), m, functions.invoke)
+        for m in stack.mappings
+    ]
     for poller in pollers:
         poller.start()
     try:

@@ -13,10 +13,11 @@ from types import TracebackType
 from typing import Any
 
 from trialbox import constants as c
+from trialbox.local import principals
 from trialbox.local.services import CREDENTIALS, ServicesProcess, client
 from trialbox.pipeline.stores import ObjectStore
 from trialbox.sandbox.runner import Runner
-from trialbox.worker.loop import Worker
+from trialbox.worker.loop import RunJob, Worker
 from trialbox.worker.run import job_runner
 
 
@@ -53,14 +54,19 @@ class LocalTwin:
             self.add_worker()
         return self
 
-    def add_worker(self) -> Worker:
-        """One more pool worker (the same loop as on Fargate, with the bwrap backend)."""
+    def add_worker(self, run_job: RunJob | None = None) -> Worker:
+        """One more pool worker (the same loop as on Fargate, with the bwrap backend, or
+        `run_job` in its place), signing as the pool's task role."""
+
+        def aws(service: str) -> Any:
+            return client(self.endpoint_url, service, principals.WORKER)
+
         worker = Worker(
-            sqs=self.client("sqs"),
-            sfn=self.client("stepfunctions"),
-            jobs=ObjectStore(self.client("s3"), self.output(c.OUTPUT_TRACES_BUCKET)),
+            sqs=aws("sqs"),
+            sfn=aws("stepfunctions"),
+            jobs=ObjectStore(aws("s3"), self.output(c.OUTPUT_TRACES_BUCKET)),
             queue_url=self.output(c.OUTPUT_WORK_QUEUE_URL),
-            run_job=job_runner(self._runner),
+            run_job=run_job or job_runner(self._runner),
             heartbeat_s=self.heartbeat_s,
             name=f"local-{len(self._workers)}",
             wait_s=1,

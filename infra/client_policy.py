@@ -1,0 +1,90 @@
+"""TrialboxClientPolicy: what a trainer needs, and nothing else.
+
+Exactly the calls the SDK (`trialbox.client`) and `trialbox run --stack` make, each on the one
+resource it is made on. tests/iam proves it call by call: every call a twin run records from
+the SDK and the CLI is allowed here, and every grant here is used by one (or listed there
+with the reason no twin run can use it).
+
+The stack outputs the policy's ARN; an operator attaches it to the role the trainer assumes
+(docs/pipeline.md, "Trainer permissions").
+"""
+
+from __future__ import annotations
+
+from aws_cdk import Stack
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+from infra.nag import acknowledge, logical_id
+from trialbox import constants as c
+
+
+class ClientPolicy(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        requests: sqs.IQueue,
+        tasksets: s3.IBucket,
+        traces: s3.IBucket,
+        table: dynamodb.ITable,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        stack = Stack.of(self)
+        own_stack = stack.format_arn(
+            service="cloudformation", resource="stack", resource_name=f"{stack.stack_name}/*"
+        )
+        self.policy = iam.ManagedPolicy(
+            self,
+            "Policy",
+            managed_policy_name=f"{stack.stack_name}-TrialboxClientPolicy",
+            description="What the Trialbox SDK and `trialbox run --stack` call on this stack",
+            statements=[
+                # Client.from_stack: the stack's outputs name its resources.
+                _allow("ReadStackOutputs", "cloudformation:DescribeStacks", own_stack),
+                # push_taskset (trialbox run pushes each task set under tasksets/).
+                _allow(
+                    "PushTasksets",
+                    "s3:PutObject",
+                    tasksets.arn_for_objects(f"{c.TASKSETS_PREFIX}*"),
+                ),
+                # submit: a request over 128 KiB goes to S3 first, then SendMessageBatch.
+                _allow(
+                    "PutLargeRequests",
+                    "s3:PutObject",
+                    traces.arn_for_objects(f"{c.PAYLOADS_PREFIX}*"),
+                ),
+                _allow("SubmitRequests", "sqs:SendMessage", requests.queue_arn),
+                # poll / wait / run: BatchGetItem, 100 request ids at a time.
+                _allow("PollResults", "dynamodb:BatchGetItem", table.table_arn),
+                # read_object: each result's trace (trialbox run --traces-dir).
+                _allow("ReadTraces", "s3:GetObject", traces.arn_for_objects(f"{c.TRACES_PREFIX}*")),
+            ],
+        )
+        tasksets_id, traces_id = logical_id(tasksets), logical_id(traces)
+        acknowledge(
+            self,
+            {
+                f"AwsSolutions-IAM5[Resource::<{tasksets_id}.Arn>/{c.TASKSETS_PREFIX}*]": (
+                    "task sets are content-addressed files the trainer pushes, one key each"
+                ),
+                f"AwsSolutions-IAM5[Resource::<{traces_id}.Arn>/{c.PAYLOADS_PREFIX}*]": (
+                    "large requests, one key per request id"
+                ),
+                f"AwsSolutions-IAM5[Resource::<{traces_id}.Arn>/{c.TRACES_PREFIX}*]": (
+                    "each result's trace, one key per request id"
+                ),
+                "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:cloudformation:<AWS::Region>:"
+                f"<AWS::AccountId>:stack/{stack.stack_name}/*]": (
+                    "this stack only; its ARN ends in an id CloudFormation assigns at creation"
+                ),
+            },
+        )
+
+
+def _allow(sid: str, action: str, resource: str) -> iam.PolicyStatement:
+    return iam.PolicyStatement(sid=sid, actions=[action], resources=[resource])

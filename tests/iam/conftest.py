@@ -1,0 +1,175 @@
+"""One recorded twin run per module: every AWS call each principal makes, from the twin's
+request log (trialbox.local.requestlog), while the SDK and the CLI drive the paths a trainer's
+run takes: correct and wrong answers, a request over 128 KiB, rejections by the dispatcher and
+by Prepare, a sandbox error, a reused request id, trace downloads, and, last because it deletes
+the traces bucket, a Record that fails into the state machine's own fallback write."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from tests.e2e.conftest import request
+from tests.sandbox.conftest import ADD_TASK, CORRECT
+from trialbox import constants as c
+from trialbox.cli.run import run_job
+from trialbox.client import ENV, Client, Resources
+from trialbox.local import principals
+from trialbox.local.requestlog import ENV_REQUEST_LOG
+from trialbox.local.resources import REGION
+from trialbox.local.services import client as twin_client
+from trialbox.local.template import load_template
+from trialbox.local.twin import LocalTwin
+from trialbox.models import ExecutionResult, RunReport
+from trialbox.pipeline.jobs import JobSpec
+from trialbox.sandbox.runner import Runner
+from trialbox.worker.run import job_runner
+
+WRONG = "def add(a, b):\n    return 3\n"
+HARNESS = "iam-harness"  # the test's own calls: setting scenes up, no principal's
+HEARTBEAT_S = 6  # the worker beats every 2 s: a 5 s job beats, and extends its visibility
+BROKEN = "iam-broken"  # its runner fails after a few heartbeats: a sandbox_error
+
+
+@dataclass
+class Recorded:
+    template: dict[str, Any]
+    entries: list[dict[str, Any]]  # the request log, one dict per call
+    tokens: dict[str, str]  # task token -> the state machine that issued it
+    results: dict[str, ExecutionResult]
+    cli_exit: int
+    cli_traces: list[str]
+
+
+def _runner() -> Any:
+    real = job_runner(Runner())
+
+    def run(job: JobSpec) -> RunReport:
+        if job.request_id == BROKEN:
+            time.sleep(5)
+            raise RuntimeError("the sandbox broke (a test double for a runner failure)")
+        return real(job)
+
+    return run
+
+
+def _sdk(twin: LocalTwin) -> Client:
+    session = boto3.session.Session(
+        aws_access_key_id=principals.SDK, aws_secret_access_key="x", region_name=REGION
+    )
+    return Client(Resources.from_outputs(twin.outputs), endpoint_url=twin.endpoint_url,
+                  session=session)  # fmt: skip
+
+
+def _await_dead_letter(sqs: Any, dlq_url: str) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if sqs.receive_message(QueueUrl=dlq_url, WaitTimeSeconds=1).get("Messages"):
+            return
+    raise AssertionError("the reused request id was never dead-lettered")
+
+
+def _tokens(sfn: Any, calls: list[dict[str, Any]]) -> dict[str, str]:
+    """Each task token a principal answered, mapped to the state machine whose TaskScheduled
+    event issued it (from the executions' histories)."""
+    wanted = {
+        e["body"]["taskToken"]
+        for e in calls
+        if isinstance(e.get("body"), dict) and "taskToken" in e["body"]
+    }
+    found: dict[str, str] = {}
+    for machine in sfn.list_state_machines()["stateMachines"]:
+        arn = machine["stateMachineArn"]
+        for execution in sfn.list_executions(stateMachineArn=arn)["executions"]:
+            history = sfn.get_execution_history(executionArn=execution["executionArn"])
+            for event in history["events"]:
+                parameters = event.get("taskScheduledEventDetails", {}).get("parameters", "")
+                found.update({t: arn for t in wanted if t in parameters})
+    return found
+
+
+def _cli_run(twin: LocalTwin, tmp: Path) -> tuple[int, list[str]]:
+    """`trialbox run --endpoint-url` on two samples, with the SDK's credentials."""
+    tasks, samples = tmp / "tasks.jsonl", tmp / "samples.jsonl"
+    tasks.write_text(json.dumps(ADD_TASK) + "\n")
+    rows = [
+        {"task_id": "add-two", "sample_id": "right", "files": {"solution.py": CORRECT}},
+        {"task_id": "add-two", "sample_id": "wrong", "files": {"solution.py": WRONG}},
+    ]
+    samples.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    traces = tmp / "traces"
+    outputs = twin.outputs
+    env = {
+        "AWS_ACCESS_KEY_ID": principals.SDK,
+        "AWS_SECRET_ACCESS_KEY": "x",
+        "AWS_DEFAULT_REGION": REGION,
+        ENV["requests_queue_url"]: outputs[c.OUTPUT_REQUESTS_QUEUE_URL],
+        ENV["executions_table"]: outputs[c.OUTPUT_EXECUTIONS_TABLE],
+        ENV["traces_bucket"]: outputs[c.OUTPUT_TRACES_BUCKET],
+        ENV["tasksets_bucket"]: outputs[c.OUTPUT_TASKSETS_BUCKET],
+    }
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in env.items():
+            patch.setenv(name, value)
+        code = run_job(tasks, samples, tmp / "out.jsonl", endpoint_url=twin.endpoint_url,
+                       run_id="iam-cli", traces_dir=traces, timeout_s=120)  # fmt: skip
+    return code, sorted(p.name for p in traces.glob("*.json"))
+
+
+def _drive(twin: LocalTwin, tmp: Path) -> tuple[dict[str, ExecutionResult], int, list[str]]:
+    sdk = _sdk(twin)
+    sqs = twin_client(twin.endpoint_url, "sqs", HARNESS)
+    s3 = twin_client(twin.endpoint_url, "s3", HARNESS)
+    requests_url = twin.output(c.OUTPUT_REQUESTS_QUEUE_URL)
+    # A body the dispatcher rejects itself (it writes the `rejected` result).
+    invalid = {"request_id": "iam-invalid", "task": ADD_TASK, "limits": {"memory_mb": 0}}
+    sqs.send_message(QueueUrl=requests_url, MessageBody=json.dumps(invalid))
+    batch = [
+        request("iam-good", CORRECT),
+        request("iam-wrong", WRONG),
+        request("iam-big", CORRECT + "# " + "x" * 200_000 + "\n"),  # through S3
+        request("iam-noref", CORRECT, task=None, task_ref="nothing@1/add-two"),  # Prepare
+        request(BROKEN, CORRECT),
+    ]
+    results = dict(zip([r.request_id for r in batch], sdk.run(batch, timeout=180), strict=True))
+    results["iam-invalid"] = sdk.wait(["iam-invalid"], timeout=60)[0]
+    assert results["iam-good"].trace_uri is not None
+    sdk.read_object(results["iam-good"].trace_uri)
+    # The same request id with other content: the dispatcher dead-letters it.
+    sdk.submit([request("iam-good", WRONG)])
+    redrive = sqs.get_queue_attributes(QueueUrl=requests_url, AttributeNames=["RedrivePolicy"])
+    dlq_name = json.loads(redrive["Attributes"]["RedrivePolicy"])["deadLetterTargetArn"]
+    dlq = sqs.get_queue_url(QueueName=dlq_name.rsplit(":", 1)[-1])["QueueUrl"]
+    _await_dead_letter(sqs, dlq)
+    cli_exit, cli_traces = _cli_run(twin, tmp)
+    # Last: without the traces bucket Prepare fails, and Record on every retry; the state
+    # machine then writes the `sandbox_error` result itself.
+    bucket = twin.output(c.OUTPUT_TRACES_BUCKET)
+    for found in s3.list_objects_v2(Bucket=bucket).get("Contents", []):
+        s3.delete_object(Bucket=bucket, Key=found["Key"])
+    s3.delete_bucket(Bucket=bucket)
+    (results["iam-norecord"],) = sdk.run([request("iam-norecord", CORRECT)], timeout=120)
+    return results, cli_exit, cli_traces
+
+
+@pytest.fixture(scope="module")
+def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
+    tmp = tmp_path_factory.mktemp("iam")
+    log = tmp / "requests.jsonl"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv(ENV_REQUEST_LOG, str(log))
+        with LocalTwin(workers=0, heartbeat_s=HEARTBEAT_S) as twin:
+            for _ in range(2):
+                twin.add_worker(run_job=_runner())
+            results, cli_exit, cli_traces = _drive(twin, tmp)
+            entries = [json.loads(line) for line in log.read_text().splitlines()]
+            sfn = twin_client(twin.endpoint_url, "stepfunctions", HARNESS)
+            tokens = _tokens(sfn, entries)
+    yield Recorded(load_template(), entries, tokens, results, cli_exit, cli_traces)
