@@ -1,7 +1,10 @@
 """Lambda functions: ARM64, Powertools, an explicit log group and a role of their own.
 
-The code asset is built without Docker: a local bundler pip-installs the pinned runtime
+The code asset is built without Docker: a local bundler pip-installs the locked runtime
 dependencies for aarch64 into the asset and copies `trialbox/` and `functions/` next to them.
+The lock (`functions/requirements.lock`, from `make lock`) pins every transitive dependency
+with its hashes, and pip installs it with `--require-hashes --no-deps`: the bundle holds
+exactly what the lock names, or bundling fails. boto3 is in it (see functions/requirements.in).
 """
 
 from __future__ import annotations
@@ -24,13 +27,19 @@ from infra.nag import XRAY, acknowledge
 from trialbox.constants import METRICS_NAMESPACE
 
 ROOT = Path(__file__).resolve().parents[1]
-# What a handler imports at run time, beyond the Lambda runtime's own boto3.
-LAMBDA_REQUIREMENTS = ("pydantic==2.14.4", "aws-lambda-powertools==3.37.0", "aws-xray-sdk==2.15.0")
+LOCK = ROOT / "functions" / "requirements.lock"
 RUNTIME = lambda_.Runtime.PYTHON_3_13
+# The interpreter and platform the lock is compiled for (Makefile `lock`) and installed for.
+PIP_TARGET = (
+    "--platform", "manylinux2014_aarch64", "--implementation", "cp",
+    "--python-version", "3.13", "--only-binary=:all:",
+)  # fmt: skip
 
 
 def _source_hash() -> str:
-    digest = hashlib.sha256("\n".join(LAMBDA_REQUIREMENTS).encode())
+    """The asset's identity: the lock's bytes and every source file, so that a new pin or a
+    new hash is a new asset even when no source changed."""
+    digest = hashlib.sha256(LOCK.read_bytes())
     for package in ("trialbox", "functions"):
         for path in sorted((ROOT / package).rglob("*.py")):
             digest.update(str(path.relative_to(ROOT)).encode())
@@ -40,13 +49,16 @@ def _source_hash() -> str:
 
 @jsii.implements(ILocalBundling)
 class LocalBundler:
+    def __init__(self, lock: Path = LOCK) -> None:
+        self.lock = lock
+
     def try_bundle(self, output_dir: str, *, image: Any = None, **_: Any) -> bool:
         out = Path(output_dir)
+        # pip's own cache (~/.cache/pip, or PIP_CACHE_DIR) keeps the wheels between bundles.
         subprocess.run(
             [
                 sys.executable, "-m", "pip", "install", "-q", "--target", str(out),
-                "--platform", "manylinux2014_aarch64", "--implementation", "cp",
-                "--python-version", "3.13", "--only-binary=:all:", *LAMBDA_REQUIREMENTS,
+                *PIP_TARGET, "--require-hashes", "--no-deps", "-r", str(self.lock),
             ],
             check=True,
         )  # fmt: skip

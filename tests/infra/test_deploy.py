@@ -1,0 +1,286 @@
+"""Deploying for real: the service's deployment and scaling, the alarm topic and its alarms, the
+version output, and the README's idle cost, read from one shared synth (validator off; cdk-nag
+on, as on every synth)."""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import aws_cdk as cdk
+import pytest
+from aws_cdk.assertions import Template
+
+from trialbox import __version__
+from trialbox import constants as c
+
+ROOT = Path(__file__).resolve().parents[2]
+HOURS_A_MONTH = 730
+# us-east-1 list prices (AWS pricing pages): PrivateLink interface endpoint per endpoint-AZ-hour;
+# KMS customer managed key per month; CloudWatch standard-resolution alarm per metric per month;
+# Route 53 Resolver DNS Firewall per domain name per month.
+ENDPOINT_AZ_HOUR = 0.01
+KMS_KEY_MONTH = 1.00
+ALARM_METRIC_MONTH = 0.10
+FIREWALL_DOMAIN_MONTH = 0.0005
+
+
+@pytest.fixture(scope="module")
+def app() -> cdk.App:
+    os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
+    os.environ["CDK_VALIDATION"] = "false"
+    sys.path.insert(0, str(ROOT))
+    from app import build_app
+
+    return build_app(context={"aws:cdk:bundling-stacks": []})
+
+
+@pytest.fixture(scope="module")
+def template(app: cdk.App) -> Template:
+    stack = app.node.find_child("Trialbox")
+    return Template.from_stack(stack)  # type: ignore[arg-type]
+
+
+def resources(template: Template, kind: str) -> dict[str, Any]:
+    return template.find_resources(kind)
+
+
+def only(template: Template, kind: str) -> tuple[str, dict[str, Any]]:
+    ((logical_id, resource),) = resources(template, kind).items()
+    return logical_id, resource
+
+
+def alarms(template: Template) -> dict[str, dict[str, Any]]:
+    return {k: a["Properties"] for k, a in resources(template, "AWS::CloudWatch::Alarm").items()}
+
+
+# --- the ECS service -------------------------------------------------------------------------
+
+
+def test_a_failing_deployment_rolls_back(template: Template) -> None:
+    _, service = only(template, "AWS::ECS::Service")
+    deployment = service["Properties"]["DeploymentConfiguration"]
+    assert deployment["DeploymentCircuitBreaker"] == {"Enable": True, "Rollback": True}
+
+
+def test_the_service_waits_for_its_capacity_providers(template: Template) -> None:
+    association, props = only(template, "AWS::ECS::ClusterCapacityProviderAssociations")
+    assert set(props["Properties"]["CapacityProviders"]) == {"FARGATE", "FARGATE_SPOT"}
+    _, service = only(template, "AWS::ECS::Service")
+    assert association in service["DependsOn"]
+
+
+def test_an_update_never_resets_the_pool_size(template: Template) -> None:
+    """A DesiredCount would be applied again on every update: an image deploy would drop a busy
+    pool to it. Without one, auto scaling alone owns the count after creation."""
+    _, service = only(template, "AWS::ECS::Service")
+    assert "DesiredCount" not in service["Properties"]
+    _, target = only(template, "AWS::ApplicationAutoScaling::ScalableTarget")
+    assert target["Properties"]["ScalableDimension"] == "ecs:service:DesiredCount"
+
+
+def test_scaling_cooldowns_are_explicit(template: Template) -> None:
+    cooldowns = {}
+    for policy in resources(template, "AWS::ApplicationAutoScaling::ScalingPolicy").values():
+        config = policy["Properties"]["StepScalingPolicyConfiguration"]
+        direction = "in" if config["StepAdjustments"][0]["ScalingAdjustment"] < 0 else "out"
+        cooldowns[direction] = config["Cooldown"]
+    assert cooldowns == {"out": 60, "in": 120}
+
+
+# --- alarms and their topic ------------------------------------------------------------------
+
+
+def test_the_alarm_topic_is_encrypted_tls_only_and_open_to_cloudwatch(template: Template) -> None:
+    topic_id, topic = only(template, "AWS::SNS::Topic")
+    key_id, key = only(template, "AWS::KMS::Key")
+    assert topic["Properties"]["KmsMasterKeyId"] == {"Fn::GetAtt": [key_id, "Arn"]}
+    assert key["Properties"]["EnableKeyRotation"] is True
+    key_statements = key["Properties"]["KeyPolicy"]["Statement"]
+    assert any(
+        s["Principal"] == {"Service": "cloudwatch.amazonaws.com"}
+        and set(s["Action"]) == {"kms:Decrypt", "kms:GenerateDataKey*"}
+        for s in key_statements
+    )
+    _, policy = only(template, "AWS::SNS::TopicPolicy")
+    statements = policy["Properties"]["PolicyDocument"]["Statement"]
+    assert {
+        "Action": "sns:Publish",
+        "Condition": {"Bool": {"aws:SecureTransport": "false"}},
+        "Effect": "Deny",
+        "Principal": "*",
+        "Resource": {"Ref": topic_id},
+        "Sid": "AllowPublishThroughSSLOnly",
+    } in statements
+    (cloudwatch,) = [s for s in statements if s["Effect"] == "Allow"]
+    assert cloudwatch["Principal"] == {"Service": "cloudwatch.amazonaws.com"}
+    assert cloudwatch["Condition"]["StringEquals"] == {
+        "aws:SourceAccount": {"Ref": "AWS::AccountId"}
+    }
+    assert resources(template, "AWS::SNS::Subscription") == {}  # no alarm_email by default
+
+
+def test_every_alarm_pages_through_the_topic_but_scaling_alarms(template: Template) -> None:
+    topic_id, _ = only(template, "AWS::SNS::Topic")
+    policies = set(resources(template, "AWS::ApplicationAutoScaling::ScalingPolicy"))
+    paging, scaling = [], []
+    for logical_id, alarm in alarms(template).items():
+        actions = alarm.get("AlarmActions", [])
+        if actions == [{"Ref": topic_id}]:
+            paging.append(logical_id)
+        else:  # a scaling alarm acts on its scaling policy and nothing else
+            assert [a["Ref"] for a in actions] in ([p] for p in policies), logical_id
+            scaling.append(logical_id)
+    assert len(scaling) == len(policies) == 2
+    assert len(paging) == 7  # 2 queues x (DLQ, age), executions failed, and the two below
+
+
+def test_the_sandbox_error_rate_alarm(template: Template) -> None:
+    (alarm,) = [
+        a for k, a in alarms(template).items() if k.startswith("MonitoringSandboxErrorRate")
+    ]
+    assert (alarm["Threshold"], alarm["ComparisonOperator"]) == (
+        0.25,
+        "GreaterThanOrEqualToThreshold",
+    )
+    metrics = {m["Id"]: m for m in alarm["Metrics"]}
+    (expression,) = [m for m in alarm["Metrics"] if m.get("ReturnData", True)]
+    assert expression["Expression"] == "IF(results >= 5, rate, 0)"
+    (recorder,) = [
+        f["Properties"]
+        for k, f in resources(template, "AWS::Lambda::Function").items()
+        if k.startswith("RecorderFunction")
+    ]
+    service = recorder["Environment"]["Variables"]["POWERTOOLS_SERVICE_NAME"]
+    assert recorder["Environment"]["Variables"]["POWERTOOLS_METRICS_NAMESPACE"] == "Trialbox"
+    for metric_id, stat in (("rate", "Average"), ("results", "SampleCount")):
+        stat_of = metrics[metric_id]["MetricStat"]
+        assert stat_of["Stat"] == stat and stat_of["Period"] == 300
+        assert stat_of["Metric"] == {
+            "Namespace": c.METRICS_NAMESPACE,
+            "MetricName": c.METRIC_SANDBOX_ERROR,
+            "Dimensions": [{"Name": "service", "Value": service}],
+        }
+
+
+def test_the_lost_sandbox_alarm_watches_the_execute_integration(template: Template) -> None:
+    (alarm,) = [a for k, a in alarms(template).items() if k.startswith("MonitoringLostSandboxes")]
+    assert alarm["Threshold"] == 0.5 and alarm["EvaluationPeriods"] == 1
+    stats = {m["Id"]: m["MetricStat"] for m in alarm["Metrics"] if "MetricStat" in m}
+    assert {s["Metric"]["MetricName"] for s in stats.values()} == {
+        "ServiceIntegrationsTimedOut",
+        "ServiceIntegrationsFailed",
+        "ServiceIntegrationsStarted",
+    }
+    (machine,) = resources(template, "AWS::StepFunctions::StateMachine").values()
+    parts = machine["Properties"]["DefinitionString"]["Fn::Join"][1]
+    asl = json.loads("".join(p if isinstance(p, str) else "aws" for p in parts))  # stand-ins
+    resource = asl["States"]["Execute"]["Resource"]
+    assert resource == "arn:aws:states:::sqs:sendMessage.waitForTaskToken"
+    integration = resource.removeprefix("arn:aws:states:::")
+    for stat in stats.values():
+        assert (stat["Stat"], stat["Period"], stat["Metric"]["Namespace"]) == (
+            "Sum",
+            300,
+            "AWS/States",
+        )
+        ((dimension),) = stat["Metric"]["Dimensions"]
+        assert dimension["Name"] == "ServiceIntegrationResourceArn"
+        # Account-qualified, as Step Functions publishes it (the bare arn:...:states::: form of
+        # the definition has no data points).
+        parts = dimension["Value"]["Fn::Join"][1]
+        assert parts[2:] == [
+            ":states:",
+            {"Ref": "AWS::Region"},
+            ":",
+            {"Ref": "AWS::AccountId"},
+            f":{integration}",
+        ]
+
+
+def test_alarm_email_subscribes_to_the_topic() -> None:
+    from app import build_app
+
+    app = build_app(
+        context={"aws:cdk:bundling-stacks": [], "trialbox": {"alarm_email": "ops@example.com"}}
+    )
+    template = Template.from_stack(app.node.find_child("Trialbox"))  # type: ignore[arg-type]
+    topic_id, _ = only(template, "AWS::SNS::Topic")
+    _, subscription = only(template, "AWS::SNS::Subscription")
+    assert subscription["Properties"] == {
+        "Protocol": "email",
+        "TopicArn": {"Ref": topic_id},
+        "Endpoint": "ops@example.com",
+    }
+
+
+def test_a_bad_alarm_email_fails_synth_with_its_name() -> None:
+    from infra.config import StackConfig
+
+    with pytest.raises(SystemExit) as failed:
+        StackConfig.from_context({"alarm_email": "ops at example"})
+    assert str(failed.value) == (
+        "invalid cdk.json context:\n"
+        "  trialbox.alarm_email: String should match pattern '^[^@\\s]+@[^@\\s]+\\.[^@\\s]+$'"
+    )
+
+
+# --- the version output ----------------------------------------------------------------------
+
+
+def test_the_stack_says_its_version(template: Template) -> None:
+    output = template.find_outputs(c.OUTPUT_STACK_VERSION)[c.OUTPUT_STACK_VERSION]
+    assert output["Value"] == __version__
+    assert output["Export"]["Name"] == f"Trialbox-{c.OUTPUT_STACK_VERSION}"
+
+
+# --- the README's idle cost ------------------------------------------------------------------
+
+
+def idle_cost_rows(template: Template) -> list[str]:
+    """The README's idle-cost table, computed from the template: what is billed by the hour or
+    month with no job running (the pool is at min_workers = 0)."""
+    endpoints = [
+        e["Properties"]
+        for e in resources(template, "AWS::EC2::VPCEndpoint").values()
+        if e["Properties"].get("VpcEndpointType") == "Interface"
+    ]
+    (azs,) = {len(e["SubnetIds"]) for e in endpoints}
+    keys = len(resources(template, "AWS::KMS::Key"))
+    alarm_metrics = sum(
+        1 if "MetricName" in a else sum("MetricStat" in m for m in a["Metrics"])
+        for a in alarms(template).values()
+    )
+    domains = sum(
+        len(d["Properties"]["Domains"])
+        for d in resources(template, "AWS::Route53Resolver::FirewallDomainList").values()
+    )
+    costs = [
+        len(endpoints) * azs * ENDPOINT_AZ_HOUR * HOURS_A_MONTH,
+        keys * KMS_KEY_MONTH,
+        alarm_metrics * ALARM_METRIC_MONTH,
+        domains * FIREWALL_DOMAIN_MONTH,
+    ]
+    return [
+        f"| interface VPC endpoints x AZs | {len(endpoints)} x {azs} "
+        f"| ${ENDPOINT_AZ_HOUR:.2f} per endpoint per AZ per hour x {HOURS_A_MONTH} h "
+        f"| ${costs[0]:.2f} |",
+        f"| KMS key (the alarm topic's) | {keys} | ${KMS_KEY_MONTH:.2f} per key per month "
+        f"| ${costs[1]:.2f} |",
+        f"| CloudWatch alarm metrics | {alarm_metrics} | ${ALARM_METRIC_MONTH:.2f} per metric "
+        f"per month | ${costs[2]:.2f} |",
+        f"| DNS Firewall domain names | {domains} | ${FIREWALL_DOMAIN_MONTH:.4f} per name per "
+        f"month | ${costs[3]:.2f} |",
+        f"| **idle total** | | | **${sum(costs):.2f}** |",
+    ]
+
+
+def test_the_readme_idle_cost_is_the_templates(template: Template) -> None:
+    readme = (ROOT / "README.md").read_text()
+    missing = [row for row in idle_cost_rows(template) if row not in readme]
+    assert not missing, "README.md's idle-cost table is stale; its rows should be:\n" + "\n".join(
+        idle_cost_rows(template)
+    )
