@@ -133,7 +133,14 @@ class Pool(Construct):
                 for volume, path in SCRATCH.items()
             )
         )
-        self.work.queue.grant_consume_messages(self.task_definition.task_role)
+        # What the worker loop calls, and no more (tests/iam): grant_consume_messages would add
+        # GetQueueAttributes and GetQueueUrl, which it never needs (it has the queue's URL).
+        self.work.queue.grant(
+            self.task_definition.task_role,
+            "sqs:ReceiveMessage",
+            "sqs:ChangeMessageVisibility",
+            "sqs:DeleteMessage",
+        )
         acknowledge(
             self.task_definition,
             {

@@ -48,14 +48,6 @@ UNUSED = [
         for action in ("sqs:ChangeMessageVisibility", "sqs:GetQueueUrl")
     ),
     Unused(
-        WORKER,
-        "sqs:GetQueue*",  # GetQueueAttributes, GetQueueUrl
-        "arn:aws:sqs:*:*:PoolWork*",
-        "infra/pool.py grants grant_consume_messages; the worker has the queue's URL and "
-        "never asks for its attributes (to narrow: ReceiveMessage, ChangeMessageVisibility, "
-        "DeleteMessage)",
-    ),
-    Unused(
         STATE_MACHINES,
         "lambda:InvokeFunction",
         "arn:aws:lambda:*:function:*:*",
