@@ -21,6 +21,8 @@ $(STAMP): pyproject.toml
 system:
 	@command -v bwrap >/dev/null || { apt-get update -qq && apt-get install -y -qq bubblewrap; }
 	@command -v setpriv >/dev/null || { apt-get update -qq && apt-get install -y -qq util-linux; }
+	@command -v debootstrap >/dev/null || { apt-get update -qq && apt-get install -y -qq debootstrap; }
+	@command -v tini >/dev/null || { apt-get update -qq && apt-get install -y -qq tini; }
 
 # The sandbox runtime (a venv on Debian's python3, outside the checkout) and the slot state dir.
 runtime: $(STAMP)

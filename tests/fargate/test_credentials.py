@@ -5,6 +5,7 @@ after them; the host samples every slot-uid process meanwhile."""
 from __future__ import annotations
 
 import json
+import shlex
 
 from tests.fargate.conftest import describe, python, request, run_jobs
 from tests.fargate.harness import Harness, Service
@@ -38,20 +39,7 @@ def test_the_scanner_finds_a_planted_credential(harness: Harness) -> None:
     """The scanner can fail: a process of its own uid holding the variable is found."""
     uid = harness.uid_base
     planted = "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI=/v2/credentials/planted"
-    script = (
-        f"env -i {planted} sleep 3 & "
-        f"exec setpriv --reuid={uid} --regid={uid} --clear-groups "
-        f"/usr/bin/python3 -c {shlex_quote(SCAN_AFTER_EXIT)}; "
-    )
-    done = harness.run_in_container(
-        ["/bin/sh", "-c", f"setpriv --reuid={uid} --regid={uid} --clear-groups sh -c "
-         f"{shlex_quote(script)}; sleep 1"],  # fmt: skip
-        timeout=30,
-    )
+    script = f"env -i {planted} sleep 3 & exec python3 -c {shlex.quote(SCAN_AFTER_EXIT)}"
+    inner = f"setpriv --reuid={uid} --regid={uid} --clear-groups sh -c {shlex.quote(script)}"
+    done = harness.run_in_container(["/bin/sh", "-c", f"{inner}; sleep 1"], timeout=30)
     assert f"environ: {planted}" in done.stdout, done.stdout + done.stderr
-
-
-def shlex_quote(text: str) -> str:
-    import shlex
-
-    return shlex.quote(text)
