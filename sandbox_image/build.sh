@@ -32,8 +32,7 @@ app)
     "$WORKER/bin/pip" install -q --no-deps --no-build-isolation "$SRC"
     "$WORKER/bin/python" -m trialbox.sandbox.runtime install --existing \
         --root "$RUNTIME" --requirements "$SRC/sandbox_image/requirements.txt" --state-dir "$STATE"
-    rm -rf "$SRC"
-    chmod -R go-w /opt/trialbox
+    rm -rf "$SRC" # umask 022 kept everything installed read-only to the slot uids
     ;;
 *)
     echo "usage: build.sh deps|app" >&2

@@ -6,6 +6,7 @@ processes, loopback/network isolation, a per-workspace disk cap and a cgroup OOM
 
 from __future__ import annotations
 
+import ctypes
 import os
 from pathlib import Path
 
@@ -108,6 +109,14 @@ def test_grading_works_under_rlimit(rlimit: Runner) -> None:
     result = score(task.grading, report)
     assert (result.status, result.reward) == (Status.SUCCEEDED, 1.0)
     assert report.provenance is not None and report.provenance.backend == "rlimit"
+
+
+def test_the_runner_environment_block_is_scrubbed(rlimit: Runner) -> None:
+    # What /proc/<pid>/environ shows of this process, and every child it forks before exec.
+    assert Path("/proc/self/environ").read_bytes().strip(b"\0") == b""
+    libc = ctypes.CDLL(None)
+    libc.getenv.restype = ctypes.c_char_p
+    assert libc.getenv(b"PATH") == os.environ["PATH"].encode()  # C code still sees it
 
 
 def not_running(residue: list[str]) -> list[str]:

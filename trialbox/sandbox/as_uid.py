@@ -24,7 +24,7 @@ import signal
 import time
 from pathlib import Path
 
-from trialbox.errors import SandboxError
+from trialbox.errors import SandboxError, SandboxSetupError
 
 _libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
 
@@ -33,10 +33,14 @@ IPC_RMID = 0
 SYSVIPC = Path("/proc/sysvipc")
 # keyctl(2) has no libc wrapper in glibc; its number differs by architecture.
 SYS_KEYCTL = {"x86_64": 250, "aarch64": 219}.get(platform.machine())
+KEYCTL_JOIN_SESSION_KEYRING = 1
+KEYCTL_SETPERM = 5
 KEYCTL_CLEAR = 7
 KEYCTL_READ = 11
 KEYCTL_GET_PERSISTENT = 22
 KEY_SPEC_PROCESS_KEYRING = -2
+KEY_SPEC_SESSION_KEYRING = -3
+KEY_POS_VIEW_READ = 0x03000000  # possessor may view and read; nobody may write, link or search
 KEY_SPEC_USER_KEYRING = -4
 KEY_SPEC_USER_SESSION_KEYRING = -5
 USER_KEYRINGS = (KEY_SPEC_USER_KEYRING, KEY_SPEC_USER_SESSION_KEYRING)
@@ -46,6 +50,41 @@ WAIT_GONE_S = 5.0
 def make_undumpable() -> None:
     """Nothing of another uid may read this process's /proc files (environ, mem)."""
     _libc.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)
+
+
+def refuse_dumpable_setuid() -> None:
+    """With fs.suid_dumpable = 1 a uid switch makes a process dumpable, so for the instant
+    between a forked child's switch and its exec (or make_undumpable) a slot uid could read
+    the runner's memory. 0 and 2 keep it root's."""
+    with contextlib.suppress(OSError):
+        if Path("/proc/sys/fs/suid_dumpable").read_text().strip() == "1":
+            raise SandboxSetupError(
+                "fs.suid_dumpable is 1: the rlimit backend would expose the runner's memory "
+                "to slot uids; set it to 0 (the kernel's default) on the host"
+            )
+
+
+def scrub_environment_block() -> None:
+    """Zero this process's initial environment block, the bytes /proc/<pid>/environ shows,
+    and hand libc copies of what os.environ holds instead. Every forked child carries that
+    block until it execs, and on Fargate it holds the credentials URI."""
+    fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+    start, end = int(fields[47]), int(fields[48])  # env_start, env_end (stat fields 50, 51)
+    for name, value in os.environ.items():
+        os.putenv(name, value)  # a fresh copy outside the block, for C code's getenv
+    ctypes.memset(start, 0, end - start)
+
+
+def seal_session_keyring() -> None:
+    """Every command inherits the runner's session keyring and, possessing it, could link a
+    key into it for the next job to find. The runner joins a new one that nobody may write."""
+    if _keyctl(KEYCTL_JOIN_SESSION_KEYRING, 0) > 0:
+        _keyctl(KEYCTL_SETPERM, KEY_SPEC_SESSION_KEYRING, KEY_POS_VIEW_READ)
+
+
+def session_keys() -> int:
+    """Keys linked in the runner's session keyring (0 once sealed)."""
+    return max(_keyctl(KEYCTL_READ, KEY_SPEC_SESSION_KEYRING, 0, 0), 0) // 4
 
 
 def _in_child_as(uid: int, work: str) -> int:

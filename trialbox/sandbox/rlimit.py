@@ -87,7 +87,10 @@ class RlimitBackend(Backend):
         self.config = config
         self.runtime = runtime
         self.places = wipe.writable_places(wipe.MOUNTINFO.read_text())
+        as_uid.refuse_dumpable_setuid()
         as_uid.make_undumpable()
+        as_uid.scrub_environment_block()
+        as_uid.seal_session_keyring()
 
     def prepare_dir(
         self, path: Path, size_mb: int, owner: int, group: int, mode: int, inodes: int = 65536
@@ -108,7 +111,7 @@ class RlimitBackend(Backend):
 
     def sweep(self, slot: Slot) -> None:
         as_uid.kill_all(slot.uids)
-        for path in (slot.work_dir, slot.grade_dir):
+        for path in (slot.work_dir, slot.grade_dir, slot.scratch_dir):
             self.release_dir(path)
         slot.root.mkdir(parents=True, exist_ok=True)
         slot.root.chmod(0o711)
@@ -144,7 +147,13 @@ class RlimitBackend(Backend):
             *spec.argv,
         ]
         env = dict(spec.env)
-        env.update(HOME=str(spec.workdir), TMPDIR=str(spec.workdir))
+        # HOME and TMPDIR somewhere the command's uid may write: there is no private /tmp,
+        # and the task's /tmp volume may be root's 0755. The grader's tree is read-only to it.
+        writable = spec.workdir
+        if spec.role == "grader":
+            writable = slot.scratch_dir
+            self.prepare_dir(writable, 0, uid, uid, 0o700)
+        env.update(HOME=str(writable), TMPDIR=str(writable))
         try:
             proc = subprocess.Popen(
                 argv,

@@ -34,6 +34,11 @@ class Slot:
         return self.root / "grade"
 
     @property
+    def scratch_dir(self) -> Path:
+        """The grader's HOME and TMPDIR where the backend gives it no private /tmp."""
+        return self.root / "scratch"
+
+    @property
     def cgroup_name(self) -> str:
         return f"slot-{self.index}"
 

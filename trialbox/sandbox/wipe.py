@@ -7,7 +7,8 @@ the container has (on Fargate: the read-only root's volumes, /dev, /dev/shm, /de
 plus the world-writable directories of the root when the root is writable (a dev host):
 - every process of the slot uids (killed as the uid, see as_uid);
 - every file, directory, fifo, socket or POSIX message queue they own there;
-- their SysV shared memory, semaphores and message queues, and their persistent keyrings.
+- their SysV shared memory, semaphores and message queues, and their persistent keyrings;
+- the session keyring every command inherits is sealed at start (nobody may add to it).
 `residue` looks for each of those again; the worker takes no further job unless it is empty.
 """
 
@@ -105,4 +106,6 @@ def residue(uids: tuple[int, ...], places: list[Path]) -> list[str]:
     found = [f"process {pid}" for pid in as_uid.processes_of(uids)]
     found += [f"file {path}" for path in _owned(places, uids)]
     found += as_uid.ipc_and_keys_left(uids)
+    if keys := as_uid.session_keys():
+        found.append(f"{keys} keys in the session keyring every command inherits")
     return found
