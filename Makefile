@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .PHONY: setup venv system runtime lint format test demo bench clean template synth lock
-.PHONY: synth-full lock-lambda
+.PHONY: synth-full
 
 setup: venv system runtime
 
@@ -65,24 +65,19 @@ synth-full: $(STAMP)
 template: $(STAMP)
 	$(BIN)/python -m trialbox.local.template
 
-# Re-lock the image's environments (every transitive pin, with hashes for every platform) with
-# a pinned pip-tools kept outside the checkout. Run after changing a *.in file.
-LOCK_TOOL := $(HOME)/.cache/trialbox/pip-tools
-PIP_COMPILE := PIP_FIND_LINKS= $(LOCK_TOOL)/bin/pip-compile -q --generate-hashes --allow-unsafe \
-	--no-strip-extras --no-emit-index-url --no-emit-find-links --index-url https://pypi.org/simple
-lock: lock-lambda
-	test -x $(LOCK_TOOL)/bin/pip-compile || { python3 -m venv $(LOCK_TOOL) && $(LOCK_TOOL)/bin/pip install -q pip-tools==7.7.0; }
-	$(PIP_COMPILE) -o sandbox_image/requirements.txt sandbox_image/requirements.in
-	$(PIP_COMPILE) -o sandbox_image/worker.lock sandbox_image/worker.in
-
-# The Lambda bundle's lock (functions/requirements.in -> requirements.lock), resolved for the
-# Lambda runtime (python3.13 on aarch64), which pip-compile cannot target from this machine;
-# a pinned uv in a venv outside the checkout can. Every transitive pin, hashes of all its files.
+# Re-lock every environment we ship, each for the platform it runs on, every transitive pin with
+# the hashes of all its files (so the x86_64 twin installs the image's lock too): the image's
+# worker and sandbox runtime (Debian bookworm's python 3.11 on aarch64) and the Lambda bundle
+# (python3.13 on aarch64). A pinned uv, in a venv outside the checkout, resolves for a platform
+# other than this machine's. Run after changing a *.in file.
 UV_VERSION := 0.13.9
 UV_TOOL := $(HOME)/.cache/trialbox/uv-$(UV_VERSION)
-lock-lambda:
+UV_COMPILE := $(UV_TOOL)/bin/uv pip compile -q --generate-hashes --index-url https://pypi.org/simple \
+	--only-binary :all: --custom-compile-command "make lock"
+IMAGE_PLATFORM := --python-platform aarch64-manylinux_2_36 --python-version 3.11  # bookworm
+LAMBDA_PLATFORM := --python-platform aarch64-manylinux2014 --python-version 3.13
+lock:
 	test -x $(UV_TOOL)/bin/uv || { python3 -m venv $(UV_TOOL) && $(UV_TOOL)/bin/pip install -q uv==$(UV_VERSION); }
-	$(UV_TOOL)/bin/uv pip compile -q functions/requirements.in --generate-hashes \
-		--python-platform aarch64-manylinux2014 --python-version 3.13 --only-binary :all: \
-		--index-url https://pypi.org/simple --custom-compile-command "make lock" \
-		-o functions/requirements.lock
+	$(UV_COMPILE) $(IMAGE_PLATFORM) sandbox_image/requirements.in -o sandbox_image/requirements.txt
+	$(UV_COMPILE) $(IMAGE_PLATFORM) sandbox_image/worker.in -o sandbox_image/worker.lock
+	$(UV_COMPILE) $(LAMBDA_PLATFORM) functions/requirements.in -o functions/requirements.lock
