@@ -5,19 +5,15 @@ on, as on every synth)."""
 from __future__ import annotations
 
 import json
-import os
-import sys
-from pathlib import Path
 from typing import Any
 
-import aws_cdk as cdk
 import pytest
 from aws_cdk.assertions import Template
 
+from tests.infra.conftest import ROOT, resources
 from trialbox import __version__
 from trialbox import constants as c
 
-ROOT = Path(__file__).resolve().parents[2]
 HOURS_A_MONTH = 730
 # us-east-1 list prices (AWS pricing pages): PrivateLink interface endpoint per endpoint-AZ-hour;
 # KMS customer managed key per month; CloudWatch standard-resolution alarm per metric per month;
@@ -26,26 +22,6 @@ ENDPOINT_AZ_HOUR = 0.01
 KMS_KEY_MONTH = 1.00
 ALARM_METRIC_MONTH = 0.10
 FIREWALL_DOMAIN_MONTH = 0.0005
-
-
-@pytest.fixture(scope="module")
-def app() -> cdk.App:
-    os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
-    os.environ["CDK_VALIDATION"] = "false"
-    sys.path.insert(0, str(ROOT))
-    from app import build_app
-
-    return build_app(context={"aws:cdk:bundling-stacks": []})
-
-
-@pytest.fixture(scope="module")
-def template(app: cdk.App) -> Template:
-    stack = app.node.find_child("Trialbox")
-    return Template.from_stack(stack)  # type: ignore[arg-type]
-
-
-def resources(template: Template, kind: str) -> dict[str, Any]:
-    return template.find_resources(kind)
 
 
 def only(template: Template, kind: str) -> tuple[str, dict[str, Any]]:

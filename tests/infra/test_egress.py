@@ -4,16 +4,13 @@ one shared synth (validator off; cdk-nag on, as on every synth)."""
 from __future__ import annotations
 
 import json
-import os
-import sys
-from pathlib import Path
 from typing import Any
 
-import aws_cdk as cdk
 import pytest
 from aws_cdk.assertions import Template
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.infra.conftest import resources
+
 HTTPS = {"IpProtocol": "tcp", "FromPort": 443, "ToPort": 443}
 S3_PREFIX_LIST = "com.amazonaws.${AWS::Region}.s3"
 ECR_LAYERS = "arn:${AWS::Partition}:s3:::prod-${AWS::Region}-starport-layer-bucket/*"
@@ -29,26 +26,6 @@ REQUIRED_NAMES = {
     "states.${AWS::Region}.${AWS::URLSuffix}",
     "s3.${AWS::Region}.${AWS::URLSuffix}",
 }
-
-
-@pytest.fixture(scope="module")
-def app() -> cdk.App:
-    os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
-    os.environ["CDK_VALIDATION"] = "false"
-    sys.path.insert(0, str(ROOT))
-    from app import build_app
-
-    return build_app(context={"aws:cdk:bundling-stacks": []})
-
-
-@pytest.fixture(scope="module")
-def template(app: cdk.App) -> Template:
-    stack = app.node.find_child("Trialbox")
-    return Template.from_stack(stack)  # type: ignore[arg-type]
-
-
-def resources(template: Template, kind: str) -> dict[str, Any]:
-    return template.find_resources(kind)
 
 
 def only(template: Template, kind: str, logical_prefix: str = "") -> tuple[str, dict[str, Any]]:

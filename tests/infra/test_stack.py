@@ -13,25 +13,8 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk.assertions import Match, Template
 
+from tests.infra.conftest import ROOT, resources
 from trialbox import constants as c
-
-ROOT = Path(__file__).resolve().parents[2]
-
-
-@pytest.fixture(scope="module")
-def app() -> cdk.App:
-    os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
-    os.environ["CDK_VALIDATION"] = "false"
-    sys.path.insert(0, str(ROOT))
-    from app import build_app
-
-    return build_app(context={"aws:cdk:bundling-stacks": []})
-
-
-@pytest.fixture(scope="module")
-def template(app: cdk.App) -> Template:
-    stack = app.node.find_child("Trialbox")
-    return Template.from_stack(stack)  # type: ignore[arg-type]
 
 
 @pytest.fixture(scope="module")
@@ -42,10 +25,6 @@ def config() -> dict[str, Any]:
 def one(template: Template, kind: str, logical_prefix: str) -> dict[str, Any]:
     (found,) = [r for k, r in resources(template, kind).items() if k.startswith(logical_prefix)]
     return found
-
-
-def resources(template: Template, kind: str) -> dict[str, Any]:
-    return template.find_resources(kind)
 
 
 def definition(template: Template) -> dict[str, Any]:
