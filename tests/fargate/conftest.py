@@ -29,6 +29,10 @@ ROOT = Path(__file__).resolve().parents[2]
 JOB_TIMEOUT_S = 90
 
 
+class WorkerCrashed(AssertionError):
+    """A worker container ended other than by recycling."""
+
+
 @pytest.fixture(scope="session")
 def template() -> dict[str, Any]:
     try:
@@ -131,7 +135,7 @@ def run_jobs(
             return [results[i] for i in ids]
         crashed = service.failures()
         if crashed:
-            pytest.fail("a worker container crashed:\n" + "\n".join(crashed))
+            raise WorkerCrashed("a worker container crashed:\n" + "\n".join(crashed))
         if time.monotonic() > deadline:
             pytest.fail(
                 f"{len(ids) - len(results)} job(s) had no result after {timeout} s\n"

@@ -221,7 +221,7 @@ class Service:
         self.drop_also = drop_also
         self.runs: list[Run] = []
         self._want = True
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
         self._thread = threading.Thread(target=self._supervise, daemon=True)
 
     def start(self) -> Service:
@@ -239,7 +239,7 @@ class Service:
             current = self.runs[-1]
             if current.exited():
                 current._cleanup()
-                if len(self.runs) >= 50:
+                if len(self.failures()) >= 3:
                     return  # a crash loop: the tests report it
                 with self._lock:
                     if self._want:
