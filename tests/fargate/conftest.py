@@ -5,6 +5,7 @@ twin. Nothing here skips: a missing tool, rootfs or template fails the suite, sa
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import tempfile
 import time
@@ -77,7 +78,11 @@ def client(twin: LocalTwin) -> Client:
 def harness(
     image: Image, container: Container, template: dict[str, Any], twin: LocalTwin
 ) -> Iterator[Harness]:
-    workdir = Path(tempfile.mkdtemp(prefix="trialbox-fargate-", dir="/var/tmp"))
+    for stale in Path("/var/tmp").glob("trialbox-fargate-*-*"):  # from a session killed outright
+        pid = stale.name.split("-")[2]
+        if pid.isdigit() and not Path(f"/proc/{pid}").exists():
+            shutil.rmtree(stale, ignore_errors=True)
+    workdir = Path(tempfile.mkdtemp(prefix=f"trialbox-fargate-{os.getpid()}-", dir="/var/tmp"))
     try:
         harness = Harness(image, container, template, twin, workdir)
         yield harness
