@@ -33,10 +33,13 @@ KEPT = {
     # chmod files root handed to the slot uid; remove the slot uid's files from sticky shared
     # directories (/tmp, /dev/shm) in the wipe between jobs.
     "FOWNER": "chmod the slot's files and wipe them from sticky /tmp and /dev/shm",
-    # Start each command as the slot uid with no groups; kill, remove SysV IPC and clear
-    # keyrings as that uid (no CAP_KILL or CAP_SYS_ADMIN needed for those).
+    # Start each command as the slot uid with no groups; remove SysV IPC and clear keyrings
+    # as that uid (no CAP_SYS_ADMIN needed for those).
     "SETUID": "start commands and clean up as the slot uid",
     "SETGID": "start commands as the slot gid with no supplementary groups",
+    # Stop and kill the slot uids' processes from root, where they cannot signal back (a kill
+    # sent from a child running as the uid could itself be stopped by the uid: red team).
+    "KILL": "stop and kill the slot uids' processes from outside",
 }
 STOP_TIMEOUT_S = 120  # Fargate's most: SIGTERM, then SIGKILL after this
 # Writable scratch on a read-only root: the slot state (workspaces, checkpoints) and /tmp.

@@ -167,10 +167,9 @@ def test_worker_task_definition_is_locked_down(template: Template) -> None:
     linux = container["LinuxParameters"]
     assert linux["InitProcessEnabled"] is True
     dropped = set(linux["Capabilities"]["Drop"])
-    # tests/fargate shows a job failing without each of these; KILL is not needed (kills
-    # run as the slot uid).
-    kept = {"CHOWN", "DAC_OVERRIDE", "FOWNER", "SETUID", "SETGID"}
-    docker_defaults = kept | {"KILL", "FSETID", "SETFCAP", "SETPCAP", "NET_RAW"}
+    # tests/fargate shows a job failing without each of these.
+    kept = {"CHOWN", "DAC_OVERRIDE", "FOWNER", "SETUID", "SETGID", "KILL"}
+    docker_defaults = kept | {"FSETID", "SETFCAP", "SETPCAP", "NET_RAW"}
     docker_defaults |= {"NET_BIND_SERVICE", "SYS_CHROOT", "MKNOD", "AUDIT_WRITE"}
     assert docker_defaults - kept <= dropped and not kept & dropped and "ALL" not in dropped
     assert set(linux["Capabilities"].get("Add", [])) <= {"SYS_PTRACE"}  # all Fargate accepts

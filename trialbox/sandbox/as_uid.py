@@ -1,15 +1,15 @@
-"""Clean-up done *as* a slot uid, by syscalls in a forked child that never execs.
+"""Killing a slot uid's processes, and the clean-up only the uid itself may do.
 
-Why as the uid: `kill(-1)` from the uid reaches every process of that uid in one atomic pass
-(a fork bomb cannot outrun it), and only an object's owner may remove its SysV IPC objects or
-clear its keyrings without CAP_SYS_ADMIN, which a Fargate task never has. So the worker needs
-no CAP_KILL and no CAP_SYS_ADMIN for it.
+Kills come from root, from outside (CAP_KILL): a slot uid cannot signal root, so nothing it
+left can stop or outrun them. Every process of the uids is stopped (SIGSTOP) until none runs,
+so a fork bomb cannot grow the set, and then killed.
 
-Why a fork and no exec: an exec'd helper (the `kill` binary, say) running as the slot uid would
-be readable by the uid's leftover processes, environment included: on Fargate that holds the
-task's credentials URI. A forked child inherits the runner's PR_SET_DUMPABLE=0 and sets it again
-after the uid switch, so its /proc files stay root's; it runs for microseconds and only makes
-syscalls.
+Removing a uid's SysV IPC objects and clearing its keyrings needs either CAP_SYS_ADMIN, which a
+Fargate task never has, or being that uid: a forked child switches to the uid, makes only those
+syscalls and exits. It never execs, so it never holds the worker's environment as the uid (on
+Fargate that holds the task's credentials URI), and it is undumpable. It runs only once every
+process of the uid is dead, and the worker waits for it a bounded time: a child that does not
+finish (stopped, say) is killed and the clean-up is a SandboxError.
 """
 
 from __future__ import annotations
@@ -45,6 +45,7 @@ KEY_SPEC_USER_KEYRING = -4
 KEY_SPEC_USER_SESSION_KEYRING = -5
 USER_KEYRINGS = (KEY_SPEC_USER_KEYRING, KEY_SPEC_USER_SESSION_KEYRING)
 WAIT_GONE_S = 5.0
+CHILD_WAIT_S = 5.0
 
 
 def make_undumpable() -> None:
@@ -89,7 +90,8 @@ def session_keys() -> int:
 
 def _in_child_as(uid: int, work: str) -> int:
     """Fork; in the child switch to uid (and gid = uid, no groups), do `work`, and report its
-    answer (0-255) as the exit status. Raises SandboxError when the switch is refused."""
+    answer (0-254) as the exit status. Raises SandboxError when the switch is refused, or when
+    the child does not finish within CHILD_WAIT_S."""
     pid = os.fork()
     if pid == 0:  # the child: syscalls only, never returns into the caller's code
         code = 255
@@ -101,17 +103,20 @@ def _in_child_as(uid: int, work: str) -> int:
             code = _WORK[work]()
         finally:
             os._exit(code)
-    _, status = os.waitpid(pid, 0)
+    deadline = time.monotonic() + CHILD_WAIT_S
+    while True:
+        done, status = os.waitpid(pid, os.WNOHANG)
+        if done:
+            break
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)  # our own child: no capability needed
+            os.waitpid(pid, 0)
+            raise SandboxError(f"the clean-up as slot uid {uid} ({work}) did not finish")
+        time.sleep(0.001)
     code = os.waitstatus_to_exitcode(status)
     if code == 255:
         raise SandboxError(f"cannot act as slot uid {uid} ({work}): is CAP_SETUID/SETGID kept?")
     return code
-
-
-def _kill_all() -> int:
-    with contextlib.suppress(ProcessLookupError):
-        os.kill(-1, signal.SIGKILL)
-    return 0
 
 
 def _sysv_ids(uid: int) -> dict[str, list[int]]:
@@ -181,37 +186,77 @@ def _count_keys() -> int:
     return min(count, 254)
 
 
-_WORK = {"kill": _kill_all, "ipc": _remove_ipc, "keys": _clear_keyrings, "count": _count_keys}
+_WORK = {"ipc": _remove_ipc, "keys": _clear_keyrings, "count": _count_keys}
+
+
+def _live(pid: int) -> bool:
+    """A thread group with any task not dead: its leader may have exited (Z) while its other
+    threads run on, which the leader's own state would hide."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return False
+    for tid in tasks:
+        with contextlib.suppress(OSError):
+            if _state_of_task(pid, tid) not in (b"Z", b"X"):
+                return True
+    return False
+
+
+def _state_of_task(pid: int, tid: str) -> bytes:
+    with open(f"/proc/{pid}/task/{tid}/stat", "rb") as stat:
+        return stat.read().rsplit(b")", 1)[1].split()[0]
 
 
 def processes_of(uids: tuple[int, ...]) -> list[int]:
-    """Live pids owned by one of `uids`. Zombies are dead already and are skipped: their
-    reaping is up to their parent (the container's init, or bwrap's)."""
+    """Live pids (thread groups) owned by one of `uids`. A group whose every task is dead is
+    skipped: its reaping is up to its parent (the container's init, or bwrap's)."""
     found = []
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
         with contextlib.suppress(OSError):
-            if os.stat(entry.path).st_uid not in uids:
-                continue
-            with open(f"{entry.path}/stat", "rb") as stat:
-                state = stat.read().rsplit(b")", 1)[1].split()[0]
-            if state not in (b"Z", b"X"):
+            if os.stat(entry.path).st_uid in uids and _live(int(entry.name)):
                 found.append(int(entry.name))
     return found
 
 
+def _signal(pids: list[int], sig: signal.Signals) -> None:
+    for pid in pids:
+        try:
+            os.kill(pid, sig)
+        except ProcessLookupError:
+            continue
+        except PermissionError as exc:
+            raise SandboxError(f"cannot signal slot processes ({exc}): is CAP_KILL kept?") from exc
+
+
 def kill_all(uids: tuple[int, ...]) -> None:
-    """SIGKILL every process of each uid, and wait until they are gone."""
+    """Stop every process of the uids until none runs (a stopped process cannot fork), then
+    SIGKILL them all and wait until they are gone."""
     deadline = time.monotonic() + WAIT_GONE_S
     while True:
-        for uid in uids:
-            _in_child_as(uid, "kill")
-        if not processes_of(uids):
+        pids = processes_of(uids)
+        if not pids:
             return
+        _signal(pids, signal.SIGSTOP)
+        if all(_stopped(pid) for pid in processes_of(uids)):
+            _signal(processes_of(uids), signal.SIGKILL)
         if time.monotonic() > deadline:
-            raise SandboxError(f"processes of slot uids {uids} survived SIGKILL")
-        time.sleep(0.005)
+            raise SandboxError(f"processes of slot uids {uids} survived SIGKILL: {pids[:10]}")
+        time.sleep(0.002)
+
+
+def _stopped(pid: int) -> bool:
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return True  # gone
+    for tid in tasks:
+        with contextlib.suppress(OSError):
+            if _state_of_task(pid, tid) not in (b"T", b"t", b"Z", b"X"):
+                return False
+    return True
 
 
 def _key_users() -> dict[int, int]:

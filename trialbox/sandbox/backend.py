@@ -78,6 +78,10 @@ class Launched(ABC):
     def kill_tree(self) -> None:
         """SIGKILL every process the command started, wherever it went."""
 
+    def exited(self) -> bool:
+        """The main process has exited (a backend may keep it unreaped until `wait`)."""
+        return self.proc.poll() is not None
+
     def wait(self) -> int:
         return self.proc.wait()
 
@@ -106,6 +110,11 @@ class Backend(ABC):
     @abstractmethod
     def sweep(self, slot: Slot) -> None:
         """Remove everything a previous holder of the slot may have left (it may have died)."""
+
+    def sweep_many(self, slots: list[Slot]) -> None:
+        """`sweep` each of them (a backend may do it in one pass)."""
+        for slot in slots:
+            self.sweep(slot)
 
     @abstractmethod
     def release(self, slot: Slot) -> None:
@@ -144,12 +153,12 @@ class Backend(ABC):
                 selector.register(fd, selectors.EVENT_READ)
             while selector.get_map():
                 now = time.monotonic()
-                if proc.poll() is not None:
+                if launched.exited():
                     # The main process is gone: whatever still holds a pipe is a leftover.
                     launched.kill_tree()
                     deadline = min(deadline, now + DRAIN_S)
                 if now >= deadline:
-                    if proc.poll() is None:
+                    if not launched.exited():
                         timed_out = True
                     launched.kill_tree()
                     break

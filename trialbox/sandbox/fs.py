@@ -239,3 +239,42 @@ def checkpoint(root: Path) -> bytes:
                 member.linkname = link
                 tar.addfile(member)
     return buffer.getvalue()
+
+
+def remove_tree(path: Path) -> None:
+    """Remove `path` and everything under it, at any depth, never following a link. A job can
+    build a tree deeper than Python's recursion limit or PATH_MAX, so this walks it with one
+    open directory at a time and a stack of names; nothing may run in the tree meanwhile."""
+    try:
+        info = os.lstat(path)
+    except FileNotFoundError:
+        return
+    if not stat.S_ISDIR(info.st_mode):
+        os.unlink(path)
+        return
+    names: list[str] = []  # the way down from `path`
+    fd = os.open(path, DIR_FLAGS)
+    try:
+        while True:
+            subdir = None
+            with os.scandir(fd) as entries:
+                for entry in entries:
+                    if entry.is_dir(follow_symlinks=False):
+                        subdir = subdir or entry.name
+                    else:
+                        os.unlink(entry.name, dir_fd=fd)
+            if subdir is not None:
+                child = os.open(subdir, DIR_FLAGS, dir_fd=fd)
+                os.close(fd)
+                fd = child
+                names.append(subdir)
+                continue
+            if not names:
+                break
+            parent = os.open("..", DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = parent
+            os.rmdir(names.pop(), dir_fd=fd)
+    finally:
+        os.close(fd)
+    os.rmdir(path)

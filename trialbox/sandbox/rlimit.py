@@ -1,10 +1,10 @@
 """rlimit backend, for inside a Fargate task (no CAP_SYS_ADMIN: no namespaces, mounts or
 cgroups). What it enforces: setrlimit (AS, DATA, CPU, NPROC, FSIZE, NOFILE, CORE, MSGQUEUE), a
 dedicated uid per slot with no_new_privs and no groups, a new session, kill of every process of
-the slot uid (as that uid, see as_uid), capped output, a wall deadline and an explicit
-environment. The runner is undumpable, so a sandboxed process cannot read its environment (and
-the task's credentials URI) from /proc; nothing runs as a slot uid with the runner's
-environment.
+the slot uid (stopped, then killed, from root: see as_uid), capped output, a wall deadline and
+an explicit environment. The runner is undumpable, so a sandboxed process cannot read its
+environment (and the task's credentials URI) from /proc; nothing runs as a slot uid with the
+runner's environment.
 
 The command starts as the slot uid: subprocess switches uid and groups in the child before it
 execs `prlimit`, so a refused switch is the sandbox's failure (SandboxError), never the
@@ -30,7 +30,6 @@ from __future__ import annotations
 import math
 import os
 import resource
-import shutil
 import subprocess
 from pathlib import Path
 
@@ -38,7 +37,7 @@ from trialbox.errors import SandboxError
 from trialbox.sandbox import as_uid, wipe
 from trialbox.sandbox.backend import Backend, CommandSpec, Launched, Measured
 from trialbox.sandbox.config import SandboxConfig
-from trialbox.sandbox.fs import unmount
+from trialbox.sandbox.fs import remove_tree, unmount
 from trialbox.sandbox.runtime import Runtime
 from trialbox.sandbox.slots import Slot
 
@@ -58,8 +57,13 @@ class RlimitLaunched(Launched):
         self.rusage: resource.struct_rusage | None = None
 
     def kill_tree(self) -> None:
-        # kill(-1) as the slot uid reaches every process of that uid, even a setsid daemon.
+        # Every process of the uid, wherever it went (a setsid daemon included).
         as_uid.kill_all((self.uid,))
+
+    def exited(self) -> bool:
+        # Without reaping it (WNOWAIT): `wait` reaps it with its rusage, the CPU time and peak
+        # memory the result reports.
+        return os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
 
     def wait(self) -> int:
         if self.proc.returncode is None:
@@ -103,19 +107,24 @@ class RlimitBackend(Backend):
     def release_dir(self, path: Path) -> None:
         if os.path.ismount(path):  # left by the bwrap backend on a machine that has both
             unmount(path)
-        if path.exists():
-            shutil.rmtree(path)
+        remove_tree(path)
 
     def release(self, slot: Slot) -> None:
         self.sweep(slot)
 
     def sweep(self, slot: Slot) -> None:
-        as_uid.kill_all(slot.uids)
-        for path in (slot.work_dir, slot.grade_dir, slot.scratch_dir):
-            self.release_dir(path)
-        slot.root.mkdir(parents=True, exist_ok=True)
-        slot.root.chmod(0o711)
-        wipe.wipe(slot.uids, self.places)
+        self.sweep_many([slot])
+
+    def sweep_many(self, slots: list[Slot]) -> None:
+        """One pass for all of them: the wipe walks every writable place once."""
+        uids = tuple(uid for slot in slots for uid in slot.uids)
+        as_uid.kill_all(uids)
+        for slot in slots:
+            for path in (slot.work_dir, slot.grade_dir, slot.scratch_dir):
+                self.release_dir(path)
+            slot.root.mkdir(parents=True, exist_ok=True)
+            slot.root.chmod(0o711)
+        wipe.wipe(uids, self.places)
 
     def residue(self, uids: tuple[int, ...]) -> list[str]:
         return wipe.residue(uids, self.places)

@@ -84,7 +84,8 @@ class Runner:
             if self.config.backend == "bwrap"
             else RlimitBackend(self.config, self.runtime)
         )
-        self.slots = SlotPool(self.config, self.backend.sweep, self.backend.release)
+        backend = self.backend
+        self.slots = SlotPool(self.config, backend.sweep, backend.release, backend.sweep_many)
         self.slots.sweep_idle()  # what a killed runner left behind
         self.protected = protected_modules(self.runtime)
 
@@ -92,7 +93,7 @@ class Runner:
         """What any slot uid left where the next job could see it (the worker takes no job
         while this is not empty)."""
         uids = tuple(uid for i in range(self.config.slots) for uid in self.slots.slot(i).uids)
-        return self.backend.residue(uids)
+        return [*self.slots.release_failures, *self.backend.residue(uids)]
 
     def _sandbox_path(self, host: Path) -> str:
         return SANDBOX_WORKDIR if self.backend.name == "bwrap" else str(host)

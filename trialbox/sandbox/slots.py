@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
+import logging
 import os
 import random
 import time
@@ -16,6 +17,8 @@ from pathlib import Path
 
 from trialbox.errors import SandboxSetupError
 from trialbox.sandbox.config import SandboxConfig
+
+log = logging.getLogger("trialbox.sandbox")
 
 
 @dataclass(frozen=True)
@@ -53,12 +56,17 @@ class SlotPool:
         config: SandboxConfig,
         sweep: Callable[[Slot], None],
         release: Callable[[Slot], None],
+        sweep_many: Callable[[list[Slot]], None],
     ) -> None:
         self.config = config
         self.sweep = sweep
         self.release = release
+        self.sweep_many = sweep_many
         self.slots_dir = config.state_dir / "slots"
         self.locks_dir = config.state_dir / "locks"
+        # Releases that raised after a finished run: the slot stays marked dirty (its next
+        # holder sweeps it first), and a worker takes no further job (Runner.residue).
+        self.release_failures: list[str] = []
 
     def slot(self, index: int) -> Slot:
         uid = self.config.uid_base + 2 * index
@@ -103,7 +111,12 @@ class SlotPool:
                             self.release(slot)
                             dirty.unlink()
                         raise
-                    self.release(slot)
+                    try:
+                        self.release(slot)
+                    except Exception as exc:  # the run is done and stands; the slot does not
+                        log.exception("slot %d: release failed; it stays marked dirty", index)
+                        self.release_failures.append(f"slot {index}: release failed: {exc!r}")
+                        return
                     dirty.unlink()  # only a clean release leaves the slot unmarked
                     return
                 finally:
@@ -120,20 +133,23 @@ class SlotPool:
         return self.locks_dir / f"{index}.dirty"
 
     def sweep_idle(self) -> int:
-        """Startup sweep: clean every slot no live runner holds. Returns how many were swept."""
+        """Startup sweep: clean every slot no live runner holds, in one pass (`sweep_many`).
+        Returns how many were swept."""
         self._ensure_dirs()
-        swept = 0
-        for index in range(self.config.slots):
-            fd = os.open(self.locks_dir / f"{index}.lock", os.O_RDWR | os.O_CREAT, 0o600)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                continue
-            try:
-                self.sweep(self.slot(index))
+        held: dict[int, int] = {}  # slot index -> its lock fd
+        try:
+            for index in range(self.config.slots):
+                fd = os.open(self.locks_dir / f"{index}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    os.close(fd)
+                    continue
+                held[index] = fd
+            self.sweep_many([self.slot(index) for index in held])
+            for index in held:
                 self._dirty_marker(index).unlink(missing_ok=True)
-                swept += 1
-            finally:
+        finally:
+            for fd in held.values():
                 os.close(fd)
-        return swept
+        return len(held)

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 import contextlib
 import os
-import shutil
 import stat
 from pathlib import Path
 
 from trialbox.sandbox import as_uid
+from trialbox.sandbox.fs import remove_tree
 
 MOUNTINFO = Path("/proc/self/mountinfo")
 # Kernel interfaces, not storage: nothing a uid writes there outlives its processes.
@@ -84,20 +84,12 @@ def _owned(places: list[Path], uids: tuple[int, ...]) -> list[Path]:
     return found
 
 
-def _remove(path: Path) -> None:
-    with contextlib.suppress(FileNotFoundError):
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-        else:
-            path.unlink()
-
-
 def wipe(uids: tuple[int, ...], places: list[Path]) -> None:
     """Remove everything the uids left (kill first: nothing may write while it goes)."""
     as_uid.kill_all(uids)
     for path in _owned(places, uids):
         with contextlib.suppress(OSError):  # `residue` reports whatever stayed
-            _remove(path)
+            remove_tree(path)
     as_uid.remove_ipc_and_keys(uids)
 
 

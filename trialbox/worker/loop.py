@@ -91,7 +91,10 @@ class Worker:
             log.info("%s: %d jobs done; exiting for a fresh task", self.name, self.jobs_done)
             self.stop.set()
             return
-        found = self.residue() if self.residue is not None else []
+        try:
+            found = self.residue() if self.residue is not None else []
+        except Exception as exc:  # a check that cannot run proves nothing: fail closed
+            found = [f"the check itself failed: {type(exc).__name__}: {exc}"]
         if found:
             log.error("%s: the wipe left %s; exiting for a fresh task", self.name, found[:20])
             self.stop.set()
