@@ -300,3 +300,18 @@ def _statuses(aws: Aws, arns: list[str]) -> list[str]:
     """Each execution's final status, or "" while it runs."""
     found = [str(aws.sfn.describe_execution(executionArn=arn)["status"]) for arn in arns]
     return ["" if status == "RUNNING" else status for status in found]
+
+
+def test_a_residue_check_that_fails_counts_as_residue(aws: Aws) -> None:
+    machine = waiting_machine(aws)
+    for i in range(2):
+        start(aws, machine, f"rf-{i}", job(aws, f"rf-{i}"))
+    the_worker = worker(aws, fake_report)
+    the_worker.recycle_after_jobs = 100
+
+    def broken() -> list[str]:
+        raise OSError("cannot read /proc")
+
+    the_worker.residue = broken
+    serve_until_stopped(the_worker)
+    assert the_worker.jobs_done == 1

@@ -9,7 +9,7 @@ import tarfile
 from pathlib import Path
 
 from trialbox.models import EncodedFile
-from trialbox.sandbox.fs import checkpoint, copy_tree, write_files
+from trialbox.sandbox.fs import checkpoint, copy_tree, remove_tree, write_files
 
 UID, GID = os.getuid(), os.getgid()
 
@@ -138,3 +138,21 @@ def test_checkpoint_stores_symlinks_as_links(tmp_path: Path) -> None:
     with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
         contents = [tar.extractfile(m) for m in tar.getmembers() if m.isfile()]
         assert [f.read() for f in contents if f is not None] == [b"print(1)\n"]
+
+
+def test_remove_tree_takes_any_depth_and_follows_no_link(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "keep").write_text("x")
+    root = tmp_path / "tree"
+    root.mkdir()
+    fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
+    for _ in range(3000):  # deeper than Python's recursion limit and than PATH_MAX
+        os.mkdir("d" * 20, dir_fd=fd)
+        os.symlink(str(outside), "link", dir_fd=fd)
+        child = os.open("d" * 20, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.close(fd)
+        fd = child
+    os.close(fd)
+    remove_tree(root)
+    assert not root.exists() and (outside / "keep").read_text() == "x"
