@@ -92,11 +92,8 @@ class SlotPool:
         random.shuffle(order)  # spread concurrent runners over the slots
         while True:
             for index in order:
-                fd = os.open(self.locks_dir / f"{index}.lock", os.O_RDWR | os.O_CREAT, 0o600)
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    os.close(fd)
+                fd = self._try_lock(index)
+                if fd is None:
                     continue
                 try:
                     slot = self.slot(index)
@@ -129,6 +126,16 @@ class SlotPool:
                 )
             time.sleep(0.05)
 
+    def _try_lock(self, index: int) -> int | None:
+        """The slot's lock fd, held (closing it releases the lock); None if another holds it."""
+        fd = os.open(self.locks_dir / f"{index}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            return None
+        return fd
+
     def _dirty_marker(self, index: int) -> Path:
         return self.locks_dir / f"{index}.dirty"
 
@@ -139,13 +146,9 @@ class SlotPool:
         held: dict[int, int] = {}  # slot index -> its lock fd
         try:
             for index in range(self.config.slots):
-                fd = os.open(self.locks_dir / f"{index}.lock", os.O_RDWR | os.O_CREAT, 0o600)
-                try:
-                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                except BlockingIOError:
-                    os.close(fd)
-                    continue
-                held[index] = fd
+                fd = self._try_lock(index)
+                if fd is not None:
+                    held[index] = fd
             self.sweep_many([self.slot(index) for index in held])
             for index in held:
                 self._dirty_marker(index).unlink(missing_ok=True)
