@@ -655,6 +655,8 @@ def collect() -> Result:
         "max_user_namespaces": lambda: read_int("/proc/sys/user/max_user_namespaces"),
         "unprivileged_userns_clone": lambda: read_int("/proc/sys/kernel/unprivileged_userns_clone"),
         "ptrace_scope": lambda: read_int("/proc/sys/kernel/yama/ptrace_scope"),
+        # The rlimit backend refuses 1: a uid switch would make the runner's children dumpable.
+        "suid_dumpable": lambda: read_int("/proc/sys/fs/suid_dumpable"),
         "root_fs": probe_root_fs,
         "cgroup": probe_cgroup,
         "dev_mqueue": lambda: probe_mount("/dev/mqueue"),

@@ -104,11 +104,15 @@ def test_every_probe_reports_a_status(report: dict[str, Any]) -> None:
         "cgroup",
         "dev_mqueue",
         "keys_maxkeys",
+        "suid_dumpable",
         "sysvipc",
         "syscall_table",
         "as_slot_uid",
     }
     assert expected <= set(found)
+    # This host's value, which the rlimit backend would refuse if it were 1.
+    suid_dumpable = Path("/proc/sys/fs/suid_dumpable").read_text().strip()
+    assert str(found["suid_dumpable"].get("value")) == suid_dumpable, found["suid_dumpable"]
 
 
 def test_the_syscall_table_matches_this_kernel(report: dict[str, Any], script: ModuleType) -> None:
