@@ -119,27 +119,35 @@ def _in_child_as(uid: int, work: str) -> int:
     return code
 
 
-def _sysv_ids(uid: int) -> dict[str, list[int]]:
-    """SysV IPC objects whose owner or creator is `uid`, by kind (shm, sem, msg)."""
-    found: dict[str, list[int]] = {}
+def _sysv_objects() -> list[tuple[str, int, int, int]]:
+    """Every SysV IPC object: (kind, id, owner uid, creator uid), kind shm, sem or msg."""
+    found = []
     for kind in ("shm", "sem", "msg"):
         try:
             lines = (SYSVIPC / kind).read_text().splitlines()
         except OSError:
             continue
         header = lines[0].split()
-        uid_cols = [header.index(name) for name in ("uid", "cuid")]
         id_col = header.index({"shm": "shmid", "sem": "semid", "msg": "msqid"}[kind])
+        uid_col, cuid_col = header.index("uid"), header.index("cuid")
         for line in lines[1:]:
             fields = line.split()
-            if any(int(fields[col]) == uid for col in uid_cols):
-                found.setdefault(kind, []).append(int(fields[id_col]))
+            found.append((kind, int(fields[id_col]), int(fields[uid_col]), int(fields[cuid_col])))
+    return found
+
+
+def _sysv_ids(uid: int, objects: list[tuple[str, int, int, int]]) -> dict[str, list[int]]:
+    """The objects whose owner or creator is `uid`, by kind."""
+    found: dict[str, list[int]] = {}
+    for kind, ipc_id, owner, creator in objects:
+        if uid in (owner, creator):
+            found.setdefault(kind, []).append(ipc_id)
     return found
 
 
 def _remove_ipc() -> int:
     left = 0
-    for kind, ids in _sysv_ids(os.getuid()).items():
+    for kind, ids in _sysv_ids(os.getuid(), _sysv_objects()).items():
         for ipc_id in ids:
             if kind == "shm":
                 done = _libc.shmctl(ipc_id, IPC_RMID, None)
@@ -184,9 +192,6 @@ def _count_keys() -> int:
         if size > 0:
             count += size // 4
     return min(count, 254)
-
-
-_WORK = {"ipc": _remove_ipc, "keys": _clear_keyrings, "count": _count_keys}
 
 
 def _live(pid: int) -> bool:
@@ -259,42 +264,29 @@ def _stopped(pid: int) -> bool:
     return True
 
 
-def _key_users() -> dict[int, int]:
-    """Keys the kernel holds per uid (/proc/key-users' nkeys), for the uids it lists."""
-    try:
-        lines = Path("/proc/key-users").read_text().splitlines()
-    except OSError:
-        return {}
-    found = {}
-    for line in lines:
-        uid, _, rest = line.partition(":")
-        found[int(uid)] = int(rest.split()[1].split("/")[0])
-    return found
-
-
-def _may_hold_keys(uid: int, key_users: dict[int, int]) -> bool:
-    """More keys than its user and user-session keyrings themselves."""
-    return key_users.get(uid, 0) > len(USER_KEYRINGS)
+def _clean() -> int:
+    """In the child, as the uid: its SysV IPC objects, then its keyrings."""
+    return max(_remove_ipc(), _clear_keyrings())
 
 
 def remove_ipc_and_keys(uids: tuple[int, ...]) -> None:
-    """Remove the uids' SysV IPC objects and empty their persistent keyrings."""
-    key_users = _key_users()
+    """Remove the uids' SysV IPC objects and empty their persistent keyrings: one child per
+    uid. (The kernel keeps a uid's keyrings whether or not it used them, so there is no cheap
+    way to skip a uid: /proc/key-users lists every uid a long-lived host ever ran.)"""
     for uid in uids:
-        if _sysv_ids(uid):
-            _in_child_as(uid, "ipc")
-        if _may_hold_keys(uid, key_users):
-            _in_child_as(uid, "keys")
+        _in_child_as(uid, "clean")
 
 
 def ipc_and_keys_left(uids: tuple[int, ...]) -> list[str]:
     """What `remove_ipc_and_keys` should have left nothing of, in words."""
     found = []
-    key_users = _key_users()
+    objects = _sysv_objects()
     for uid in uids:
-        for kind, ids in _sysv_ids(uid).items():
+        for kind, ids in _sysv_ids(uid, objects).items():
             found.append(f"uid {uid}: SysV {kind} {ids}")
-        keys = _in_child_as(uid, "count") if _may_hold_keys(uid, key_users) else 0
-        if keys:
+        if keys := _in_child_as(uid, "count"):
             found.append(f"uid {uid}: {keys} keys in its user keyrings")
     return found
+
+
+_WORK = {"clean": _clean, "count": _count_keys}

@@ -90,10 +90,17 @@ class Runner:
         self.protected = protected_modules(self.runtime)
 
     def residue(self) -> list[str]:
-        """What any slot uid left where the next job could see it (the worker takes no job
-        while this is not empty)."""
-        uids = tuple(uid for i in range(self.config.slots) for uid in self.slots.slot(i).uids)
-        return [*self.slots.release_failures, *self.backend.residue(uids)]
+        """What the slots claimed since the last call left where the next job could see it,
+        and any process of any slot uid (the worker takes no job while this is not empty)."""
+        used, self.slots.used = self.slots.used, set()
+        slots = [self.slots.slot(i) for i in range(self.config.slots)]
+        unused = tuple(uid for slot in slots if slot.index not in used for uid in slot.uids)
+        uids = tuple(uid for slot in slots if slot.index in used for uid in slot.uids)
+        return [
+            *self.slots.release_failures,
+            *self.backend.residue(uids),
+            *(f"process {pid}" for pid in as_uid.processes_of(unused)),
+        ]
 
     def _sandbox_path(self, host: Path) -> str:
         return SANDBOX_WORKDIR if self.backend.name == "bwrap" else str(host)

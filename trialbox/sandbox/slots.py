@@ -67,6 +67,8 @@ class SlotPool:
         # Releases that raised after a finished run: the slot stays marked dirty (its next
         # holder sweeps it first), and a worker takes no further job (Runner.residue).
         self.release_failures: list[str] = []
+        # Slots claimed since the last `take_used`: only their uids can have left anything.
+        self.used: set[int] = set()
 
     def slot(self, index: int) -> Slot:
         uid = self.config.uid_base + 2 * index
@@ -97,6 +99,7 @@ class SlotPool:
                     continue
                 try:
                     slot = self.slot(index)
+                    self.used.add(index)
                     dirty = self._dirty_marker(index)
                     if dirty.exists():  # its last holder died holding it
                         self.sweep(slot)
