@@ -12,7 +12,7 @@ import pytest
 
 from tests.sandbox.conftest import FORK_BOMB, SETSID_DAEMON, Exec, secret_in_another_slot
 from trialbox.models import Limits, Status
-from trialbox.sandbox.as_uid import processes_of
+from trialbox.sandbox.processes import processes_of
 from trialbox.sandbox.runner import Runner
 
 

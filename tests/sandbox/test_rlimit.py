@@ -21,8 +21,8 @@ from tests.sandbox.conftest import (
     secret_in_another_slot,
 )
 from trialbox.models import Limits, Sample, Status, Task
-from trialbox.sandbox.as_uid import processes_of
 from trialbox.sandbox.config import SandboxConfig
+from trialbox.sandbox.processes import processes_of
 from trialbox.sandbox.runner import Runner
 from trialbox.scoring import score
 

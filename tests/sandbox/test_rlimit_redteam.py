@@ -23,7 +23,7 @@ import pytest
 
 from tests.fargate.test_redteam import hunter
 from trialbox.models import Limits
-from trialbox.sandbox import as_uid
+from trialbox.sandbox import as_uid, processes
 from trialbox.sandbox.config import SandboxConfig
 from trialbox.sandbox.runner import Runner
 
@@ -81,7 +81,7 @@ def test_processes_of_sees_a_process_whose_leader_exited() -> None:
         os.read(ready_r, 1)
         time.sleep(0.2)
         assert sorted(os.listdir(f"/proc/{pid}/task")) != [str(pid)]  # a thread is alive
-        assert as_uid.processes_of((uid,)) == [pid]
+        assert processes.processes_of((uid,)) == [pid]
     finally:
         kill_uids((uid,))
         os.waitpid(pid, 0)

@@ -14,7 +14,7 @@ import pytest
 from tests.sandbox.conftest import ADD_TASK
 from trialbox.errors import SandboxSetupError
 from trialbox.models import Limits, Sample, Task
-from trialbox.sandbox.as_uid import processes_of
+from trialbox.sandbox.processes import processes_of
 from trialbox.sandbox.runner import Runner
 from trialbox.scoring import score
 

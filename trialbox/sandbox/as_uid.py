@@ -1,8 +1,5 @@
-"""Killing a slot uid's processes, and the clean-up only the uid itself may do.
-
-Kills come from root, from outside (CAP_KILL): a slot uid cannot signal root, so nothing it
-left can stop or outrun them. Every process of the uids is stopped (SIGSTOP) until none runs,
-so a fork bomb cannot grow the set, and then killed.
+"""The clean-up only a slot uid itself may do, and what keeps the runner out of a slot uid's
+reach. (Its processes are killed from root: trialbox.sandbox.processes.)
 
 Removing a uid's SysV IPC objects and clearing its keyrings needs either CAP_SYS_ADMIN, which a
 Fargate task never has, or being that uid: a forked child switches to the uid, makes only those
@@ -44,7 +41,6 @@ KEY_POS_VIEW_READ = 0x03000000  # possessor may view and read; nobody may write,
 KEY_SPEC_USER_KEYRING = -4
 KEY_SPEC_USER_SESSION_KEYRING = -5
 USER_KEYRINGS = (KEY_SPEC_USER_KEYRING, KEY_SPEC_USER_SESSION_KEYRING)
-WAIT_GONE_S = 5.0
 CHILD_WAIT_S = 5.0
 
 
@@ -169,8 +165,7 @@ def _keyctl(*args: int) -> int:
 
 def _keyrings() -> list[int]:
     """The uid's keyrings that outlive its processes: user, user-session and, where the
-    kernel has them, its persistent keyring (looked up, which creates it, only when the uid
-    holds more keys than the first two)."""
+    kernel has them, its persistent keyring (the look-up creates it when missing)."""
     rings = list(USER_KEYRINGS)
     persistent = _keyctl(KEYCTL_GET_PERSISTENT, -1, KEY_SPEC_PROCESS_KEYRING)
     if persistent > 0:
@@ -192,76 +187,6 @@ def _count_keys() -> int:
         if size > 0:
             count += size // 4
     return min(count, 254)
-
-
-def _live(pid: int) -> bool:
-    """A thread group with any task not dead: its leader may have exited (Z) while its other
-    threads run on, which the leader's own state would hide."""
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return False
-    for tid in tasks:
-        with contextlib.suppress(OSError):
-            if _state_of_task(pid, tid) not in (b"Z", b"X"):
-                return True
-    return False
-
-
-def _state_of_task(pid: int, tid: str) -> bytes:
-    with open(f"/proc/{pid}/task/{tid}/stat", "rb") as stat:
-        return stat.read().rsplit(b")", 1)[1].split()[0]
-
-
-def processes_of(uids: tuple[int, ...]) -> list[int]:
-    """Live pids (thread groups) owned by one of `uids`. A group whose every task is dead is
-    skipped: its reaping is up to its parent (the container's init, or bwrap's)."""
-    found = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        with contextlib.suppress(OSError):
-            if os.stat(entry.path).st_uid in uids and _live(int(entry.name)):
-                found.append(int(entry.name))
-    return found
-
-
-def _signal(pids: list[int], sig: signal.Signals) -> None:
-    for pid in pids:
-        try:
-            os.kill(pid, sig)
-        except ProcessLookupError:
-            continue
-        except PermissionError as exc:
-            raise SandboxError(f"cannot signal slot processes ({exc}): is CAP_KILL kept?") from exc
-
-
-def kill_all(uids: tuple[int, ...]) -> None:
-    """Stop every process of the uids until none runs (a stopped process cannot fork), then
-    SIGKILL them all and wait until they are gone."""
-    deadline = time.monotonic() + WAIT_GONE_S
-    while True:
-        pids = processes_of(uids)
-        if not pids:
-            return
-        _signal(pids, signal.SIGSTOP)
-        if all(_stopped(pid) for pid in processes_of(uids)):
-            _signal(processes_of(uids), signal.SIGKILL)
-        if time.monotonic() > deadline:
-            raise SandboxError(f"processes of slot uids {uids} survived SIGKILL: {pids[:10]}")
-        time.sleep(0.002)
-
-
-def _stopped(pid: int) -> bool:
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return True  # gone
-    for tid in tasks:
-        with contextlib.suppress(OSError):
-            if _state_of_task(pid, tid) not in (b"T", b"t", b"Z", b"X"):
-                return False
-    return True
 
 
 def _clean() -> int:

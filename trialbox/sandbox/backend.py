@@ -17,7 +17,7 @@ from typing import Literal
 
 from trialbox.errors import SandboxError
 from trialbox.models.limits import Limits
-from trialbox.sandbox import as_uid
+from trialbox.sandbox import processes
 from trialbox.sandbox.output import Collector, HeadTail
 from trialbox.sandbox.slots import Slot
 
@@ -123,7 +123,7 @@ class Backend(ABC):
     def residue(self, uids: tuple[int, ...]) -> list[str]:
         """What the uids still have where a later job could see it; [] when clean. A bwrap
         sandbox's namespaces and tmpfs die with it, so only its processes could remain."""
-        return [f"process {pid}" for pid in as_uid.processes_of(uids)]
+        return [f"process {pid}" for pid in processes.processes_of(uids)]
 
     def run(self, slot: Slot, spec: CommandSpec) -> Outcome:
         stdout, stderr = HeadTail(spec.limits.output_bytes), HeadTail(spec.limits.output_bytes)

@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 
 from trialbox.errors import SandboxSetupError
-from trialbox.sandbox import as_uid
+from trialbox.sandbox import processes
 from trialbox.sandbox.backend import Backend, CommandSpec, Launched, Measured
 from trialbox.sandbox.cgroups import Cgroup, cgroup_class
 from trialbox.sandbox.config import SandboxConfig
@@ -126,7 +126,7 @@ class BwrapBackend(Backend):
 
     def sweep(self, slot: Slot) -> None:
         self._cgroup(slot).remove()
-        as_uid.kill_all(slot.uids)
+        processes.kill_all(slot.uids)
         self.release(slot)
 
     def release(self, slot: Slot) -> None:

@@ -1,7 +1,7 @@
 """rlimit backend, for inside a Fargate task (no CAP_SYS_ADMIN: no namespaces, mounts or
 cgroups). What it enforces: setrlimit (AS, DATA, CPU, NPROC, FSIZE, NOFILE, CORE, MSGQUEUE), a
 dedicated uid per slot with no_new_privs and no groups, a new session, kill of every process of
-the slot uid (stopped, then killed, from root: see as_uid), capped output, a wall deadline and
+the slot uid (stopped, then killed, from root: see processes), capped output, a wall deadline and
 an explicit environment. The runner is undumpable, so a sandboxed process cannot read its
 environment (and the task's credentials URI) from /proc; nothing runs as a slot uid with the
 runner's environment.
@@ -34,7 +34,7 @@ import subprocess
 from pathlib import Path
 
 from trialbox.errors import SandboxError
-from trialbox.sandbox import as_uid, wipe
+from trialbox.sandbox import as_uid, processes, wipe
 from trialbox.sandbox.backend import Backend, CommandSpec, Launched, Measured
 from trialbox.sandbox.config import SandboxConfig
 from trialbox.sandbox.fs import remove_tree, unmount
@@ -58,7 +58,7 @@ class RlimitLaunched(Launched):
 
     def kill_tree(self) -> None:
         # Every process of the uid, wherever it went (a setsid daemon included).
-        as_uid.kill_all((self.uid,))
+        processes.kill_all((self.uid,))
 
     def exited(self) -> bool:
         # Without reaping it (WNOWAIT): `wait` reaps it with its rusage, the CPU time and peak
@@ -118,7 +118,7 @@ class RlimitBackend(Backend):
     def sweep_many(self, slots: list[Slot]) -> None:
         """One pass for all of them: the wipe walks every writable place once."""
         uids = tuple(uid for slot in slots for uid in slot.uids)
-        as_uid.kill_all(uids)
+        processes.kill_all(uids)
         for slot in slots:
             for path in (slot.work_dir, slot.grade_dir, slot.scratch_dir):
                 self.release_dir(path)

@@ -21,7 +21,7 @@ from trialbox.models.report import (
 )
 from trialbox.models.sample import Sample
 from trialbox.models.task import Task
-from trialbox.sandbox import as_uid, fs
+from trialbox.sandbox import fs, processes
 from trialbox.sandbox.backend import Backend, CommandSpec, Outcome
 from trialbox.sandbox.bwrap import SANDBOX_WORKDIR, BwrapBackend
 from trialbox.sandbox.config import SandboxConfig
@@ -99,7 +99,7 @@ class Runner:
         return [
             *self.slots.release_failures,
             *self.backend.residue(uids),
-            *(f"process {pid}" for pid in as_uid.processes_of(unused)),
+            *(f"process {pid}" for pid in processes.processes_of(unused)),
         ]
 
     def _sandbox_path(self, host: Path) -> str:
@@ -218,7 +218,7 @@ class Runner:
         for argv in sample.commands:
             outcome = self.backend.run(slot, self._agent_spec(argv, slot, limits))
             commands.append(command_result("agent", argv, outcome))
-        as_uid.kill_all((uid,))  # the agent's leftovers, before anything reads its files
+        processes.kill_all((uid,))  # the agent's leftovers, before anything reads its files
         if checkpoint_to is not None:
             checkpoint_to.write_bytes(fs.checkpoint(slot.work_dir))
         if not grade:

@@ -19,7 +19,7 @@ import os
 import stat
 from pathlib import Path
 
-from trialbox.sandbox import as_uid
+from trialbox.sandbox import as_uid, processes
 from trialbox.sandbox.fs import remove_tree
 
 MOUNTINFO = Path("/proc/self/mountinfo")
@@ -86,7 +86,7 @@ def _owned(places: list[Path], uids: tuple[int, ...]) -> list[Path]:
 
 def wipe(uids: tuple[int, ...], places: list[Path]) -> None:
     """Remove everything the uids left (kill first: nothing may write while it goes)."""
-    as_uid.kill_all(uids)
+    processes.kill_all(uids)
     for path in _owned(places, uids):
         with contextlib.suppress(OSError):  # `residue` reports whatever stayed
             remove_tree(path)
@@ -95,7 +95,7 @@ def wipe(uids: tuple[int, ...], places: list[Path]) -> None:
 
 def residue(uids: tuple[int, ...], places: list[Path]) -> list[str]:
     """What the uids still have anywhere a later job could see it, in words; [] when clean."""
-    found = [f"process {pid}" for pid in as_uid.processes_of(uids)]
+    found = [f"process {pid}" for pid in processes.processes_of(uids)]
     found += [f"file {path}" for path in _owned(places, uids)]
     found += as_uid.ipc_and_keys_left(uids)
     if keys := as_uid.session_keys():
