@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections.abc import Callable
 from typing import Any
 
 from tests.integration.conftest import Aws
@@ -269,13 +270,21 @@ def serve_until_stopped(the_worker: Worker, timeout_s: float = 30) -> None:
     assert not thread.is_alive(), "the worker should have stopped on its own"
 
 
-def test_a_worker_exits_after_recycle_after_jobs_and_leaves_the_rest_queued(aws: Aws) -> None:
+def recycling_worker(
+    aws: Aws, prefix: str, jobs: int, recycle: int, residue: Callable[[], list[str]]
+) -> tuple[Worker, list[str]]:
+    """`jobs` queued jobs, and a worker with these settings served until it stops itself."""
     machine = waiting_machine(aws)
-    arns = [start(aws, machine, f"rc-{i}", job(aws, f"rc-{i}")) for i in range(3)]
+    arns = [start(aws, machine, f"{prefix}-{i}", job(aws, f"{prefix}-{i}")) for i in range(jobs)]
     the_worker = worker(aws, fake_report)
-    the_worker.recycle_after_jobs = 2
-    the_worker.residue = list  # nothing left behind
+    the_worker.recycle_after_jobs = recycle
+    the_worker.residue = residue
     serve_until_stopped(the_worker)
+    return the_worker, arns
+
+
+def test_a_worker_exits_after_recycle_after_jobs_and_leaves_the_rest_queued(aws: Aws) -> None:
+    the_worker, arns = recycling_worker(aws, "rc", 3, 2, list)  # list: nothing left behind
     assert the_worker.jobs_done == 2
     deadline = time.monotonic() + 10  # the callbacks end their executions asynchronously
     while sum(map(bool, _statuses(aws, arns))) < 2 and time.monotonic() < deadline:
@@ -285,13 +294,7 @@ def test_a_worker_exits_after_recycle_after_jobs_and_leaves_the_rest_queued(aws:
 
 
 def test_a_worker_whose_wipe_left_anything_takes_no_further_job(aws: Aws) -> None:
-    machine = waiting_machine(aws)
-    for i in range(2):
-        start(aws, machine, f"rs-{i}", job(aws, f"rs-{i}"))
-    the_worker = worker(aws, fake_report)
-    the_worker.recycle_after_jobs = 100
-    the_worker.residue = lambda: ["file /tmp/left-by-a-job"]
-    serve_until_stopped(the_worker)
+    the_worker, _ = recycling_worker(aws, "rs", 2, 100, lambda: ["file /tmp/left-by-a-job"])
     assert the_worker.jobs_done == 1
     assert len(aws.messages(aws.work_queue)) == 1
 
@@ -303,15 +306,8 @@ def _statuses(aws: Aws, arns: list[str]) -> list[str]:
 
 
 def test_a_residue_check_that_fails_counts_as_residue(aws: Aws) -> None:
-    machine = waiting_machine(aws)
-    for i in range(2):
-        start(aws, machine, f"rf-{i}", job(aws, f"rf-{i}"))
-    the_worker = worker(aws, fake_report)
-    the_worker.recycle_after_jobs = 100
-
     def broken() -> list[str]:
         raise OSError("cannot read /proc")
 
-    the_worker.residue = broken
-    serve_until_stopped(the_worker)
+    the_worker, _ = recycling_worker(aws, "rf", 2, 100, broken)
     assert the_worker.jobs_done == 1
