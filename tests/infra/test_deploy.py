@@ -4,13 +4,12 @@ on, as on every synth)."""
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
 import pytest
 from aws_cdk.assertions import Template
 
-from tests.infra.conftest import ROOT, resources
+from tests.infra.conftest import ROOT, definition, only, resources
 from trialbox import __version__
 from trialbox import constants as c
 
@@ -22,11 +21,6 @@ ENDPOINT_AZ_HOUR = 0.01
 KMS_KEY_MONTH = 1.00
 ALARM_METRIC_MONTH = 0.10
 FIREWALL_DOMAIN_MONTH = 0.0005
-
-
-def only(template: Template, kind: str) -> tuple[str, dict[str, Any]]:
-    ((logical_id, resource),) = resources(template, kind).items()
-    return logical_id, resource
 
 
 def alarms(template: Template) -> dict[str, dict[str, Any]]:
@@ -154,10 +148,7 @@ def test_the_lost_sandbox_alarm_watches_the_execute_integration(template: Templa
         "ServiceIntegrationsFailed",
         "ServiceIntegrationsStarted",
     }
-    (machine,) = resources(template, "AWS::StepFunctions::StateMachine").values()
-    parts = machine["Properties"]["DefinitionString"]["Fn::Join"][1]
-    asl = json.loads("".join(p if isinstance(p, str) else "aws" for p in parts))  # stand-ins
-    resource = asl["States"]["Execute"]["Resource"]
+    resource = definition(template)["States"]["Execute"]["Resource"]
     assert resource == "arn:aws:states:::sqs:sendMessage.waitForTaskToken"
     integration = resource.removeprefix("arn:aws:states:::")
     for stat in stats.values():

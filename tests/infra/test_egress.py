@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from aws_cdk.assertions import Template
 
-from tests.infra.conftest import resources
+from tests.infra.conftest import only, resources
 
 HTTPS = {"IpProtocol": "tcp", "FromPort": 443, "ToPort": 443}
 S3_PREFIX_LIST = "com.amazonaws.${AWS::Region}.s3"
@@ -26,13 +26,6 @@ REQUIRED_NAMES = {
     "states.${AWS::Region}.${AWS::URLSuffix}",
     "s3.${AWS::Region}.${AWS::URLSuffix}",
 }
-
-
-def only(template: Template, kind: str, logical_prefix: str = "") -> tuple[str, dict[str, Any]]:
-    (found,) = [
-        (k, r) for k, r in resources(template, kind).items() if k.startswith(logical_prefix)
-    ]
-    return found
 
 
 def render(value: Any) -> Any:

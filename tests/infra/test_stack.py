@@ -13,7 +13,7 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk.assertions import Match, Template
 
-from tests.infra.conftest import ROOT, resources
+from tests.infra.conftest import ROOT, definition, only, resources
 from trialbox import constants as c
 
 
@@ -23,23 +23,7 @@ def config() -> dict[str, Any]:
 
 
 def one(template: Template, kind: str, logical_prefix: str) -> dict[str, Any]:
-    (found,) = [r for k, r in resources(template, kind).items() if k.startswith(logical_prefix)]
-    return found
-
-
-def definition(template: Template) -> dict[str, Any]:
-    (machine,) = resources(template, "AWS::StepFunctions::StateMachine").values()
-    parts = machine["Properties"]["DefinitionString"]["Fn::Join"][1]
-    # Intrinsics sit inside JSON strings: stand-ins of the right shape will do.
-    return json.loads("".join(p if isinstance(p, str) else _stand_in(p) for p in parts))
-
-
-def _stand_in(intrinsic: dict[str, Any]) -> str:
-    if intrinsic.get("Ref") == "AWS::Partition":
-        return "aws"
-    if "Fn::GetAtt" in intrinsic:
-        return f"arn:aws:lambda:us-east-1:000000000000:function:{intrinsic['Fn::GetAtt'][0]}"
-    return "https://sqs.us-east-1.amazonaws.com/000000000000/work"
+    return only(template, kind, logical_prefix)[1]
 
 
 def test_rollout_shape_retries_and_catches(template: Template) -> None:
