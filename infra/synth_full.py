@@ -12,15 +12,14 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from infra.lambdas import LOCK, ROOT
+from infra.locks import normal, pins
 
 ELF_MACHINE_AARCH64 = 183
-_PIN = re.compile(r"^([A-Za-z0-9][A-Za-z0-9._-]*)==([^\s\\;]+)", re.MULTILINE)
 
 
 @dataclass(frozen=True)
@@ -49,7 +48,7 @@ def synth_full(outdir: Path) -> Built:
 
 def locked(lock: Path = LOCK) -> dict[str, str]:
     """The lock's pins, by normalized distribution name."""
-    return {_normal(name): version for name, version in _PIN.findall(lock.read_text())}
+    return pins(lock.read_text())
 
 
 def installed(asset: Path) -> dict[str, str]:
@@ -57,7 +56,7 @@ def installed(asset: Path) -> dict[str, str]:
     found = {}
     for info in asset.glob("*.dist-info"):
         name, version = info.name.removesuffix(".dist-info").rsplit("-", 1)
-        found[_normal(name)] = version
+        found[normal(name)] = version
     return found
 
 
@@ -81,10 +80,6 @@ def check(built: Built) -> None:
     assert (built.image_asset / "sandbox_image" / "Dockerfile").is_file()
 
 
-def _normal(name: str) -> str:
-    return re.sub(r"[-_.]+", "-", name).lower()
-
-
 def _delta(want: dict[str, str], got: dict[str, str]) -> str:
     names = sorted(set(want) | set(got))
     return ", ".join(
@@ -94,7 +89,7 @@ def _delta(want: dict[str, str], got: dict[str, str]) -> str:
 
 if __name__ == "__main__":
     built = synth_full(Path(sys.argv[1] if len(sys.argv) > 1 else "cdk.out"))
-    pins = locked()
+    count = len(locked())
     print(f"synthesized {built.assembly} with bundling and validation on")
-    print(f"Lambda asset {built.lambda_asset.name}: {len(pins)} locked distributions, aarch64")
+    print(f"Lambda asset {built.lambda_asset.name}: {count} locked distributions, aarch64")
     print(f"image asset {built.image_asset.name}: staged")

@@ -3,11 +3,12 @@ package's own dependencies, every direct requirement in its lock."""
 
 from __future__ import annotations
 
-import re
 import tomllib
 from pathlib import Path
 
 import pytest
+
+from infra.locks import pins
 
 ROOT = Path(__file__).resolve().parents[2]
 LOCKS = {
@@ -15,15 +16,6 @@ LOCKS = {
     "sandbox_image/requirements.txt": "sandbox_image/requirements.in",
     "functions/requirements.lock": "functions/requirements.in",
 }
-PIN = re.compile(r"^([A-Za-z0-9_.\-\[\]]+)==(\S+)")
-
-
-def pins(text: str) -> dict[str, str]:
-    found = {}
-    for line in text.splitlines():
-        if match := PIN.match(line.strip()):
-            found[re.sub(r"[-_.]+", "-", match[1].split("[")[0]).lower()] = match[2]
-    return found
 
 
 def hashed_pins(lock: str) -> dict[str, int]:
@@ -31,8 +23,9 @@ def hashed_pins(lock: str) -> dict[str, int]:
     counts: dict[str, int] = {}
     current = None
     for line in lock.splitlines():
-        if match := PIN.match(line):
-            current = match[0]
+        if pinned := pins(line):
+            ((name, version),) = pinned.items()
+            current = f"{name}=={version}"
             counts[current] = 0
         elif current and line.strip().startswith("--hash=sha256:"):
             counts[current] += 1
