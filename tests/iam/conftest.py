@@ -24,6 +24,7 @@ from trialbox.client import ENV, Client, Resources
 from trialbox.local import principals
 from trialbox.local.requestlog import ENV_REQUEST_LOG
 from trialbox.local.resources import REGION
+from trialbox.local.services import CREDENTIALS
 from trialbox.local.services import client as twin_client
 from trialbox.local.template import load_template
 from trialbox.local.twin import LocalTwin
@@ -106,10 +107,7 @@ def _cli_run(twin: LocalTwin, tmp: Path) -> tuple[int, list[str]]:
     samples.write_text("".join(json.dumps(r) + "\n" for r in rows))
     traces = tmp / "traces"
     outputs = twin.outputs
-    env = {
-        "AWS_ACCESS_KEY_ID": principals.SDK,
-        "AWS_SECRET_ACCESS_KEY": "x",
-        "AWS_DEFAULT_REGION": REGION,
+    env = CREDENTIALS | {  # the SDK's
         ENV["requests_queue_url"]: outputs[c.OUTPUT_REQUESTS_QUEUE_URL],
         ENV["executions_table"]: outputs[c.OUTPUT_EXECUTIONS_TABLE],
         ENV["traces_bucket"]: outputs[c.OUTPUT_TRACES_BUCKET],
