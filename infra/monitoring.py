@@ -89,20 +89,23 @@ class Monitoring(Construct):
         if alarm_email:
             self.topic.add_subscription(subscriptions.EmailSubscription(alarm_email))
 
-        recorded = {
-            "namespace": c.METRICS_NAMESPACE,
-            "metric_name": c.METRIC_SANDBOX_ERROR,
-            "dimensions_map": {"service": recorder_service},
-            "period": WINDOW,
-        }
+        def recorded(statistic: str) -> cloudwatch.Metric:
+            return cloudwatch.Metric(
+                namespace=c.METRICS_NAMESPACE,
+                metric_name=c.METRIC_SANDBOX_ERROR,
+                dimensions_map={"service": recorder_service},
+                period=WINDOW,
+                statistic=statistic,
+            )
+
         self.sandbox_error_rate = at_least(
             self,
             "SandboxErrorRate",
             cloudwatch.MathExpression(
                 expression=f"IF(results >= {MIN_RESULTS}, rate, 0)",
                 using_metrics={
-                    "rate": cloudwatch.Metric(**recorded, statistic="Average"),  # type: ignore[arg-type]
-                    "results": cloudwatch.Metric(**recorded, statistic="SampleCount"),  # type: ignore[arg-type]
+                    "rate": recorded("Average"),
+                    "results": recorded("SampleCount"),
                 },
                 period=WINDOW,
                 label="sandbox_error share of recorded results",

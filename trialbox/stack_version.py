@@ -8,27 +8,9 @@ import warnings
 
 from trialbox import __version__
 from trialbox import constants as c
-from trialbox.errors import TrialboxError
+from trialbox.errors import StackVersionMismatch, UnversionedStackWarning
 
 _MAJOR_MINOR = re.compile(r"^(\d+)\.(\d+)(?:[.+-]|$)")
-
-
-class StackVersionMismatch(TrialboxError):
-    """The stack was deployed by a trialbox whose major.minor differs from this SDK's."""
-
-    def __init__(self, stack_name: str, stack_version: str, sdk_version: str) -> None:
-        self.stack_version = stack_version
-        self.sdk_version = sdk_version
-        super().__init__(
-            f"stack {stack_name!r} was deployed by trialbox {stack_version}, but this SDK is "
-            f"{sdk_version}: major.minor must match. Install the stack's version "
-            f"(pip install 'trialbox=={_series(stack_version)}.*'), or deploy this version's "
-            f"stack (npx aws-cdk deploy from a trialbox {_series(sdk_version)} checkout)."
-        )
-
-
-class UnversionedStackWarning(UserWarning):
-    """The stack predates the version output, so its version cannot be checked."""
 
 
 def check_stack_version(
@@ -45,7 +27,14 @@ def check_stack_version(
         )
         return
     if _series(stack_version) != _series(sdk_version):
-        raise StackVersionMismatch(stack_name, stack_version, sdk_version)
+        raise StackVersionMismatch(
+            f"stack {stack_name!r} was deployed by trialbox {stack_version}, but this SDK is "
+            f"{sdk_version}: major.minor must match. Install the stack's version "
+            f"(pip install 'trialbox=={_series(stack_version)}.*'), or deploy this version's "
+            f"stack (npx aws-cdk deploy from a trialbox {_series(sdk_version)} checkout).",
+            stack_version,
+            sdk_version,
+        )
 
 
 def _series(version: str) -> str:

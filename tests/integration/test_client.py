@@ -14,9 +14,8 @@ from trialbox import __version__
 from trialbox import constants as c
 from trialbox.client import AwsCallError, Client, Resources
 from trialbox.driver import default_concurrency
-from trialbox.errors import TrialboxError
+from trialbox.errors import StackVersionMismatch, TrialboxError, UnversionedStackWarning
 from trialbox.models import ExecutionRequest
-from trialbox.stack_version import StackVersionMismatch, UnversionedStackWarning
 
 OUTPUTS = {
     c.OUTPUT_REQUESTS_QUEUE_URL: "https://sqs.us-east-1.amazonaws.com/123456789012/requests",
