@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import tempfile
 import time
 import uuid
@@ -17,7 +16,7 @@ from typing import Any
 import boto3
 import pytest
 
-from tests.fargate.harness import Harness, Service
+from tests.fargate.harness import Harness, Service, discard
 from tests.fargate.image import Image, build, required_tools
 from tests.fargate.taskdef import Container, worker_container
 from tests.sandbox.conftest import ADD_TASK
@@ -81,14 +80,14 @@ def harness(
     for stale in Path("/var/tmp").glob("trialbox-fargate-*-*"):  # from a session killed outright
         pid = stale.name.split("-")[2]
         if pid.isdigit() and not Path(f"/proc/{pid}").exists():
-            shutil.rmtree(stale, ignore_errors=True)
+            discard(stale)
     workdir = Path(tempfile.mkdtemp(prefix=f"trialbox-fargate-{os.getpid()}-", dir="/var/tmp"))
     try:
         harness = Harness(image, container, template, twin, workdir)
         yield harness
         harness.clear_kernel_state()
     finally:
-        shutil.rmtree(workdir, ignore_errors=True)
+        discard(workdir)
 
 
 @pytest.fixture(scope="session")

@@ -51,6 +51,7 @@ from tests.fargate.taskdef import Container
 from trialbox import constants as c
 from trialbox.local.resources import REGION, Resolver
 from trialbox.sandbox.config import ENV_PREFIX, SandboxConfig
+from trialbox.sandbox.fs import remove_tree
 
 SAMPLER = Path(__file__).with_name("sampler.py")
 WAKE = "trialbox-fargate-harness: wake the long poll"
@@ -86,6 +87,13 @@ def processes_of(uids: range) -> list[str]:
             if stat.rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X"):
                 found.append(f"{entry.name} {stat[:60]!r}")
     return found
+
+
+def discard(path: Path) -> None:
+    """Remove a container's directory, at any depth (a job may leave a tree deeper than the
+    recursion limit in a volume), ignoring what cannot be removed."""
+    with contextlib.suppress(OSError):
+        remove_tree(path)
 
 
 def uid_base_for_session() -> int:
@@ -189,7 +197,7 @@ class Run:
         self._cleanup()
 
     def _cleanup(self) -> None:
-        shutil.rmtree(self.directory, ignore_errors=True)
+        discard(self.directory)
         if self.queue_url is not None:
             drop_wake_messages(self.sqs, self.queue_url)
 
@@ -449,7 +457,7 @@ class Harness:
             if process.poll() is None:
                 process.kill()
                 process.wait()
-            shutil.rmtree(directory, ignore_errors=True)
+            discard(directory)
         return subprocess.CompletedProcess(
             argv, process.returncode, out.decode(errors="replace"), err.decode(errors="replace")
         )

@@ -21,13 +21,12 @@ asserts the safe outcome; a test that fails names a break.
 from __future__ import annotations
 
 import contextlib
-import subprocess
 from collections.abc import Iterator
 
 import pytest
 
 from tests.fargate.conftest import describe, python, request, run_jobs
-from tests.fargate.harness import Harness, Run, Service
+from tests.fargate.harness import Harness, Service
 from tests.fargate.programs import PROBE
 from tests.sandbox.conftest import CORRECT
 from trialbox.client import Client
@@ -225,27 +224,15 @@ ABSTRACT_PROBE = (
 )
 
 
-def _cleanup_without_recursion(run: Run) -> None:
-    """The harness removes a container's volumes with shutil.rmtree, which a tree deeper than
-    the recursion limit breaks (RecursionError) in the test process too: rm -rf it first."""
-    subprocess.run(["rm", "-rf", "--one-file-system", str(run.directory)], check=False)
-    _ORIGINAL_CLEANUP(run)
-
-
-_ORIGINAL_CLEANUP = Run._cleanup
-
-
 @pytest.fixture
 def one_slot(harness: Harness) -> Iterator[Service]:
     """A fresh one-slot worker for each case: a case may wedge or dirty it."""
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(Run, "_cleanup", _cleanup_without_recursion)
-        running = harness.service(ONE_SLOT)
-        try:
-            yield running
-        finally:
-            with contextlib.suppress(AssertionError):  # a wedged worker is killed, then this
-                running.stop()
+    running = harness.service(ONE_SLOT)
+    try:
+        yield running
+    finally:
+        with contextlib.suppress(AssertionError):  # a wedged worker is killed, then this
+            running.stop()
 
 
 def test_a_hidden_process_cannot_survive_into_the_next_job(
