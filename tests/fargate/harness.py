@@ -74,21 +74,6 @@ for uid in map(int, sys.argv[1:]):
 """
 
 
-def processes_of(uids: range) -> list[str]:
-    """Live host processes owned by one of `uids` (zombies are gone already)."""
-    found = []
-    for entry in os.scandir("/proc"):
-        if not entry.name.isdigit():
-            continue
-        with contextlib.suppress(OSError):
-            if entry.stat().st_uid not in uids:
-                continue
-            stat = Path(entry.path, "stat").read_bytes()
-            if stat.rsplit(b")", 1)[1].split()[0] not in (b"Z", b"X"):
-                found.append(f"{entry.name} {stat[:60]!r}")
-    return found
-
-
 def discard(path: Path) -> None:
     """Remove a container's directory, at any depth (a job may leave a tree deeper than the
     recursion limit in a volume), ignoring what cannot be removed."""

@@ -6,11 +6,12 @@ from __future__ import annotations
 import pytest
 
 from tests.fargate.conftest import assert_not_sandbox_error, describe, python, request, run_jobs
-from tests.fargate.harness import Harness, Service, processes_of
+from tests.fargate.harness import Harness, Service
 from tests.fargate.programs import IDENTITY
 from tests.sandbox.conftest import CORRECT, FORK_BOMB, SETSID_DAEMON
 from trialbox.client import Client
 from trialbox.models import ExecutionResult, Status
+from trialbox.sandbox.processes import processes_of
 
 FSIZE = (
     "try:\n"
@@ -44,7 +45,7 @@ def test_every_job_is_terminal_and_never_a_sandbox_error(
 ) -> None:
     for result in results.values():
         assert_not_sandbox_error(result)
-    assert processes_of(harness.slot_uids()) == []  # nothing outlived its job
+    assert processes_of(tuple(harness.slot_uids())) == []  # nothing outlived its job
     assert service.failures() == []
 
 

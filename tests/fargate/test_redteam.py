@@ -3,16 +3,16 @@ model-written code, as a slot uid, can do to the next job on the same worker, or
 One slot (TRIALBOX_SANDBOX_SLOTS=1), so the next job even runs as the same uid. Each test
 asserts the safe outcome; a test that fails names a break.
 
-- the hunter (HUNTER): a process of a job's uid races the worker's forked clean-up children.
-  The worker forks a child that switches to the slot uid and only then calls kill(-1); in
-  between, a process of that uid may signal it. SIGKILLed, the clean-up never happens; SIGSTOPped,
-  the worker waits for it forever. A process whose thread-group leader exited alone (SYS_exit,
-  other threads running) shows as a zombie in /proc/<pid>/stat, which `processes_of` skips, so
-  neither the kill loop nor `residue` sees it. These two race the scheduler: they need a core
-  free for the hunter (this 2-core machine under load: won in most runs, not every run);
-  tests/sandbox/test_rlimit_redteam.py shows both without the race;
-- a directory tree deeper than Python's recursion limit makes `shutil.rmtree` (3.11, recursive)
-  raise RecursionError in the worker's release and wipe;
+Each was a break when first written, and is fixed:
+- the hunter (HUNTER): a process of a job's uid races the worker's clean-up. The worker used
+  to fork a child that switched to the slot uid and only then called kill(-1); in between, a
+  process of that uid could signal it (SIGKILLed: no clean-up; SIGSTOPped: the worker waited
+  forever), and one whose thread-group leader exited alone (SYS_exit, other threads running)
+  showed as a zombie that `processes_of` skipped. Kills now come from root
+  (trialbox/sandbox/processes.py), which counts thread groups by their tasks. These race the
+  scheduler; tests/sandbox/test_rlimit_redteam.py shows both without the race;
+- a directory tree deeper than Python's recursion limit made `shutil.rmtree` (3.11, recursive)
+  raise RecursionError in the worker's release and wipe (now `fs.remove_tree`, iterative);
 - odd leftovers the wipe does handle (names with a newline, non-UTF-8 bytes or a leading '-',
   a chmod 000 directory with content, fifos, socket files, hard links, long paths, abstract
   sockets, memfd, inotify): regression guards.
@@ -238,10 +238,9 @@ def one_slot(harness: Harness) -> Iterator[Service]:
 def test_a_hidden_process_cannot_survive_into_the_next_job(
     client: Client, one_slot: Service
 ) -> None:
-    """BREAK today: the hunter kills every clean-up child of its uid and hides from
-    `processes_of`; the wipe and `residue` report nothing, the worker takes the next job, and
-    the hunter rewrites that job's solution.py (reward 0 for a correct sample) and leaves a
-    file in its workspace."""
+    """Was a break: the hunter killed every clean-up child of its uid and hid from
+    `processes_of`; the wipe and `residue` reported nothing, the worker took the next job, and
+    the hunter rewrote that job's solution.py (reward 0 for a correct sample)."""
     (left,) = run_jobs(client, one_slot, [request(commands=[python(hunter("kill"))])])
     assert left.status == Status.SUCCEEDED, describe(left)
     nxt = request(files={"solution.py": CORRECT}, commands=[python(LOOK)], grade=True)
@@ -252,9 +251,8 @@ def test_a_hidden_process_cannot_survive_into_the_next_job(
 
 
 def test_a_stopped_cleanup_child_cannot_wedge_the_worker(client: Client, one_slot: Service) -> None:
-    """BREAK today: the hunter SIGSTOPs the worker's kill(-1) child after its uid switch; the
-    worker waits for it forever (heartbeats still flowing), takes no further job, and its own
-    job gets no result."""
+    """Was a break: the hunter SIGSTOPped the worker's kill(-1) child after its uid switch; the
+    worker waited for it forever (heartbeats still flowing), and its own job got no result."""
     (left,) = run_jobs(client, one_slot, [request(commands=[python(hunter("stop"))])], timeout=45)
     assert left.status == Status.SUCCEEDED, describe(left)
     (after,) = run_jobs(client, one_slot, [request(commands=[python("print('ok')")])], timeout=45)
@@ -262,10 +260,9 @@ def test_a_stopped_cleanup_child_cannot_wedge_the_worker(client: Client, one_slo
 
 
 def test_a_deep_tree_is_wiped_without_a_sandbox_error(client: Client, one_slot: Service) -> None:
-    """BREAK today: shutil.rmtree (Python 3.11) recurses once per level, so the release of a
-    workspace 1500 levels deep raises RecursionError: the job that made it gets
-    `sandbox_error` (no reward: a way out of a 0 for the policy), the slot stays dirty and the
-    worker must recycle."""
+    """Was a break: shutil.rmtree (Python 3.11) recurses once per level, so the release of a
+    workspace 1500 levels deep raised RecursionError: the job that made it got `sandbox_error`
+    (no reward: a way out of a 0 for the policy), and the worker had to recycle."""
     (deep,) = run_jobs(client, one_slot, [request(commands=[python(DEEP)])])
     assert deep.status == Status.SUCCEEDED, describe(deep)
     assert deep.commands[0].stdout == "deep\n"

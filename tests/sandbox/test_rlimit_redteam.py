@@ -1,11 +1,12 @@
 """Red-team cases against the rlimit backend's clean-up on the host (tests/fargate/test_redteam.py
 runs the same attacks under the task definition's constraints, where they race the scheduler).
 
-Both failing cases here are deterministic versions of one break: the worker cleans up a slot
-uid from a forked child that switches to the uid and only then calls kill(-1). Between the two,
-any process of that uid may signal the child; and `processes_of`, which decides that the uid
-has no process left, skips a process whose thread-group leader exited while its other threads
-run.
+The cases here are deterministic versions of one break, now fixed: the worker cleaned up a
+slot uid from a forked child that switched to the uid and only then called kill(-1). Between
+the two, any process of that uid could signal the child; and `processes_of`, which decides that
+the uid has no process left, skipped a process whose thread-group leader exited while its
+other threads ran. Kills now come from root (trialbox/sandbox/processes.py); the uid's own
+children still make the IPC and keyring clean-up, once it has no process left.
 """
 
 from __future__ import annotations
@@ -13,7 +14,6 @@ from __future__ import annotations
 import ctypes
 import os
 import platform
-import signal
 import threading
 import time
 from collections.abc import Iterator
@@ -25,6 +25,7 @@ from tests.fargate.test_redteam import hunter
 from trialbox.models import Limits
 from trialbox.sandbox import as_uid, processes
 from trialbox.sandbox.config import SandboxConfig
+from trialbox.sandbox.fs import remove_tree
 from trialbox.sandbox.runner import Runner
 
 SYS_EXIT = {"x86_64": 60, "aarch64": 93}[platform.machine()]
@@ -41,24 +42,13 @@ def rlimit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runner]:
     try:
         yield runner
     finally:
-        kill_uids(runner.slots.slot(0).uids)
-        os.system(f"rm -rf --one-file-system {state}")
-
-
-def kill_uids(uids: tuple[int, ...]) -> None:
-    """From the test (root with CAP_KILL on the host): every thread group of the uids."""
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                if entry.stat().st_uid in uids:
-                    os.kill(int(entry.name), signal.SIGKILL)
-            except OSError:
-                pass
+        processes.kill_all(runner.slots.slot(0).uids)
+        remove_tree(state)
 
 
 def test_processes_of_sees_a_process_whose_leader_exited() -> None:
-    """BREAK today: the leader exits alone (SYS_exit), a thread keeps running; /proc/<pid>/stat
-    says Z, so `processes_of` (the kill loop's and `residue`'s check) reports nothing."""
+    """Was a break: the leader exits alone (SYS_exit), a thread keeps running; /proc/<pid>/stat
+    says Z, and `processes_of` (the kill loop's and `residue`'s check) reported nothing."""
     uid = UID_BASE + 7
     ready_r, ready_w = os.pipe()
     pid = os.fork()
@@ -83,7 +73,7 @@ def test_processes_of_sees_a_process_whose_leader_exited() -> None:
         assert sorted(os.listdir(f"/proc/{pid}/task")) != [str(pid)]  # a thread is alive
         assert processes.processes_of((uid,)) == [pid]
     finally:
-        kill_uids((uid,))
+        processes.kill_all((uid,))
         os.waitpid(pid, 0)
         os.close(ready_r)
         os.close(ready_w)
@@ -92,7 +82,7 @@ def test_processes_of_sees_a_process_whose_leader_exited() -> None:
 def test_a_stopped_cleanup_child_does_not_wedge_the_runner(
     rlimit: Runner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """BREAK today: a process of the slot uid SIGSTOPs the worker's clean-up child between its
+    """Was a break: a process of the slot uid SIGSTOPs the worker's clean-up child between its
     uid switch and its kill(-1); the runner's waitpid never returns. The switch-to-kill window
     is widened here to 20 ms (a preemption there does the same on a busy task), so that the
     outcome does not depend on the scheduler; tests/fargate wins it without help."""
@@ -112,7 +102,7 @@ def test_a_stopped_cleanup_child_does_not_wedge_the_runner(
     worker.join(20)
     wedged = not done
     if wedged:  # free the runner: the stopped child is killed by root
-        kill_uids(rlimit.slots.slot(0).uids)
+        processes.kill_all(rlimit.slots.slot(0).uids)
         worker.join(10)
     assert not wedged, "the runner waited 20 s for a clean-up child the job had stopped"
 
@@ -120,7 +110,7 @@ def test_a_stopped_cleanup_child_does_not_wedge_the_runner(
 def test_a_hunter_cannot_survive_into_the_next_command(
     rlimit: Runner, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """BREAK today: with the same window, the hunter SIGKILLs every clean-up child and hides
+    """Was a break: with the same window, the hunter SIGKILLs every clean-up child and hides
     behind its exited leader; the wipe and `residue` find nothing, and the next command of
     the slot finds the hunter's marker in its fresh workspace."""
     switch_then = as_uid.make_undumpable
@@ -138,4 +128,4 @@ def test_a_hunter_cannot_survive_into_the_next_command(
         victim = rlimit.exec(["python", "-c", look], Limits())
         assert (residue, victim.stdout) == ([], "[]\n")
     finally:
-        kill_uids(rlimit.slots.slot(0).uids)
+        processes.kill_all(rlimit.slots.slot(0).uids)
