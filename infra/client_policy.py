@@ -19,7 +19,7 @@ from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from infra.nag import acknowledge, logical_id
-from trialbox import constants as c
+from trialbox import keys
 
 
 class ClientPolicy(Construct):
@@ -50,32 +50,34 @@ class ClientPolicy(Construct):
                 _allow(
                     "PushTasksets",
                     "s3:PutObject",
-                    tasksets.arn_for_objects(f"{c.TASKSETS_PREFIX}*"),
+                    tasksets.arn_for_objects(f"{keys.TASKSETS_PREFIX}*"),
                 ),
                 # submit: a request over 128 KiB goes to S3 first, then SendMessageBatch.
                 _allow(
                     "PutLargeRequests",
                     "s3:PutObject",
-                    traces.arn_for_objects(f"{c.PAYLOADS_PREFIX}*"),
+                    traces.arn_for_objects(f"{keys.PAYLOADS_PREFIX}*"),
                 ),
                 _allow("SubmitRequests", "sqs:SendMessage", requests.queue_arn),
                 # poll / wait / run: BatchGetItem, 100 request ids at a time.
                 _allow("PollResults", "dynamodb:BatchGetItem", table.table_arn),
                 # read_object: each result's trace (trialbox run --traces-dir).
-                _allow("ReadTraces", "s3:GetObject", traces.arn_for_objects(f"{c.TRACES_PREFIX}*")),
+                _allow(
+                    "ReadTraces", "s3:GetObject", traces.arn_for_objects(f"{keys.TRACES_PREFIX}*")
+                ),
             ],
         )
         tasksets_id, traces_id = logical_id(tasksets), logical_id(traces)
         acknowledge(
             self,
             {
-                f"AwsSolutions-IAM5[Resource::<{tasksets_id}.Arn>/{c.TASKSETS_PREFIX}*]": (
+                f"AwsSolutions-IAM5[Resource::<{tasksets_id}.Arn>/{keys.TASKSETS_PREFIX}*]": (
                     "task sets are content-addressed files the trainer pushes, one key each"
                 ),
-                f"AwsSolutions-IAM5[Resource::<{traces_id}.Arn>/{c.PAYLOADS_PREFIX}*]": (
+                f"AwsSolutions-IAM5[Resource::<{traces_id}.Arn>/{keys.PAYLOADS_PREFIX}*]": (
                     "large requests, one key per request id"
                 ),
-                f"AwsSolutions-IAM5[Resource::<{traces_id}.Arn>/{c.TRACES_PREFIX}*]": (
+                f"AwsSolutions-IAM5[Resource::<{traces_id}.Arn>/{keys.TRACES_PREFIX}*]": (
                     "each result's trace, one key per request id"
                 ),
                 "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:cloudformation:<AWS::Region>:"

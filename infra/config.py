@@ -6,6 +6,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from trialbox.settings import EXECUTE_MARGIN_S, HEARTBEAT_S, RECYCLE_AFTER_JOBS, RESULT_TTL_DAYS
+
 CONTEXT_KEY = "trialbox"
 
 # Fargate's valid (cpu units -> memory MiB) pairs for ARM64 tasks.
@@ -29,7 +31,7 @@ class PoolConfig(BaseModel):
     # Jobs a worker task runs before it exits for a fresh one. Between two jobs it wipes what
     # the slot uids left and takes no further job unless the check finds nothing (tests/fargate
     # proves the wipe complete). 1 = a fresh microVM per job, at a 30-45 s task start each.
-    recycle_after_jobs: int = Field(default=100, ge=1, le=100_000)
+    recycle_after_jobs: int = Field(default=RECYCLE_AFTER_JOBS, ge=1, le=100_000)
 
     @model_validator(mode="after")
     def _valid(self) -> PoolConfig:
@@ -51,13 +53,13 @@ class StackConfig(BaseModel):
 
     stack_name: str = Field(default="Trialbox", pattern=r"^[A-Za-z][A-Za-z0-9-]{0,127}$")
     pool: PoolConfig = Field(default_factory=PoolConfig)
-    # Step Functions starts the heartbeat clock when the job is queued, not when a worker takes
-    # it: heartbeat_s must cover a job's wait for a worker, a scale-out from zero included (a
-    # longer wait is taken for a lost sandbox and retried).
-    heartbeat_s: int = Field(default=300, ge=5, le=3600, description="worker liveness")
-    execute_margin_s: int = Field(default=120, ge=10, description="beyond the runner's deadline")
+    # Defaults are trialbox.settings' (HEARTBEAT_S says why 300 s): nothing disagrees.
+    heartbeat_s: int = Field(default=HEARTBEAT_S, ge=5, le=3600, description="worker liveness")
+    execute_margin_s: int = Field(
+        default=EXECUTE_MARGIN_S, ge=10, description="beyond the runner's deadline"
+    )
     trace_retention_days: int = Field(default=30, ge=1)
-    result_ttl_days: int = Field(default=30, ge=1)
+    result_ttl_days: int = Field(default=RESULT_TTL_DAYS, ge=1)
     log_retention_days: Literal[1, 7, 30, 90, 180, 365] = 30
     dispatcher_batch_size: int = Field(default=10, ge=1, le=10)
     # Alarms go to an SNS topic; with an address, the topic also emails it (confirm the

@@ -17,6 +17,7 @@ from infra.lambdas import ROOT, retention
 from infra.nag import acknowledge
 from infra.queues import QueueWithDlq
 from trialbox.constants import ENV_RECYCLE_AFTER_JOBS, ENV_STOP_GRACE_S, ENV_WORK_QUEUE_URL
+from trialbox.settings import STOP_GRACE_S, STOP_TIMEOUT_S, work_visibility_s
 
 # The worker runs as root and keeps only what its file and process work needs (Fargate can add
 # nothing but SYS_PTRACE, so these come from the default set). tests/fargate runs real jobs
@@ -41,7 +42,6 @@ KEPT = {
     # sent from a child running as the uid could itself be stopped by the uid: red team).
     "KILL": "stop and kill the slot uids' processes from outside",
 }
-STOP_TIMEOUT_S = 120  # Fargate's most: SIGTERM, then SIGKILL after this
 # Writable scratch on a read-only root: the slot state (workspaces, checkpoints) and /tmp.
 SCRATCH = {"state": "/var/lib/trialbox", "tmp": "/tmp"}
 # Scale-out: one metric period. A step is not repeated on the same backlog before the tasks it
@@ -74,7 +74,7 @@ class Pool(Construct):
         self.work = QueueWithDlq(
             self,
             "Work",
-            visibility=Duration.seconds(heartbeat_s * 6),
+            visibility=Duration.seconds(work_visibility_s(heartbeat_s)),
             max_age=Duration.seconds(heartbeat_s),
         )
         self.cluster = ecs.Cluster(
@@ -125,7 +125,7 @@ class Pool(Construct):
                 # them; it then exits and ECS starts a fresh microVM.
                 ENV_RECYCLE_AFTER_JOBS: str(config.recycle_after_jobs),
                 # Hand a running job back with time left to answer before the SIGKILL.
-                ENV_STOP_GRACE_S: str(STOP_TIMEOUT_S - 30),
+                ENV_STOP_GRACE_S: str(STOP_GRACE_S),
                 **environment,
             },
             stop_timeout=Duration.seconds(STOP_TIMEOUT_S),

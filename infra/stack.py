@@ -15,9 +15,9 @@ from infra.network import Network
 from infra.orchestration import Orchestration
 from infra.pool import Pool
 from infra.storage import Storage
-from trialbox import __version__
+from trialbox import __version__, keys
 from trialbox import constants as c
-from trialbox.pipeline.jobs import job_key
+from trialbox.keys import job_key
 
 
 class TrialboxStack(Stack):
@@ -103,11 +103,11 @@ class TrialboxStack(Stack):
         # A sandbox worker can write reports, never job specs, results or traces.
         traces = storage.traces
         worker = pool.task_definition.task_role
-        payloads = {f"{c.PAYLOADS_PREFIX}*": "large requests, read by request id"}
+        payloads = {f"{keys.PAYLOADS_PREFIX}*": "large requests, read by request id"}
         job = {job_key("*", "job.json"): "each request's job spec, by request id"}
         report = {job_key("*", "report.json"): "each request's raw run report"}
         result = {job_key("*", "result.json"): "each request's scored result"}
-        trace = {f"{c.TRACES_PREFIX}*": "each request's trace"}
+        trace = {f"{keys.TRACES_PREFIX}*": "each request's trace"}
         grant_objects(dispatcher.role, traces, reads=payloads, puts={})
         grant_objects(prepare.role, traces, reads=payloads, puts=job)
         grant_objects(worker, traces, reads=job, puts=report)

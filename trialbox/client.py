@@ -18,6 +18,7 @@ import boto3
 from botocore.exceptions import BotoCoreError, ClientError, NoRegionError
 
 from trialbox import constants as c
+from trialbox import keys
 from trialbox.errors import TrialboxError
 from trialbox.models import ExecutionRequest, ExecutionResult
 from trialbox.stack_version import check_stack_version
@@ -196,7 +197,7 @@ class Client:
         body = request.model_dump_json(exclude_defaults=True)
         if len(body.encode()) <= MAX_INLINE_BYTES:
             return body
-        key = f"{c.PAYLOADS_PREFIX}{request.request_id}.json"
+        key = f"{keys.PAYLOADS_PREFIX}{request.request_id}.json"
         self._call(
             self._clients["s3"].put_object, Bucket=self.resources.traces_bucket, Key=key, Body=body
         )

@@ -1,6 +1,7 @@
 """Names shared by the CDK stack, the Lambda functions, the worker, the SDK and the tests."""
 
-# Environment variables the functions and the worker read (each into one settings model).
+# Environment variables the functions and the worker read (each into one model in
+# trialbox.settings)...
 ENV_TASKSETS_BUCKET = "TRIALBOX_TASKSETS_BUCKET"
 ENV_TRACES_BUCKET = "TRIALBOX_TRACES_BUCKET"
 ENV_EXECUTIONS_TABLE = "TRIALBOX_EXECUTIONS_TABLE"
@@ -12,6 +13,10 @@ ENV_REQUESTS_DLQ_URL = "TRIALBOX_REQUESTS_DLQ_URL"
 ENV_RESULT_TTL_DAYS = "TRIALBOX_RESULT_TTL_DAYS"
 ENV_STOP_GRACE_S = "TRIALBOX_STOP_GRACE_S"
 ENV_RECYCLE_AFTER_JOBS = "TRIALBOX_RECYCLE_AFTER_JOBS"
+# ...and the SDK (with the buckets, the table and the rollout ARN above).
+ENV_ENDPOINT_URL = "TRIALBOX_ENDPOINT_URL"
+ENV_REQUESTS_QUEUE_URL = "TRIALBOX_REQUESTS_QUEUE_URL"
+ENV_POOL_CAPACITY = "TRIALBOX_POOL_CAPACITY"  # optional: jobs the pool runs at once
 
 # Stack outputs, by the names the SDK reads.
 OUTPUT_REQUESTS_QUEUE_URL = "RequestsQueueUrl"
@@ -39,9 +44,3 @@ METRIC_SANDBOX_ERROR = "SandboxError"  # per result the recorder writes: 1 if sa
 # The executions table.
 TABLE_KEY = "request_id"
 TABLE_TTL_ATTRIBUTE = "expires_at"
-
-# Object keys.
-TRACES_PREFIX = "traces/"
-JOBS_PREFIX = "jobs/"
-PAYLOADS_PREFIX = "payloads/"
-TASKSETS_PREFIX = "tasksets/"

@@ -2,6 +2,7 @@
 
 from typing import Any
 
+import boto3
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.batch import (
@@ -14,15 +15,15 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from trialbox.pipeline.dispatch import Dispatcher
-from trialbox.pipeline.settings import FunctionSettings, client
 from trialbox.pipeline.stores import ObjectStore, ResultTable
+from trialbox.settings import FunctionSettings
 
 logger = Logger()
 tracer = Tracer()
 metrics = Metrics()
 processor = BatchProcessor(event_type=EventType.SQS)
 settings = FunctionSettings.from_env()
-sqs = client("sqs")
+sqs = boto3.client("sqs")
 
 
 def dead_letter(body: str, reason: str) -> None:
@@ -36,12 +37,12 @@ def dead_letter(body: str, reason: str) -> None:
 
 
 dispatch = Dispatcher(
-    sfn=client("stepfunctions"),
+    sfn=boto3.client("stepfunctions"),
     rollout_arn=settings.required("rollout_arn"),
     table=ResultTable(
-        client("dynamodb"), settings.required("executions_table"), settings.result_ttl_days
+        boto3.client("dynamodb"), settings.required("executions_table"), settings.result_ttl_days
     ),
-    payloads=ObjectStore(client("s3"), settings.traces_bucket),
+    payloads=ObjectStore(boto3.client("s3"), settings.traces_bucket),
     dead_letter=dead_letter,
 )
 

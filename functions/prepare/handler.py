@@ -2,18 +2,19 @@
 
 from typing import Any
 
+import boto3
 from aws_lambda_powertools import Logger, Tracer
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from trialbox.pipeline.jobs import RolloutInput
+from trialbox.models.jobs import RolloutInput
 from trialbox.pipeline.prepare import Preparer
-from trialbox.pipeline.settings import FunctionSettings, client
 from trialbox.pipeline.stores import ObjectStore
+from trialbox.settings import FunctionSettings
 
 logger = Logger()
 tracer = Tracer()
 settings = FunctionSettings.from_env()
-s3 = client("s3")
+s3 = boto3.client("s3")
 prepare = Preparer(
     tasksets=ObjectStore(s3, settings.tasksets_bucket),
     jobs=ObjectStore(s3, settings.traces_bucket),

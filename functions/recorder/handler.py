@@ -2,6 +2,7 @@
 
 from typing import Any
 
+import boto3
 from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
@@ -9,8 +10,8 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 from trialbox.constants import METRIC_SANDBOX_ERROR
 from trialbox.models import Status
 from trialbox.pipeline.recorder import Recorder, RecordInput
-from trialbox.pipeline.settings import FunctionSettings, client
 from trialbox.pipeline.stores import ObjectStore, ResultTable
+from trialbox.settings import FunctionSettings
 
 logger = Logger()
 tracer = Tracer()
@@ -18,9 +19,9 @@ metrics = Metrics()
 settings = FunctionSettings.from_env()
 recorder = Recorder(
     table=ResultTable(
-        client("dynamodb"), settings.required("executions_table"), settings.result_ttl_days
+        boto3.client("dynamodb"), settings.required("executions_table"), settings.result_ttl_days
     ),
-    traces=ObjectStore(client("s3"), settings.traces_bucket),
+    traces=ObjectStore(boto3.client("s3"), settings.traces_bucket),
 )
 
 

@@ -2,18 +2,19 @@
 
 from typing import Any
 
+import boto3
 from aws_lambda_powertools import Logger, Tracer
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
-from trialbox.pipeline.jobs import ExecutionDone, JobRef
+from trialbox.models.jobs import ExecutionDone, JobRef
 from trialbox.pipeline.score import Scorer
-from trialbox.pipeline.settings import FunctionSettings, client
 from trialbox.pipeline.stores import ObjectStore
+from trialbox.settings import FunctionSettings
 
 logger = Logger()
 tracer = Tracer()
 settings = FunctionSettings.from_env()
-scorer = Scorer(jobs=ObjectStore(client("s3"), settings.traces_bucket))
+scorer = Scorer(jobs=ObjectStore(boto3.client("s3"), settings.traces_bucket))
 
 
 @logger.inject_lambda_context

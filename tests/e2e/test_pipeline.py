@@ -7,6 +7,7 @@ import json
 from tests.e2e.conftest import request
 from tests.sandbox.conftest import CORRECT
 from trialbox import constants as c
+from trialbox import keys
 from trialbox.client import Client
 from trialbox.models import Status
 
@@ -67,6 +68,6 @@ def test_a_request_over_128_kib_travels_through_s3(client: Client) -> None:
     twin = client._twin
     assert twin is not None
     payload = twin.client("s3").get_object(
-        Bucket=client.resources.traces_bucket, Key=f"{c.PAYLOADS_PREFIX}e-big.json"
+        Bucket=client.resources.traces_bucket, Key=f"{keys.PAYLOADS_PREFIX}e-big.json"
     )
     assert len(payload["Body"].read()) > 200_000

@@ -29,7 +29,7 @@ from trialbox.local.services import client as twin_client
 from trialbox.local.template import load_template
 from trialbox.local.twin import LocalTwin
 from trialbox.models import ExecutionResult, RunReport
-from trialbox.pipeline.jobs import JobSpec
+from trialbox.models.jobs import JobSpec
 from trialbox.sandbox.runner import Runner
 from trialbox.worker.run import job_runner
 

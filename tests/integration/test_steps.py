@@ -8,9 +8,11 @@ import pytest
 
 from tests.integration.conftest import Aws
 from tests.sandbox.conftest import ADD_TASK, CORRECT
+from trialbox.errors import RequestRejected
+from trialbox.keys import taskset_key
 from trialbox.models import ExecutionRequest, ExecutionResult, Status
-from trialbox.pipeline.jobs import ExecutionDone, JobSpec, RolloutInput
-from trialbox.pipeline.prepare import Preparer, RequestRejected, taskset_key
+from trialbox.models.jobs import ExecutionDone, JobSpec, RolloutInput
+from trialbox.pipeline.prepare import Preparer
 from trialbox.pipeline.recorder import Recorded, Recorder, RecordInput, StepError
 from trialbox.pipeline.score import Scorer
 from trialbox.sandbox.runner import Runner

@@ -11,7 +11,7 @@ from typing import Any
 from tests.integration.conftest import Aws
 from tests.sandbox.conftest import ADD_TASK, CORRECT
 from trialbox.models import RunReport, Status, Task
-from trialbox.pipeline.jobs import ExecutionDone, JobSpec
+from trialbox.models.jobs import ExecutionDone, JobSpec
 from trialbox.sandbox.runner import Runner
 from trialbox.worker.loop import Worker
 from trialbox.worker.run import job_runner

@@ -28,6 +28,16 @@ class StrictModel(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+def refuse_unsupported(raw: Any, unsupported: dict[str, str]) -> Any:
+    """A `mode="before"` check: a field that exists in the design but does nothing yet is an
+    error saying so, never silently ignored."""
+    if isinstance(raw, dict):
+        for name, reason in unsupported.items():
+            if raw.get(name) is not None:
+                raise ValueError(f"{name} is not supported yet: {reason}")
+    return raw
+
+
 Metadata = Annotated[
     dict[str, Any] | None, Field(default=None, description="free-form, kept as is")
 ]

@@ -3,39 +3,16 @@
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
-from trialbox.errors import InputError
+from trialbox.errors import InvalidInputFiles, LineError
 from trialbox.models.sample import Sample
 from trialbox.models.task import Task
 
 M = TypeVar("M", bound=BaseModel)
-
-
-@dataclass(frozen=True)
-class LineError:
-    file: str
-    line: int | None  # None: about the whole file
-    field: str | None
-    reason: str
-
-    def __str__(self) -> str:
-        where = f"{self.file}:{self.line}" if self.line is not None else self.file
-        return f"{where}: {self.field}: {self.reason}" if self.field else f"{where}: {self.reason}"
-
-
-class InvalidInputFiles(InputError):
-    def __init__(self, errors: list[LineError]) -> None:
-        self.errors = errors
-        lines = "\n".join(f"  {error}" for error in errors)
-        where = {(e.file, e.line) for e in errors}
-        super().__init__(
-            f"{len(errors)} error(s) in {len(where)} place(s); nothing was run:\n{lines}"
-        )
 
 
 # pydantic names a union's members in an error's location: they mean nothing to a user.

@@ -18,6 +18,7 @@ class Status(StrEnum):
     INTEGRITY_VIOLATION = "integrity_violation"
     REJECTED = "rejected"
     SANDBOX_ERROR = "sandbox_error"
+    CANCELLED = "cancelled"
 
 
 class CommandResult(StrictModel):

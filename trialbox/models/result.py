@@ -24,6 +24,7 @@ REWARD_RULES: dict[Status, RewardRule] = {
     Status.INTEGRITY_VIOLATION: RewardRule(scored=False, fixed=0.0, loss_mask=False),
     Status.REJECTED: RewardRule(scored=False, fixed=None, loss_mask=True),
     Status.SANDBOX_ERROR: RewardRule(scored=False, fixed=None, loss_mask=True),
+    Status.CANCELLED: RewardRule(scored=False, fixed=None, loss_mask=True),
 }
 
 
@@ -59,8 +60,13 @@ class ExecutionResult(StrictModel):
     error: str | None = None
     commands: list[CommandResult] = Field(default_factory=list)
     tests: list[TestRecord] = Field(default_factory=list)
-    checkpoint: str | None = None
-    attempts: int = 1
+    attempts: int = Field(default=1, description="Execute attempts: 1 + lost-sandbox retries")
     timings: Timings = Field(default_factory=Timings)
     provenance: Provenance | None = None
     trace_uri: str | None = None
+
+    @property
+    def reward_or_none(self) -> float | None:
+        """The reward a trainer may learn from: None whenever `loss_mask` is true (leave the
+        sample out of its group)."""
+        return None if self.loss_mask else self.reward

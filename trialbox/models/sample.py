@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import hashlib
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, Field, model_validator
 
-from trialbox.models.common import Files, Identifier, Metadata, StrictModel
+from trialbox.models.common import (
+    Files,
+    Identifier,
+    Metadata,
+    StrictModel,
+    refuse_unsupported,
+)
 from trialbox.models.limits import LimitOverrides
 from trialbox.models.task import Task
 
@@ -71,26 +78,40 @@ class TaskRef(StrictModel):
         return f"{self.taskset}@{self.version}/{self.task_id}"
 
 
+# In the design, not built yet: a request naming one is refused with the reason.
+UNSUPPORTED_REQUEST_FIELDS = {
+    "priority": "every request runs at normal priority; remove the field",
+    "reply_to": "results are read from the executions table (Client.as_completed / gather)",
+    "episode_id": "multi-turn episodes are not built yet; send each turn as its own request",
+    "turn": "multi-turn episodes are not built yet; send each turn as its own request",
+    "base_checkpoint": "checkpoints are not built yet; send the files the turn starts from",
+}
+
+
 class ExecutionRequest(StrictModel):
     """One execution: a task (by reference or inline), the policy's files and commands."""
 
     schema_version: Literal[1] = 1
     request_id: RequestId
     run_id: str | None = None
-    episode_id: str | None = None
-    turn: int | None = Field(default=None, ge=0)
     task_ref: str | None = None
     task: Task | None = None
     sample_id: Identifier | None = None
     files: Files = Field(default_factory=dict)
-    base_checkpoint: str | None = None
     commands: list[Argv] = Field(default_factory=list, max_length=MAX_COMMANDS)
     grade: bool = True
     limits: LimitOverrides = Field(default_factory=LimitOverrides)
-    priority: Literal["high", "normal", "low"] = "normal"
-    reply_to: str | None = None
     tags: dict[str, str] = Field(default_factory=dict)
     metadata: Metadata
+
+    @model_validator(mode="before")
+    @classmethod
+    def _supported(cls, raw: Any) -> Any:
+        return refuse_unsupported(raw, UNSUPPORTED_REQUEST_FIELDS)
+
+    def content_sha256(self) -> str:
+        """The request's identity beyond its id: the same id with another hash is a reuse."""
+        return hashlib.sha256(self.model_dump_json(exclude_defaults=True).encode()).hexdigest()
 
     @model_validator(mode="after")
     def _one_task(self) -> ExecutionRequest:

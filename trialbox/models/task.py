@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 from enum import StrEnum
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
-from trialbox.models.common import Files, Identifier, Metadata, StrictModel
+from trialbox.models.common import Files, Identifier, Metadata, StrictModel, refuse_unsupported
 from trialbox.models.limits import Limits
 
 PYTEST_PREFIXES: tuple[tuple[str, ...], ...] = (("python", "-m", "pytest"), ("pytest",))
@@ -119,9 +119,15 @@ class Task(StrictModel):
     hidden_tests: Files = Field(min_length=1)
     grading: GradingSpec
     limits: Limits = Field(default_factory=Limits)
-    image: str | None = None
     reference: Files | None = None
     metadata: Metadata
+
+    @model_validator(mode="before")
+    @classmethod
+    def _supported(cls, raw: Any) -> Any:
+        return refuse_unsupported(
+            raw, {"image": "every task runs in the pool's sandbox image; remove the field"}
+        )
 
     @model_validator(mode="after")
     def _expected_tests_are_hidden(self) -> Task:

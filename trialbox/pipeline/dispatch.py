@@ -12,10 +12,10 @@ from typing import Any
 from botocore.exceptions import ClientError
 from pydantic import ValidationError
 
-from trialbox.constants import PAYLOADS_PREFIX
+from trialbox.keys import PAYLOADS_PREFIX
 from trialbox.models import ExecutionRequest, ExecutionResult, Status
+from trialbox.models.jobs import RequestPointer, RolloutInput
 from trialbox.models.sample import REQUEST_ID
-from trialbox.pipeline.jobs import RequestPointer, RolloutInput
 from trialbox.pipeline.record import record, validation_message
 from trialbox.pipeline.stores import ObjectStore, ResultTable
 

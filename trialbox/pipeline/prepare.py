@@ -10,23 +10,14 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from trialbox.constants import TASKSETS_PREFIX
+from trialbox.errors import RequestRejected
+from trialbox.keys import job_key, taskset_key
 from trialbox.models import ExecutionRequest, Task, TaskRef
-from trialbox.pipeline.jobs import JobRef, JobSpec, RolloutInput, job_key
+from trialbox.models.jobs import JobRef, JobSpec, RolloutInput
 from trialbox.pipeline.record import validation_message
 from trialbox.pipeline.stores import ObjectStore
 
-
-class RequestRejected(Exception):
-    """The request cannot run as given; its message says why. (Step Functions routes on the
-    class name, `constants.ERROR_REJECTED`.)"""
-
-
 TASKSETS_KEPT = 8  # task sets a warm Prepare function keeps parsed
-
-
-def taskset_key(taskset: str, version: str) -> str:
-    return f"{TASKSETS_PREFIX}{taskset}@{version}.jsonl"
 
 
 @dataclass

@@ -8,9 +8,9 @@ from typing import Any
 from pydantic import ValidationError
 
 from trialbox.constants import ERROR_REJECTED
+from trialbox.keys import trace_key
 from trialbox.models import ExecutionResult, Status
 from trialbox.models.result import reward_for
-from trialbox.pipeline.jobs import trace_key
 from trialbox.pipeline.stores import ObjectStore, ResultTable
 
 # DynamoDB items are capped at 400 KB; larger results are kept whole only in the trace.

@@ -9,7 +9,7 @@ from typing import Any
 from pydantic import ConfigDict, Field
 
 from trialbox.models import ExecutionResult, Status, StrictModel
-from trialbox.pipeline.jobs import ScoreRef
+from trialbox.models.jobs import ScoreRef
 from trialbox.pipeline.record import failure_result, record
 from trialbox.pipeline.stores import ObjectStore, ResultTable
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from trialbox.keys import job_key
 from trialbox.models import RunReport, Timings
-from trialbox.pipeline.jobs import ExecutionDone, JobRef, JobSpec, ScoreRef, job_key
+from trialbox.models.jobs import ExecutionDone, JobRef, JobSpec, ScoreRef
 from trialbox.pipeline.stores import ObjectStore
 from trialbox.scoring import score
 

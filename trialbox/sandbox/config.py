@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import ConfigDict, Field
+
+from trialbox.settings import EnvSettings
 
 ENV_PREFIX = "TRIALBOX_SANDBOX_"
 
 
-class SandboxConfig(BaseModel):
-    """Both paths sit outside any checkout: the slot uids must be able to traverse them."""
+class SandboxConfig(EnvSettings):
+    """The sandbox's settings: each field is read from TRIALBOX_SANDBOX_<NAME>. Both paths sit
+    outside any checkout: the slot uids must be able to traverse them."""
 
-    model_config = ConfigDict(frozen=True)
+    model_config = ConfigDict(alias_generator=lambda name: f"{ENV_PREFIX}{name.upper()}")
 
     runtime_dir: Path = Field(default=Path("/opt/trialbox/runtime"))
     state_dir: Path = Field(default=Path("/var/lib/trialbox"))
@@ -25,12 +27,3 @@ class SandboxConfig(BaseModel):
     # Slot i runs the agent as uid_base + 2i and the grader as uid_base + 2i + 1.
     uid_base: int = Field(default=200_000, ge=1000)
     slot_wait_s: float = Field(default=120.0, gt=0)
-
-    @classmethod
-    def from_env(cls) -> SandboxConfig:
-        fields = {
-            name: os.environ[f"{ENV_PREFIX}{name.upper()}"]
-            for name in cls.model_fields
-            if f"{ENV_PREFIX}{name.upper()}" in os.environ
-        }
-        return cls.model_validate(fields)

@@ -14,9 +14,11 @@ from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import ValidationError
 
 from trialbox.constants import ERROR_INTERRUPTED, ERROR_SANDBOX
+from trialbox.keys import job_key
 from trialbox.models import RunReport, Status
-from trialbox.pipeline.jobs import ExecutionDone, JobSpec, WorkMessage, job_key
+from trialbox.models.jobs import ExecutionDone, JobSpec, WorkMessage
 from trialbox.pipeline.stores import ObjectStore
+from trialbox.settings import work_visibility_s
 
 log = logging.getLogger("trialbox.worker")
 # The execution moved on (timed out, retried elsewhere, or ended): this token is dead.
@@ -69,7 +71,7 @@ class Worker:
             QueueUrl=self.queue_url,
             MaxNumberOfMessages=1,
             WaitTimeSeconds=self.wait_s,
-            VisibilityTimeout=self.heartbeat_s * 3,
+            VisibilityTimeout=work_visibility_s(self.heartbeat_s),
         )
         messages = answer.get("Messages", [])
         for message in messages:
@@ -201,7 +203,7 @@ class Worker:
                 self.sqs.change_message_visibility(
                     QueueUrl=self.queue_url,
                     ReceiptHandle=receipt,
-                    VisibilityTimeout=self.heartbeat_s * 3,
+                    VisibilityTimeout=work_visibility_s(self.heartbeat_s),
                 )
             except (ClientError, BotoCoreError):
                 log.exception("heartbeat failed; trying again")

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from trialbox.models import RunReport
-from trialbox.pipeline.jobs import JobSpec
+from trialbox.models.jobs import JobSpec
 from trialbox.sandbox.runner import Runner
 from trialbox.worker.loop import RunJob
 

@@ -1,5 +1,5 @@
-"""What travels between the pipeline's steps. Everything large goes by S3 reference: a Step
-Functions state holds at most 256 KiB."""
+"""The pipeline's messages: what travels between its steps. Everything large goes by S3
+reference: a Step Functions state holds at most 256 KiB."""
 
 from __future__ import annotations
 
@@ -7,10 +7,10 @@ import hashlib
 
 from pydantic import Field
 
-from trialbox.constants import JOBS_PREFIX, TRACES_PREFIX
-from trialbox.models import ExecutionRequest, Limits, Sample, StrictModel, Task
-from trialbox.models.common import Files
-from trialbox.models.sample import Argv, RequestId
+from trialbox.models.common import Files, StrictModel
+from trialbox.models.limits import Limits
+from trialbox.models.sample import Argv, ExecutionRequest, RequestId, Sample
+from trialbox.models.task import Task
 
 
 class RequestPointer(StrictModel):
@@ -84,11 +84,3 @@ class ScoreRef(StrictModel):
     result_uri: str
     status: str
     reward: float | None
-
-
-def job_key(request_id: str, name: str) -> str:
-    return f"{JOBS_PREFIX}{request_id}/{name}"
-
-
-def trace_key(request_id: str) -> str:
-    return f"{TRACES_PREFIX}{request_id}.json"

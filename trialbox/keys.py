@@ -1,0 +1,37 @@
+"""The storage layout: every S3 key the pipeline, the SDK and the stack's IAM policies name.
+
+Task sets and payloads are content-addressed (immutable); job files, reports and traces are
+keyed by request id.
+"""
+
+from __future__ import annotations
+
+import hashlib
+
+TRACES_PREFIX = "traces/"
+JOBS_PREFIX = "jobs/"
+PAYLOADS_PREFIX = "payloads/"
+TASKSETS_PREFIX = "tasksets/"
+
+
+def sha256_hex(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def taskset_key(taskset: str, version: str) -> str:
+    """A task set file in the task-sets bucket; `version` is the file's sha256."""
+    return f"{TASKSETS_PREFIX}{taskset}@{version}.jsonl"
+
+
+def payload_key(content_sha256: str) -> str:
+    """A request too large for a queue message, in the traces bucket, by its content hash."""
+    return f"{PAYLOADS_PREFIX}{content_sha256}.json"
+
+
+def job_key(request_id: str, name: str) -> str:
+    """A request's job files: job.json (Prepare), report.json (worker), result.json (Score)."""
+    return f"{JOBS_PREFIX}{request_id}/{name}"
+
+
+def trace_key(request_id: str) -> str:
+    return f"{TRACES_PREFIX}{request_id}.json"

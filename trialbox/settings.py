@@ -1,0 +1,99 @@
+"""Each process's settings, read from its environment by one reader, with every default here.
+
+The stack passes its values through the same names (`trialbox.constants.ENV_*`), and its own
+defaults (`infra/config.py`) are these constants: nothing disagrees.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from typing import Any, Self
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from trialbox import constants as c
+from trialbox.errors import TrialboxError
+
+# Step Functions starts the heartbeat clock when the job is queued, not when a worker takes it:
+# the heartbeat must cover a job's wait for a worker, a scale-out from zero included.
+HEARTBEAT_S = 300
+EXECUTE_MARGIN_S = 120  # the Execute step's timeout beyond the runner's own deadline
+RESULT_TTL_DAYS = 30
+RECYCLE_AFTER_JOBS = 100  # jobs a pool worker runs before it exits for a fresh task
+STOP_TIMEOUT_S = 120  # Fargate's most: SIGTERM, then SIGKILL after this
+STOP_GRACE_S = STOP_TIMEOUT_S - 30  # a running job is handed back with time left to answer
+# A work-queue message stays invisible this many heartbeats; the worker extends it on each.
+WORK_VISIBILITY_HEARTBEATS = 3
+
+
+def work_visibility_s(heartbeat_s: int) -> int:
+    """The work queue's visibility timeout, set by the stack and extended by the worker."""
+    return heartbeat_s * WORK_VISIBILITY_HEARTBEATS
+
+
+class EnvSettings(BaseModel):
+    """A process's settings: fields named by their environment variables (aliases); unset or
+    empty variables take the defaults. A bad value is an error naming the variable."""
+
+    model_config = ConfigDict(frozen=True, populate_by_name=True, extra="ignore")
+
+    @classmethod
+    def from_env(cls, environ: Mapping[str, str] | None = None) -> Self:
+        source = os.environ if environ is None else environ
+        values: dict[str, Any] = {}
+        for name, field in cls.model_fields.items():
+            alias = field.alias or name
+            if source.get(alias):
+                values[alias] = source[alias]
+        try:
+            return cls.model_validate(values)
+        except ValidationError as exc:
+            problems = "; ".join(
+                f"{'.'.join(map(str, e['loc']))}: {e['msg']}" for e in exc.errors()
+            )
+            raise TrialboxError(f"invalid environment for {cls.__name__}: {problems}") from None
+
+    def required(self, name: str) -> str:
+        value = getattr(self, name)
+        if not value:
+            alias = type(self).model_fields[name].alias or name
+            raise TrialboxError(f"{alias} is not set for this process")
+        return str(value)
+
+
+class FunctionSettings(EnvSettings):
+    """The Lambda functions' (each reads the fields it uses)."""
+
+    tasksets_bucket: str = Field(alias=c.ENV_TASKSETS_BUCKET)
+    traces_bucket: str = Field(alias=c.ENV_TRACES_BUCKET)
+    executions_table: str | None = Field(default=None, alias=c.ENV_EXECUTIONS_TABLE)
+    result_ttl_days: int = Field(default=RESULT_TTL_DAYS, ge=1, alias=c.ENV_RESULT_TTL_DAYS)
+    rollout_arn: str | None = Field(default=None, alias=c.ENV_ROLLOUT_ARN)
+    requests_dlq_url: str | None = Field(default=None, alias=c.ENV_REQUESTS_DLQ_URL)
+    heartbeat_s: int = Field(default=HEARTBEAT_S, ge=5, alias=c.ENV_HEARTBEAT_S)
+    execute_margin_s: int = Field(default=EXECUTE_MARGIN_S, ge=1, alias=c.ENV_EXECUTE_MARGIN_S)
+
+
+class WorkerSettings(EnvSettings):
+    """The pool worker's (`python -m trialbox.worker`)."""
+
+    traces_bucket: str = Field(alias=c.ENV_TRACES_BUCKET)
+    work_queue_url: str = Field(alias=c.ENV_WORK_QUEUE_URL)
+    heartbeat_s: int = Field(default=HEARTBEAT_S, ge=5, alias=c.ENV_HEARTBEAT_S)
+    recycle_after_jobs: int = Field(
+        default=RECYCLE_AFTER_JOBS, ge=1, alias=c.ENV_RECYCLE_AFTER_JOBS
+    )
+    stop_grace_s: float = Field(default=STOP_GRACE_S, gt=0, alias=c.ENV_STOP_GRACE_S)
+
+
+class ClientSettings(EnvSettings):
+    """The SDK's, when no stack name is given: where the deployment's resources are."""
+
+    endpoint_url: str | None = Field(default=None, alias=c.ENV_ENDPOINT_URL)
+    requests_queue_url: str | None = Field(default=None, alias=c.ENV_REQUESTS_QUEUE_URL)
+    executions_table: str | None = Field(default=None, alias=c.ENV_EXECUTIONS_TABLE)
+    traces_bucket: str | None = Field(default=None, alias=c.ENV_TRACES_BUCKET)
+    tasksets_bucket: str | None = Field(default=None, alias=c.ENV_TASKSETS_BUCKET)
+    rollout_arn: str | None = Field(default=None, alias=c.ENV_ROLLOUT_ARN)  # for cancel
+    pool_capacity: int | None = Field(default=None, ge=1, alias=c.ENV_POOL_CAPACITY)
