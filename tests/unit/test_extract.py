@@ -1,0 +1,291 @@
+"""Code extraction: which fenced block of a completion is its code, and which file it goes in."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from trialbox.errors import InputError
+from trialbox.sdk.extract import extract_code, files_for
+
+SOLUTION = "def add(a, b):\n    return a + b\n"
+
+GPT_STYLE = f"""Here is the solution:
+
+```python
+{SOLUTION}```
+
+Explanation: `add` returns the sum of its two arguments, so `add(1, 2)` is `3`.
+"""
+
+R1_STYLE = f"""<think>
+The user wants add(a, b). A first draft:
+```python
+def add(a, b):
+    return a - b
+```
+Wait, that subtracts. Fix the operator.
+</think>
+
+The function adds its arguments:
+
+```python
+{SOLUTION}```
+"""
+
+PYTHON_THEN_USAGE = f"""Save this as `solution.py`:
+
+```python
+{SOLUTION}```
+
+Then run it:
+
+```bash
+python -c "from solution import add; print(add(1, 2))"
+```
+"""
+
+
+# --- which block ---------------------------------------------------------------------------
+
+
+def test_gpt_style_answer_gives_its_python_block() -> None:
+    assert extract_code(GPT_STYLE) == SOLUTION
+
+
+def test_r1_style_final_answer_wins_over_the_draft_in_think() -> None:
+    assert extract_code(R1_STYLE) == SOLUTION
+
+
+def test_fence_right_after_a_think_line_counts() -> None:
+    # As an HTML block, `<think>` would swallow everything up to the first blank line.
+    completion = "<think>\nPlan:\n```python\nx = 1\n```\nDone.\n</think>\nThe answer is above."
+    assert extract_code(completion) == "x = 1\n"
+
+
+def test_think_cut_off_mid_reasoning_still_gives_its_block() -> None:
+    assert extract_code("<think>\nTry:\n```py\nx = 2\n```\nHmm, maybe") == "x = 2\n"
+
+
+def test_python_block_wins_over_a_later_bash_usage_example() -> None:
+    assert extract_code(PYTHON_THEN_USAGE) == SOLUTION
+
+
+def test_last_python_block_wins() -> None:
+    completion = "First try:\n```python\nx = 1\n```\nBetter:\n```python\nx = 2\n```\nDone."
+    assert extract_code(completion) == "x = 2\n"
+
+
+def test_only_a_bash_block_falls_back_to_it() -> None:
+    completion = "Run this:\n```bash\npip install numpy\n```\n"
+    assert extract_code(completion) == "pip install numpy\n"
+
+
+def test_fallback_takes_the_last_block_of_any_language() -> None:
+    completion = "```bash\nls\n```\n\n```\nprint(1)\n```\n\n```json\n{}\n```\n"
+    assert extract_code(completion) == "{}\n"
+
+
+def test_block_without_info_string_is_a_fallback() -> None:
+    assert extract_code("Code:\n```\nprint('hi')\n```\n") == "print('hi')\n"
+
+
+@pytest.mark.parametrize(
+    "info", ["python", "py", "python3", "py3", "Python", "PY", "python title=solution.py"]
+)
+def test_python_names_in_the_info_string(info: str) -> None:
+    completion = f"```{info}\nx = 1\n```\n\n```text\nnot code\n```\n"
+    assert extract_code(completion) == "x = 1\n"
+
+
+@pytest.mark.parametrize("info", ["pycon", "pythonic", "cython", "text python"])
+def test_other_names_are_not_python(info: str) -> None:
+    completion = f"```python\nx = 1\n```\n\n```{info}\n>>> x\n```\n"
+    assert extract_code(completion) == "x = 1\n"
+
+
+# --- what is a fence (CommonMark) ----------------------------------------------------------
+
+
+def test_tilde_fence() -> None:
+    assert extract_code("Solution:\n~~~python\nx = 1\n~~~\n") == "x = 1\n"
+
+
+def test_four_backtick_fence_keeps_the_triple_backticks_inside() -> None:
+    completion = '''````python
+DOC = """
+```
+example
+```
+"""
+````
+That string holds a fence.'''
+    assert extract_code(completion) == 'DOC = """\n```\nexample\n```\n"""\n'
+
+
+def test_fence_inside_a_numbered_list_item_is_dedented() -> None:
+    completion = (
+        "Steps:\n\n"
+        "1. Read the input.\n"
+        "2. Write the function:\n"
+        "   ```python\n"
+        "   def add(a, b):\n"
+        "       return a + b\n"
+        "   ```\n"
+        "3. Test it.\n"
+    )
+    assert extract_code(completion) == SOLUTION
+
+
+def test_fence_inside_a_blockquote() -> None:
+    assert extract_code("> ```python\n> x = 1\n> ```\n") == "x = 1\n"
+
+
+def test_unclosed_final_fence_runs_to_the_end() -> None:
+    completion = "Here:\n```python\ndef add(a, b):\n    return a +"
+    assert extract_code(completion) == "def add(a, b):\n    return a +"
+
+
+def test_unclosed_fence_after_a_closed_one_is_the_last_block() -> None:
+    completion = "```python\nx = 1\n```\nImproved:\n```python\nx = 2\ny ="
+    assert extract_code(completion) == "x = 2\ny ="
+
+
+def test_indented_code_block_is_not_a_fence() -> None:
+    assert extract_code("Example:\n\n    print('indented')\n") is None
+
+
+def test_indented_block_after_a_fence_does_not_win() -> None:
+    completion = "```python\nx = 1\n```\n\nUsage:\n\n    x + 1\n"
+    assert extract_code(completion) == "x = 1\n"
+
+
+def test_empty_and_whitespace_blocks_are_skipped() -> None:
+    completion = "```python\nx = 1\n```\n\n```python\n```\n\n```python\n   \n\t\n```\n"
+    assert extract_code(completion) == "x = 1\n"
+
+
+def test_empty_python_block_falls_back_to_another_language() -> None:
+    assert extract_code("```bash\nls\n```\n\n```python\n\n```\n") == "ls\n"
+
+
+def test_only_empty_blocks_is_none() -> None:
+    assert extract_code("```python\n```\n~~~\n  \n~~~\n") is None
+
+
+@pytest.mark.parametrize(
+    "completion",
+    [
+        "",
+        "I cannot solve this task.",
+        "Use `add(a, b)` to add numbers.",
+        "Wrap code like ```this``` in a sentence.",
+        "```",
+    ],
+)
+def test_no_fenced_code_is_none(completion: str) -> None:
+    assert extract_code(completion) is None
+
+
+# --- odd input -----------------------------------------------------------------------------
+
+
+def test_crlf_line_endings_become_newlines() -> None:
+    completion = "Here:\r\n```python\r\ndef add(a, b):\r\n    return a + b\r\n```\r\nDone.\r\n"
+    assert extract_code(completion) == SOLUTION
+
+
+def test_nul_becomes_replacement_character() -> None:
+    assert extract_code("```python\nx = '\x00'\n```\n") == "x = '\ufffd'\n"
+
+
+def test_lone_surrogate_is_kept() -> None:
+    assert extract_code("```python\nx = '\ud800'\n```\n") == "x = '\ud800'\n"
+
+
+@pytest.mark.parametrize(
+    "prefix",
+    [
+        "<think>\n" + "Consider the case where `a` is *negative* [see above].\n" * 100_000,
+        "[" * 5_000_000,  # inline parsing of this takes minutes
+        "*a " * 1_700_000,
+    ],
+    ids=["long-think", "brackets", "emphasis"],
+)
+def test_five_megabyte_completion(prefix: str) -> None:
+    completion = prefix + "\n</think>\n\n```python\n" + SOLUTION + "```\n"
+    assert len(completion) >= 5_000_000
+    assert extract_code(completion) == SOLUTION
+
+
+# --- where the code goes -------------------------------------------------------------------
+
+
+def test_code_goes_to_the_one_starter_py_file() -> None:
+    workspace = {"solution.py": "def add(a, b):\n    ...\n", "README.md": "# add\n"}
+    assert files_for(workspace, SOLUTION) == {"solution.py": SOLUTION}
+
+
+def test_starter_py_file_in_a_subdirectory() -> None:
+    workspace = {"src/calc/ops.py": "", "data/input.txt": "1 2\n"}
+    assert files_for(workspace, SOLUTION) == {"src/calc/ops.py": SOLUTION}
+
+
+def test_no_code_is_none_whatever_the_workspace() -> None:
+    assert files_for({}, None) is None
+    assert files_for({"a.py": "", "b.py": ""}, None) is None
+
+
+@pytest.mark.parametrize("workspace", [{}, {"README.md": "# add\n", "solution.txt": ""}])
+def test_no_starter_py_file_is_an_input_error(workspace: dict[str, object]) -> None:
+    with pytest.raises(InputError) as raised:
+        files_for(workspace, SOLUTION)
+    assert str(raised.value) == (
+        "task has no starter .py file to put the code in: "
+        "pass an extract function that returns {path: code}"
+    )
+
+
+def test_several_starter_py_files_is_an_input_error() -> None:
+    with pytest.raises(InputError) as raised:
+        files_for({"c.py": "", "a.py": "", "notes.md": "", "b.py": ""}, SOLUTION)
+    assert str(raised.value) == (
+        "task has 3 starter .py files (a.py, b.py, c.py): "
+        "pass an extract function that returns {path: code}"
+    )
+
+
+def test_many_starter_py_files_are_listed_in_part() -> None:
+    workspace = {f"m{i}.py": "" for i in range(7)}
+    with pytest.raises(InputError, match=r"7 starter \.py files \(m0\.py, .*m4\.py, and 2 more\)"):
+        files_for(workspace, SOLUTION)
+
+
+def test_dict_from_an_extractor_passes_through() -> None:
+    files = {"a.py": "x = 1\n", "b.py": "y = 2\n"}
+    assert files_for({"a.py": "", "b.py": ""}, files) is files
+
+
+@pytest.mark.parametrize(
+    ("extracted", "message"),
+    [
+        ({1: "x = 1\n"}, r"path 1 of type int: paths in \{path: code\} must be str"),
+        ({"a.py": b"x = 1\n"}, r"code of type bytes for 'a\.py': code in \{path: code\} must be"),
+        ({"a.py": None}, r"code of type NoneType for 'a\.py'"),
+    ],
+)
+def test_bad_dict_is_an_input_error(extracted: dict[Any, Any], message: str) -> None:
+    with pytest.raises(InputError, match=message):
+        files_for({"a.py": ""}, extracted)
+
+
+def test_other_return_type_is_an_input_error() -> None:
+    extracted: Any = ["x = 1\n"]
+    with pytest.raises(InputError, match="returned a list: it must return the code"):
+        files_for({"a.py": ""}, extracted)
+
+
+def test_extracted_code_lands_in_the_starter_file() -> None:
+    workspace = {"solution.py": "def add(a, b):\n    raise NotImplementedError\n"}
+    assert files_for(workspace, extract_code(R1_STYLE)) == {"solution.py": SOLUTION}

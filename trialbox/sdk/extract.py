@@ -1,0 +1,98 @@
+"""Code extraction: a model's completion (free-form markdown) becomes the files it submits.
+
+`extract_code` is the default extractor: it finds the code in a completion with a CommonMark
+parser. `files_for` puts what an extractor returned into the task's workspace. `Extract` is
+the type of any extractor; one that returns `{path: code}` places its own files.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+
+from markdown_it import MarkdownIt
+
+from trialbox.errors import InputError
+
+__all__ = ["NO_CODE_FEEDBACK", "NO_CODE_FLAG", "Extract", "extract_code", "files_for"]
+
+Extract = Callable[[str], str | dict[str, str] | None]
+"""Completion -> its code (str, placed by `files_for`), its files ({path: code}), or None."""
+
+NO_CODE_FEEDBACK = "no code found in the completion"
+NO_CODE_FLAG = "no_code"
+
+PYTHON_INFO = frozenset({"python", "py", "python3", "py3"})
+"""First word of a fence's info string (lowercased) that marks the block as Python."""
+
+# Block structure only: fences are block tokens, and skipping inline parsing keeps pathological
+# inline input (5 MB of "[" or "*a ") linear and fast. HTML blocks are off so a `<think>` line
+# is text: as an HTML block it would swallow the fences that follow it up to a blank line.
+_MARKDOWN = MarkdownIt("commonmark", {"html": False}).disable("inline")
+
+
+def extract_code(completion: str) -> str | None:
+    """The code in a completion: the last fenced block whose info string starts with a Python
+    name (python, py, python3, py3; any case), else the last fenced block of any language
+    (or none), else None.
+
+    CommonMark decides what a fence is: ``` or ~~~, longer fences, fences inside list items
+    and blockquotes; indented code blocks do not count, and neither does a block that is
+    empty or only whitespace. A fence left open (a completion cut off at max tokens) runs to
+    the end of the text. Fences inside a `<think>` section count like any other, so a final
+    answer's block wins over the reasoning's. Line endings become \\n and NUL characters
+    become U+FFFD (the parser's normalization); the content is otherwise as written.
+    """
+    if "```" not in completion and "~~~" not in completion:
+        return None  # no fence can open without three backticks or tildes
+    python: str | None = None
+    other: str | None = None
+    for token in _MARKDOWN.parse(completion):
+        if token.type != "fence" or not token.content.strip():
+            continue
+        words = token.info.split(maxsplit=1)
+        if words and words[0].lower() in PYTHON_INFO:
+            python = token.content
+        else:
+            other = token.content
+    return python if python is not None else other
+
+
+def files_for(
+    workspace: Mapping[str, object], extracted: str | dict[str, str] | None
+) -> dict[str, str] | None:
+    """The files an extractor's output submits: None for no code, a dict as returned (checked
+    to be {str: str}), or code placed in the task's one starter `.py` file."""
+    if extracted is None:
+        return None
+    if isinstance(extracted, str):
+        return {_starter_path(workspace): extracted}
+    if not isinstance(extracted, dict):
+        raise InputError(
+            f"the extract function returned a {type(extracted).__name__}: "
+            "it must return the code (str), {path: code} (dict) or None"
+        )
+    for path, code in extracted.items():
+        if not isinstance(path, str):
+            raise InputError(
+                f"the extract function returned a path {path!r} of type "
+                f"{type(path).__name__}: paths in {{path: code}} must be str"
+            )
+        if not isinstance(code, str):
+            raise InputError(
+                f"the extract function returned code of type {type(code).__name__} for "
+                f"{path!r}: code in {{path: code}} must be str"
+            )
+    return extracted
+
+
+def _starter_path(workspace: Mapping[str, object]) -> str:
+    """The task's one starter `.py` file, which receives extracted code."""
+    starters = sorted(path for path in workspace if path.endswith(".py"))
+    if len(starters) == 1:
+        return starters[0]
+    fix = "pass an extract function that returns {path: code}"
+    if not starters:
+        raise InputError(f"task has no starter .py file to put the code in: {fix}")
+    more = f", and {len(starters) - 5} more" if len(starters) > 5 else ""
+    shown = ", ".join(starters[:5]) + more
+    raise InputError(f"task has {len(starters)} starter .py files ({shown}): {fix}")
