@@ -1,6 +1,6 @@
 """TrialboxClientPolicy: what a trainer needs, and nothing else.
 
-Exactly the calls the SDK (`trialbox.client`) and `trialbox run --stack` make, each on the one
+Exactly the calls the SDK (`trialbox.sdk`) and `trialbox run --stack` make, each on the one
 resource it is made on. tests/iam proves it call by call: every call a twin run records from
 the SDK and the CLI is allowed here, and every grant here is used by one (or listed there
 with the reason no twin run can use it).
@@ -11,11 +11,12 @@ The stack outputs the policy's ARN; an operator attaches it to the role the trai
 
 from __future__ import annotations
 
-from aws_cdk import Stack
+from aws_cdk import ArnFormat, Fn, Stack
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sqs as sqs
+from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from infra.nag import acknowledge, logical_id
@@ -32,9 +33,16 @@ class ClientPolicy(Construct):
         tasksets: s3.IBucket,
         traces: s3.IBucket,
         table: dynamodb.ITable,
+        rollout: sfn.IStateMachine,
     ) -> None:
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
+        executions = stack.format_arn(
+            service="states",
+            resource="execution",
+            resource_name=f"{Fn.select(6, Fn.split(':', rollout.state_machine_arn))}:*",
+            arn_format=ArnFormat.COLON_RESOURCE_NAME,
+        )
         own_stack = stack.format_arn(
             service="cloudformation", resource="stack", resource_name=f"{stack.stack_name}/*"
         )
@@ -59,8 +67,12 @@ class ClientPolicy(Construct):
                     traces.arn_for_objects(f"{keys.PAYLOADS_PREFIX}*"),
                 ),
                 _allow("SubmitRequests", "sqs:SendMessage", requests.queue_arn),
-                # poll / wait / run: BatchGetItem, 100 request ids at a time.
+                # submit, and the pump's polls: BatchGetItem, 100 request ids at a time.
                 _allow("PollResults", "dynamodb:BatchGetItem", table.table_arn),
+                # cancel: a conditional PutItem of the `cancelled` result (first writer
+                # wins), then StopExecution of the request's Rollout execution.
+                _allow("CancelResults", "dynamodb:PutItem", table.table_arn),
+                _allow("StopExecutions", "states:StopExecution", executions),
                 # read_object: each result's trace (trialbox run --traces-dir).
                 _allow(
                     "ReadTraces", "s3:GetObject", traces.arn_for_objects(f"{keys.TRACES_PREFIX}*")
@@ -68,6 +80,7 @@ class ClientPolicy(Construct):
             ],
         )
         tasksets_id, traces_id = logical_id(tasksets), logical_id(traces)
+        rollout_id = logical_id(rollout)
         acknowledge(
             self,
             {
@@ -79,6 +92,11 @@ class ClientPolicy(Construct):
                 ),
                 f"AwsSolutions-IAM5[Resource::<{traces_id}.Arn>/{keys.TRACES_PREFIX}*]": (
                     "each result's trace, one key per request id"
+                ),
+                "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:states:<AWS::Region>:"
+                '<AWS::AccountId>:execution:{"Fn::Select":[6,{"Fn::Split":[":",'
+                f'{{"Ref":"{rollout_id}"}}]}}]}}:*]': (
+                    "StopExecution on the Rollout's own executions, one per request id"
                 ),
                 "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:cloudformation:<AWS::Region>:"
                 f"<AWS::AccountId>:stack/{stack.stack_name}/*]": (

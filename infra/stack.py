@@ -143,6 +143,7 @@ class TrialboxStack(Stack):
             tasksets=storage.tasksets,
             traces=storage.traces,
             table=storage.executions,
+            rollout=orchestration.rollout,
         )
 
         # Every paging alarm in the stack, wherever it is built, goes to the topic (an aspect).

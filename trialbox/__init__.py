@@ -1,10 +1,85 @@
-"""Trialbox: sandbox infrastructure for agent reinforcement learning on code."""
+"""Trialbox: sandbox infrastructure for agent reinforcement learning on code.
 
+    from trialbox import Client, ExecutionRequest
+
+The public names below load on first use, so that the Lambda functions and the worker, which
+import `trialbox.*` modules, never load the SDK. Exceptions live in `trialbox.errors`, data
+contracts in `trialbox.models`.
+"""
+
+from __future__ import annotations
+
+from importlib import import_module
 from importlib.metadata import PackageNotFoundError, version
+from typing import TYPE_CHECKING, Any
 
 try:
     __version__ = version("trialbox")
 except PackageNotFoundError:  # running from a source tree without an install
     __version__ = "0.0.0+source"
 
-__all__ = ["__version__"]
+_PUBLIC = {
+    "AsyncClient": "trialbox.sdk",
+    "AsyncHandle": "trialbox.sdk",
+    "Client": "trialbox.sdk",
+    "Handle": "trialbox.sdk",
+    "Resources": "trialbox.sdk",
+    "TaskSetRef": "trialbox.sdk",
+    "ExecutionRequest": "trialbox.models",
+    "ExecutionResult": "trialbox.models",
+    "Limits": "trialbox.models",
+    "Status": "trialbox.models",
+    "Task": "trialbox.models",
+    "AwsCallError": "trialbox.errors",
+    "ClientClosed": "trialbox.errors",
+    "InputError": "trialbox.errors",
+    "MissingExtra": "trialbox.errors",
+    "MissingResources": "trialbox.errors",
+    "RequestIdReused": "trialbox.errors",
+    "TrialboxError": "trialbox.errors",
+    "WaitTimeout": "trialbox.errors",
+}
+
+if TYPE_CHECKING:
+    from trialbox.errors import (
+        AwsCallError,
+        ClientClosed,
+        InputError,
+        MissingExtra,
+        MissingResources,
+        RequestIdReused,
+        TrialboxError,
+        WaitTimeout,
+    )
+    from trialbox.models import ExecutionRequest, ExecutionResult, Limits, Status, Task
+    from trialbox.sdk import AsyncClient, AsyncHandle, Client, Handle, Resources, TaskSetRef
+
+
+def __getattr__(name: str) -> Any:
+    if name in _PUBLIC:
+        return getattr(import_module(_PUBLIC[name]), name)
+    raise AttributeError(f"module 'trialbox' has no attribute {name!r}")
+
+
+__all__ = [  # noqa: RUF022 (the groups above)
+    "AsyncClient",
+    "AsyncHandle",
+    "Client",
+    "Handle",
+    "Resources",
+    "TaskSetRef",
+    "ExecutionRequest",
+    "ExecutionResult",
+    "Limits",
+    "Status",
+    "Task",
+    "AwsCallError",
+    "ClientClosed",
+    "InputError",
+    "MissingExtra",
+    "MissingResources",
+    "RequestIdReused",
+    "TrialboxError",
+    "WaitTimeout",
+    "__version__",
+]

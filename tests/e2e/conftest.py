@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from tests.sandbox.conftest import ADD_TASK
-from trialbox.client import Client
 from trialbox.models import ExecutionRequest
+from trialbox.sdk import Client
 
 
 @pytest.fixture(scope="module")

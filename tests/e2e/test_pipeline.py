@@ -8,8 +8,8 @@ from tests.e2e.conftest import request
 from tests.sandbox.conftest import CORRECT
 from trialbox import constants as c
 from trialbox import keys
-from trialbox.client import Client
 from trialbox.models import Status
+from trialbox.sdk import Client
 
 WRONG = "def add(a, b):\n    return 3\n"
 
@@ -26,10 +26,12 @@ def test_correct_scores_one_and_wrong_scores_less(client: Client) -> None:
 def test_a_bad_request_is_rejected_with_its_reason(client: Client) -> None:
     bad = request("e-reject", CORRECT).model_copy(update={"task_ref": None})
     bad_body = json.loads(bad.model_dump_json()) | {"limits": {"memory_mb": 0}}
-    client._clients["sqs"].send_message(
-        QueueUrl=client.resources.requests_queue_url, MessageBody=json.dumps(bad_body)
+    twin = client.aio._twin
+    assert twin is not None
+    twin.client("sqs").send_message(
+        QueueUrl=client.aio.resources.requests_queue_url, MessageBody=json.dumps(bad_body)
     )
-    (result,) = client.wait(["e-reject"], timeout=60)
+    (result,) = client.gather(client.submit([bad]), timeout=60)  # the stored result is taken
     assert (result.status, result.reward, result.loss_mask) == (Status.REJECTED, None, True)
     assert result.error == "limits.memory_mb: Input should be greater than or equal to 32"
 
@@ -43,11 +45,10 @@ def test_a_task_ref_that_does_not_exist_is_rejected_by_prepare(client: Client) -
 
 def test_a_duplicate_request_id_executes_once(client: Client) -> None:
     same = request("e-dup", CORRECT)
-    client.submit([same])
-    client.submit([same])
-    (result,) = client.wait(["e-dup"], timeout=120)
-    assert result.reward == 1.0
-    twin = client._twin
+    first = client.submit([same])
+    second = client.submit([same])
+    assert first[0].result(timeout=120).reward == second[0].result(timeout=5).reward == 1.0
+    twin = client.aio._twin
     assert twin is not None
     sfn = twin.client("stepfunctions")
     executions = sfn.list_executions(stateMachineArn=twin.output(c.OUTPUT_ROLLOUT_ARN))
@@ -56,7 +57,7 @@ def test_a_duplicate_request_id_executes_once(client: Client) -> None:
 
 def test_fifty_concurrent_samples_all_reach_terminal_results(client: Client) -> None:
     requests = [request(f"e-many-{i}", CORRECT if i % 2 else WRONG) for i in range(50)]
-    results = client.wait(client.submit(requests), timeout=600)  # all 50 in flight at once
+    results = client.gather(client.submit(requests), timeout=600)
     assert len(results) == 50
     assert [r.reward for r in results] == [1.0 if i % 2 else 0.5 for i in range(50)]
 
@@ -65,9 +66,9 @@ def test_a_request_over_128_kib_travels_through_s3(client: Client) -> None:
     big = request("e-big", CORRECT + "# " + "x" * 200_000 + "\n")
     (result,) = client.run([big], timeout=120)
     assert (result.status, result.reward) == (Status.SUCCEEDED, 1.0)
-    twin = client._twin
+    twin = client.aio._twin
     assert twin is not None
-    payload = twin.client("s3").get_object(
-        Bucket=client.resources.traces_bucket, Key=f"{keys.PAYLOADS_PREFIX}e-big.json"
+    payload = twin.client("s3").get_object(  # keyed by content, not by request id
+        Bucket=client.aio.resources.traces_bucket, Key=keys.payload_key(big.content_sha256())
     )
     assert len(payload["Body"].read()) > 200_000

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from tests.e2e.conftest import request
 from tests.sandbox.conftest import CORRECT
-from trialbox.client import Client
 from trialbox.models import Status
+from trialbox.sdk import Client
 
 RECORD_FAILED = "the result could not be recorded (Record failed; see the execution's history)"
 

@@ -20,10 +20,10 @@ from tests.fargate.harness import Harness, Service, discard
 from tests.fargate.image import Image, build, required_tools
 from tests.fargate.taskdef import Container, worker_container
 from tests.sandbox.conftest import ADD_TASK
-from trialbox.client import Client, Resources
 from trialbox.local.template import load_template
 from trialbox.local.twin import LocalTwin
 from trialbox.models import ExecutionRequest, ExecutionResult, Status
+from trialbox.sdk import Client, Resources
 
 ROOT = Path(__file__).resolve().parents[2]
 JOB_TIMEOUT_S = 90
@@ -64,13 +64,14 @@ def twin() -> Iterator[LocalTwin]:
 
 
 @pytest.fixture(scope="session")
-def client(twin: LocalTwin) -> Client:
+def client(twin: LocalTwin) -> Iterator[Client]:
     session = boto3.session.Session(
         aws_access_key_id="local", aws_secret_access_key="local", region_name="us-east-1"
     )
-    return Client(
+    with Client(
         Resources.from_outputs(twin.outputs), endpoint_url=twin.endpoint_url, session=session
-    )
+    ) as client:
+        yield client
 
 
 @pytest.fixture(scope="session")
@@ -130,19 +131,17 @@ def run_jobs(
 ) -> list[ExecutionResult]:
     """Submit, wait for every terminal result; fail at once, with the workers' logs, when a
     worker container crashes instead."""
-    ids = client.submit(requests)
+    handles = client.submit(requests)
     deadline = time.monotonic() + timeout
-    results: dict[str, ExecutionResult] = {}
     while True:
-        results.update(client.poll([i for i in ids if i not in results]))
-        if len(results) == len(ids):
-            return [results[i] for i in ids]
+        if all(h.done() for h in handles):
+            return [h.result() for h in handles]
         crashed = service.failures()
         if crashed:
             raise WorkerCrashed("a worker container crashed:\n" + "\n".join(crashed))
         if time.monotonic() > deadline:
             pytest.fail(
-                f"{len(ids) - len(results)} job(s) had no result after {timeout} s\n"
+                f"{sum(not h.done() for h in handles)} job(s) had no result after {timeout} s\n"
                 + service.logs()
             )
         time.sleep(0.2)

@@ -12,9 +12,9 @@ from tests.fargate.nsinit import CAPS
 from tests.fargate.programs import LEAVE_BEHIND, PROBE
 from tests.fargate.taskdef import DEFAULT_CAPABILITIES, FARGATE_ADDABLE, Container, worker_container
 from tests.sandbox.conftest import CORRECT
-from trialbox.client import Client
 from trialbox.local.template import load_template
 from trialbox.models import Status
+from trialbox.sdk import Client
 
 
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:

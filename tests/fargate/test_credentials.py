@@ -10,8 +10,8 @@ import shlex
 from tests.fargate.conftest import describe, python, request, run_jobs
 from tests.fargate.harness import Harness, Service
 from tests.fargate.programs import SCAN_AFTER_EXIT, SOLUTION_WITH_SCANNER
-from trialbox.client import Client
 from trialbox.models import Status
+from trialbox.sdk import Client
 
 ROUNDS = 3  # the cleanup after a command is short: give the race a few tries
 

@@ -9,9 +9,9 @@ from tests.fargate.conftest import assert_not_sandbox_error, describe, python, r
 from tests.fargate.harness import Harness, Service
 from tests.fargate.programs import IDENTITY
 from tests.sandbox.conftest import CORRECT, FORK_BOMB, SETSID_DAEMON
-from trialbox.client import Client
 from trialbox.models import ExecutionResult, Status
 from trialbox.sandbox.processes import processes_of
+from trialbox.sdk import Client
 
 FSIZE = (
     "try:\n"

@@ -11,8 +11,8 @@ from tests.fargate.conftest import describe, python, request, run_jobs
 from tests.fargate.harness import Harness, Service
 from tests.fargate.programs import LEAVE_BEHIND, PROBE
 from trialbox import constants as c
-from trialbox.client import Client
 from trialbox.models import ExecutionResult, Status
+from trialbox.sdk import Client
 
 ONE_SLOT = {"TRIALBOX_SANDBOX_SLOTS": "1"}
 

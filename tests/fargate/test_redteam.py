@@ -29,8 +29,8 @@ from tests.fargate.conftest import describe, python, request, run_jobs
 from tests.fargate.harness import Harness, Service
 from tests.fargate.programs import PROBE
 from tests.sandbox.conftest import CORRECT
-from trialbox.client import Client
 from trialbox.models import Status
+from trialbox.sdk import Client
 
 ONE_SLOT = {"TRIALBOX_SANDBOX_SLOTS": "1"}
 SABOTAGE = "def add(a, b):\n    return 0\n"

@@ -20,7 +20,7 @@ from tests.e2e.conftest import request
 from tests.sandbox.conftest import ADD_TASK, CORRECT
 from trialbox import constants as c
 from trialbox.cli.run import run_job
-from trialbox.client import ENV, Client, Resources
+from trialbox.errors import RequestIdReused
 from trialbox.local import principals
 from trialbox.local.requestlog import ENV_REQUEST_LOG
 from trialbox.local.resources import REGION
@@ -30,7 +30,9 @@ from trialbox.local.template import load_template
 from trialbox.local.twin import LocalTwin
 from trialbox.models import ExecutionResult, RunReport
 from trialbox.models.jobs import JobSpec
+from trialbox.runs import RunJob
 from trialbox.sandbox.runner import Runner
+from trialbox.sdk import Client, Resources
 from trialbox.worker.run import job_runner
 
 WRONG = "def add(a, b):\n    return 3\n"
@@ -67,6 +69,15 @@ def _sdk(twin: LocalTwin) -> Client:
     )
     return Client(Resources.from_outputs(twin.outputs), endpoint_url=twin.endpoint_url,
                   session=session)  # fmt: skip
+
+
+def _running(twin: LocalTwin, name: str) -> bool:
+    sfn = twin_client(twin.endpoint_url, "stepfunctions", HARNESS)
+    arn = twin.output(c.OUTPUT_ROLLOUT_ARN).replace(":stateMachine:", ":execution:", 1)
+    try:
+        return bool(sfn.describe_execution(executionArn=f"{arn}:{name}")["status"] == "RUNNING")
+    except sfn.exceptions.ExecutionDoesNotExist:
+        return False
 
 
 def _await_dead_letter(sqs: Any, dlq_url: str) -> None:
@@ -108,16 +119,16 @@ def _cli_run(twin: LocalTwin, tmp: Path) -> tuple[int, list[str]]:
     traces = tmp / "traces"
     outputs = twin.outputs
     env = CREDENTIALS | {  # the SDK's
-        ENV["requests_queue_url"]: outputs[c.OUTPUT_REQUESTS_QUEUE_URL],
-        ENV["executions_table"]: outputs[c.OUTPUT_EXECUTIONS_TABLE],
-        ENV["traces_bucket"]: outputs[c.OUTPUT_TRACES_BUCKET],
-        ENV["tasksets_bucket"]: outputs[c.OUTPUT_TASKSETS_BUCKET],
+        c.ENV_REQUESTS_QUEUE_URL: outputs[c.OUTPUT_REQUESTS_QUEUE_URL],
+        c.ENV_EXECUTIONS_TABLE: outputs[c.OUTPUT_EXECUTIONS_TABLE],
+        c.ENV_TRACES_BUCKET: outputs[c.OUTPUT_TRACES_BUCKET],
+        c.ENV_TASKSETS_BUCKET: outputs[c.OUTPUT_TASKSETS_BUCKET],
     }
     with pytest.MonkeyPatch.context() as patch:
         for name, value in env.items():
             patch.setenv(name, value)
-        code = run_job(tasks, samples, tmp / "out.jsonl", endpoint_url=twin.endpoint_url,
-                       run_id="iam-cli", traces_dir=traces, timeout_s=120)  # fmt: skip
+        code = run_job(RunJob(tasks, samples, tmp / "out.jsonl", endpoint_url=twin.endpoint_url,
+                              run_id="iam-cli", traces_dir=traces, timeout_s=120))  # fmt: skip
     return code, sorted(p.name for p in traces.glob("*.json"))
 
 
@@ -137,15 +148,27 @@ def _drive(twin: LocalTwin, tmp: Path) -> tuple[dict[str, ExecutionResult], int,
         request(BROKEN, CORRECT),
     ]
     results = dict(zip([r.request_id for r in batch], sdk.run(batch, timeout=180), strict=True))
-    results["iam-invalid"] = sdk.wait(["iam-invalid"], timeout=60)[0]
+    (results["iam-invalid"],) = sdk.run([request("iam-invalid", CORRECT)], timeout=60)
     assert results["iam-good"].trace_uri is not None
     sdk.read_object(results["iam-good"].trace_uri)
-    # The same request id with other content: the dispatcher dead-letters it.
-    sdk.submit([request("iam-good", WRONG)])
+    # The same request id with other content: the SDK refuses it, and the dispatcher
+    # dead-letters one sent around the SDK.
+    with pytest.raises(RequestIdReused):
+        sdk.submit([request("iam-good", WRONG)])
+    reused = request("iam-good", WRONG).model_dump_json(exclude_defaults=True)
+    sqs.send_message(QueueUrl=requests_url, MessageBody=reused)
     redrive = sqs.get_queue_attributes(QueueUrl=requests_url, AttributeNames=["RedrivePolicy"])
     dlq_name = json.loads(redrive["Attributes"]["RedrivePolicy"])["deadLetterTargetArn"]
     dlq = sqs.get_queue_url(QueueName=dlq_name.rsplit(":", 1)[-1])["QueueUrl"]
     _await_dead_letter(sqs, dlq)
+    # Cancelled in flight: the SDK records `cancelled` and stops the execution.
+    (slow,) = sdk.submit([request("iam-cancel", CORRECT, commands=[["sleep", "8"]])])
+    deadline = time.monotonic() + 60
+    while not _running(twin, "iam-cancel"):
+        assert time.monotonic() < deadline, "the execution to cancel never started"
+        time.sleep(0.2)
+    sdk.cancel([slow])
+    results["iam-cancel"] = slow.result(timeout=5)
     cli_exit, cli_traces = _cli_run(twin, tmp)
     # Last: without the traces bucket Prepare fails, and Record on every retry; the state
     # machine then writes the `sandbox_error` result itself.
@@ -154,6 +177,7 @@ def _drive(twin: LocalTwin, tmp: Path) -> tuple[dict[str, ExecutionResult], int,
         s3.delete_object(Bucket=bucket, Key=found["Key"])
     s3.delete_bucket(Bucket=bucket)
     (results["iam-norecord"],) = sdk.run([request("iam-norecord", CORRECT)], timeout=120)
+    sdk.close()
     return results, cli_exit, cli_traces
 
 

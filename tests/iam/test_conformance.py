@@ -86,6 +86,7 @@ def test_the_run_took_every_path_and_every_principal_called(recorded: Recorded) 
         BROKEN: (Status.SANDBOX_ERROR, None),
         "iam-invalid": (Status.REJECTED, None),
         "iam-norecord": (Status.SANDBOX_ERROR, None),
+        "iam-cancel": (Status.CANCELLED, None),
     }
     assert (recorded.cli_exit, len(recorded.cli_traces)) == (0, 2)
     callers = Counter(e["key"] for e in recorded.entries)

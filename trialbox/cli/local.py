@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from trialbox.client import ENV
+from trialbox import constants as c
 
 local_app = typer.Typer(no_args_is_help=True, help="The local twin: the pipeline on this machine.")
 
@@ -19,19 +19,19 @@ def up(
     port: Annotated[int, typer.Option(help="moto's port (0: any free one)")] = 0,
 ) -> None:
     """Start the twin and print what an SDK user needs; Ctrl-C stops it."""
-    from trialbox import constants as c
     from trialbox.local.twin import LocalTwin
 
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # stop as on Ctrl-C
     twin = LocalTwin(workers=workers, port=port).start()
     outputs = twin.outputs
     exports = twin.env | {
-        ENV["endpoint_url"]: twin.endpoint_url,
-        ENV["requests_queue_url"]: outputs[c.OUTPUT_REQUESTS_QUEUE_URL],
-        ENV["executions_table"]: outputs[c.OUTPUT_EXECUTIONS_TABLE],
-        ENV["traces_bucket"]: outputs[c.OUTPUT_TRACES_BUCKET],
-        ENV["tasksets_bucket"]: outputs[c.OUTPUT_TASKSETS_BUCKET],
-        ENV["capacity"]: str(workers),
+        c.ENV_ENDPOINT_URL: twin.endpoint_url,
+        c.ENV_REQUESTS_QUEUE_URL: outputs[c.OUTPUT_REQUESTS_QUEUE_URL],
+        c.ENV_EXECUTIONS_TABLE: outputs[c.OUTPUT_EXECUTIONS_TABLE],
+        c.ENV_TRACES_BUCKET: outputs[c.OUTPUT_TRACES_BUCKET],
+        c.ENV_TASKSETS_BUCKET: outputs[c.OUTPUT_TASKSETS_BUCKET],
+        c.ENV_ROLLOUT_ARN: outputs[c.OUTPUT_ROLLOUT_ARN],
+        c.ENV_POOL_CAPACITY: str(workers),
     }
     typer.echo(f"local twin at {twin.endpoint_url} with {workers} workers. For the SDK:")
     for name, value in exports.items():

@@ -12,7 +12,13 @@ from trialbox.models.report import (
     TestOutcome,
     TestRecord,
 )
-from trialbox.models.result import REWARD_RULES, ExecutionResult, Timings, reward_for
+from trialbox.models.result import (
+    REWARD_RULES,
+    ExecutionResult,
+    Timings,
+    result_for,
+    reward_for,
+)
 from trialbox.models.sample import ExecutionRequest, Sample, TaskRef
 from trialbox.models.task import GradingSpec, Scorer, Task
 
@@ -40,5 +46,6 @@ __all__ = [
     "TestOutcome",
     "TestRecord",
     "Timings",
+    "result_for",
     "reward_for",
 ]

@@ -3,8 +3,6 @@ reference: a Step Functions state holds at most 256 KiB."""
 
 from __future__ import annotations
 
-import hashlib
-
 from pydantic import Field
 
 from trialbox.models.common import Files, StrictModel
@@ -26,9 +24,9 @@ class RolloutInput(StrictModel):
     request_id: RequestId
     request: ExecutionRequest | None = None
     payload_uri: str | None = None
-
-    def fingerprint(self) -> str:
-        return hashlib.sha256(self.model_dump_json(exclude_none=True).encode()).hexdigest()
+    content_sha256: str | None = Field(
+        default=None, description="the request's ExecutionRequest.content_sha256()"
+    )
 
 
 class JobSpec(StrictModel):

@@ -70,3 +70,30 @@ class ExecutionResult(StrictModel):
         """The reward a trainer may learn from: None whenever `loss_mask` is true (leave the
         sample out of its group)."""
         return None if self.loss_mask else self.reward
+
+
+def result_for(
+    request_id: str | None,
+    status: Status,
+    *,
+    error: str | None = None,
+    feedback: str | None = None,
+    scored_reward: float | None = None,
+    flags: list[str] | None = None,
+    task_id: str | None = None,
+    sample_id: str | None = None,
+) -> ExecutionResult:
+    """A result that no run report scored (rejected, sandbox_error, cancelled, no code): its
+    reward and loss mask come from REWARD_RULES, like every other result's."""
+    reward, loss_mask = reward_for(status, scored_reward)
+    return ExecutionResult(
+        request_id=request_id,
+        task_id=task_id,
+        sample_id=sample_id,
+        status=status,
+        reward=reward,
+        loss_mask=loss_mask,
+        error=error,
+        feedback=feedback if feedback is not None else (error or ""),
+        flags=flags or [],
+    )

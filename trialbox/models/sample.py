@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from typing import Annotated, Any, Literal
 
@@ -110,8 +111,15 @@ class ExecutionRequest(StrictModel):
         return refuse_unsupported(raw, UNSUPPORTED_REQUEST_FIELDS)
 
     def content_sha256(self) -> str:
-        """The request's identity beyond its id: the same id with another hash is a reuse."""
-        return hashlib.sha256(self.model_dump_json(exclude_defaults=True).encode()).hexdigest()
+        """The request's identity beyond its id: the same id with another hash is a reuse.
+        Canonical JSON (sorted keys, defaults left out), so that the SDK and the pipeline agree."""
+        canonical = json.dumps(
+            self.model_dump(mode="json", exclude_defaults=True),
+            sort_keys=True,
+            separators=(",", ":"),
+            ensure_ascii=False,
+        )
+        return hashlib.sha256(canonical.encode(errors="surrogatepass")).hexdigest()
 
     @model_validator(mode="after")
     def _one_task(self) -> ExecutionRequest:

@@ -13,7 +13,7 @@ from botocore.exceptions import ClientError
 from pydantic import ValidationError
 
 from trialbox.keys import PAYLOADS_PREFIX
-from trialbox.models import ExecutionRequest, ExecutionResult, Status
+from trialbox.models import ExecutionRequest, Status, result_for
 from trialbox.models.jobs import RequestPointer, RolloutInput
 from trialbox.models.sample import REQUEST_ID
 from trialbox.pipeline.record import record, validation_message
@@ -62,6 +62,7 @@ class Dispatcher:
             request_id=request_id,
             request=None if pointer else request,
             payload_uri=pointer.payload_uri if pointer else None,
+            content_sha256=request.content_sha256(),
         )
         return self._start(rollout, body)
 
@@ -80,13 +81,8 @@ class Dispatcher:
             raise
 
     def _reject(self, request_id: str, message: str) -> Dispatched:
-        result = ExecutionResult(
-            request_id=request_id,
-            status=Status.REJECTED,
-            reward=None,
-            loss_mask=True,
-            error=message,
-            feedback=f"rejected: {message}",
+        result = result_for(
+            request_id, Status.REJECTED, error=message, feedback=f"rejected: {message}"
         )
         record(result, self.table, None)  # an existing terminal result stays as it is
         return Dispatched.REJECTED
@@ -101,11 +97,9 @@ class Dispatcher:
         except self.sfn.exceptions.ExecutionAlreadyExists:
             pass
         existing = self.sfn.describe_execution(executionArn=self.execution_arn(rollout.request_id))
-        if (
-            RolloutInput.model_validate_json(existing["input"]).fingerprint()
-            == rollout.fingerprint()
-        ):
-            return Dispatched.ALREADY_STARTED  # a redelivered message: it runs once
+        started = RolloutInput.model_validate_json(existing["input"])
+        if started.content_sha256 == rollout.content_sha256:
+            return Dispatched.ALREADY_STARTED  # a redelivered or resubmitted request: runs once
         self.dead_letter(body, f"request_id {rollout.request_id} reused with different content")
         return Dispatched.DEAD_LETTERED
 

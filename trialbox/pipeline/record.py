@@ -15,6 +15,9 @@ from trialbox.pipeline.stores import ObjectStore, ResultTable
 
 # DynamoDB items are capped at 400 KB; larger results are kept whole only in the trace.
 MAX_INLINE_RESULT = 300_000
+# The table item's hash of the request's content: the SDK tells a resubmission (the same
+# hash) from an id reused for other content.
+CONTENT_ATTRIBUTE = "content_sha256"
 
 
 def validation_message(exc: ValidationError) -> str:
@@ -56,7 +59,9 @@ def _cause_message(cause: str | None) -> str:
     return cause
 
 
-def table_attributes(result: ExecutionResult, trace_uri: str | None) -> dict[str, Any]:
+def table_attributes(
+    result: ExecutionResult, trace_uri: str | None, content_sha256: str | None = None
+) -> dict[str, Any]:
     body = result.model_dump_json()
     if len(body) > MAX_INLINE_RESULT:
         trimmed = result.model_copy(update={"commands": [], "tests": result.tests[:200]})
@@ -69,6 +74,7 @@ def table_attributes(result: ExecutionResult, trace_uri: str | None) -> dict[str
         "sample_id": result.sample_id,
         "result_uri": trace_uri,
         "result": body,
+        CONTENT_ATTRIBUTE: content_sha256,
     }
 
 
@@ -77,6 +83,8 @@ def record(
     table: ResultTable,
     traces: ObjectStore | None,
     trace: dict[str, Any] | None = None,
+    *,
+    content_sha256: str | None = None,
 ) -> bool:
     """Write the trace (if a store is given), then the one terminal item. False: it existed."""
     request_id = result.request_id
@@ -88,4 +96,4 @@ def record(
         traces.put_json(
             trace_key(request_id), {"result": json.loads(result.model_dump_json()), **(trace or {})}
         )
-    return table.put_terminal(request_id, table_attributes(result, trace_uri))
+    return table.put_terminal(request_id, table_attributes(result, trace_uri, content_sha256))

@@ -25,6 +25,7 @@ class RecordInput(StrictModel):
     model_config = ConfigDict(extra="ignore")
 
     request_id: str
+    content_sha256: str | None = None
     score: ScoreRef | None = None
     error: StepError | None = None
     job: dict[str, Any] | None = None
@@ -55,4 +56,7 @@ class Recorder:
             error = state.error or StepError(Error="States.Unknown", Cause="no score and no error")
             result = failure_result(state.request_id, error.Error, error.Cause)
         trace = {"state": json.loads(state.model_dump_json(exclude={"request"}))}
-        return Recorded(record(result, self.table, self.traces, trace), result.status)
+        written = record(
+            result, self.table, self.traces, trace, content_sha256=state.content_sha256
+        )
+        return Recorded(written, result.status)

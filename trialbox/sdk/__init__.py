@@ -1,0 +1,18 @@
+"""The SDK: `Client` (blocking) and `AsyncClient` (asyncio), one implementation."""
+
+from trialbox.sdk.core import AsyncClient
+from trialbox.sdk.handles import AsyncHandle
+from trialbox.sdk.resources import Resources, default_concurrency
+from trialbox.sdk.sync import Client, Handle
+from trialbox.sdk.tasksets import TaskSetRef, request_id
+
+__all__ = [
+    "AsyncClient",
+    "AsyncHandle",
+    "Client",
+    "Handle",
+    "Resources",
+    "TaskSetRef",
+    "default_concurrency",
+    "request_id",
+]

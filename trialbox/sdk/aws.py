@@ -1,0 +1,164 @@
+"""The SDK's AWS calls, synchronous and small; the async core runs them in threads.
+
+Every boto3 error becomes an `AwsCallError` naming the call.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from botocore.exceptions import BotoCoreError, ClientError, NoRegionError
+
+from trialbox import keys
+from trialbox.constants import TABLE_KEY
+from trialbox.errors import AwsCallError, TrialboxError
+from trialbox.models import ExecutionRequest, ExecutionResult
+from trialbox.pipeline.record import CONTENT_ATTRIBUTE, record
+from trialbox.pipeline.stores import ResultTable
+from trialbox.sdk.resources import Resources
+from trialbox.settings import RESULT_TTL_DAYS
+
+MAX_INLINE_BYTES = 128 * 1024
+# SendMessageBatch's caps: 10 entries, and 256 KiB for all the bodies together.
+MAX_BATCH_ENTRIES = 10
+MAX_BATCH_BYTES = 256 * 1024
+SEND_ATTEMPTS = 3
+GET_BATCH = 100  # BatchGetItem's most keys per call
+
+Stored = tuple[ExecutionResult, str | None]  # a terminal result, and its request's content hash
+
+
+def service(session: Any, name: str, endpoint_url: str | None) -> Any:
+    try:
+        return session.client(name, endpoint_url=endpoint_url)
+    except NoRegionError as exc:
+        raise TrialboxError(
+            "no AWS region configured: set AWS_REGION (or AWS_DEFAULT_REGION), or pass "
+            "region= to from_stack"
+        ) from exc
+
+
+def call(method: Callable[..., Any], **kwargs: Any) -> Any:
+    try:
+        return method(**kwargs)
+    except (ClientError, BotoCoreError) as exc:
+        raise AwsCallError(f"{getattr(method, '__name__', 'AWS call')}: {exc}") from exc
+
+
+class Aws:
+    def __init__(self, session: Any, endpoint_url: str | None, resources: Resources) -> None:
+        self.resources = resources
+        self.sqs = service(session, "sqs", endpoint_url)
+        self.s3 = service(session, "s3", endpoint_url)
+        self.dynamodb = service(session, "dynamodb", endpoint_url)
+        self.sfn = service(session, "stepfunctions", endpoint_url)
+
+    def put_taskset(self, key: str, body: bytes) -> None:
+        call(self.s3.put_object, Bucket=self.resources.tasksets_bucket, Key=key, Body=body)
+
+    def read_object(self, uri: str) -> bytes:
+        bucket, _, key = uri.removeprefix("s3://").partition("/")
+        if not uri.startswith("s3://") or not key:
+            raise TrialboxError(f"not an s3://bucket/key URI: {uri!r}")
+        return bytes(call(self.s3.get_object, Bucket=bucket, Key=key)["Body"].read())
+
+    def message_body(self, request: ExecutionRequest, content_sha256: str) -> str:
+        """The request itself, or (over 128 KiB) a pointer to it in S3, keyed by content."""
+        body = request.model_dump_json(exclude_defaults=True)
+        if len(body.encode()) <= MAX_INLINE_BYTES:
+            return body
+        key = keys.payload_key(content_sha256)
+        bucket = self.resources.traces_bucket
+        call(self.s3.put_object, Bucket=bucket, Key=key, Body=body.encode())
+        return json.dumps({"request_id": request.request_id, "payload_uri": f"s3://{bucket}/{key}"})
+
+    def send(self, bodies: list[tuple[str, str]]) -> None:
+        """SendMessageBatch in batches within SQS's caps; entries SQS failed on its side are
+        sent again. Raises AwsCallError naming the ids it refused for good."""
+        sent = 0
+        for batch in batches(bodies):
+            refused = self._send_batch(batch)
+            if refused:
+                reason = next(iter(refused.values()))
+                raise AwsCallError(
+                    f"SendMessageBatch refused {', '.join(refused)} ({reason}); "
+                    f"{sent + len(batch) - len(refused)} other request(s) were sent. Submitting "
+                    "the same requests again runs each at most once."
+                )
+            sent += len(batch)
+
+    def _send_batch(self, batch: list[tuple[str, str]]) -> dict[str, str]:
+        pending = dict(enumerate(batch))
+        for attempt in range(SEND_ATTEMPTS):
+            entries = [{"Id": str(i), "MessageBody": body} for i, (_, body) in pending.items()]
+            answer = call(
+                self.sqs.send_message_batch,
+                QueueUrl=self.resources.requests_queue_url,
+                Entries=entries,
+            )
+            failed = answer.get("Failed", [])
+            last = attempt == SEND_ATTEMPTS - 1
+            if any(f.get("SenderFault") for f in failed) or (failed and last):
+                return {
+                    pending[int(f["Id"])][0]: f"{f.get('Code')}: {f.get('Message')}" for f in failed
+                }
+            pending = {int(f["Id"]): pending[int(f["Id"])] for f in failed}
+            if not pending:
+                return {}
+            time.sleep(0.1 * 2**attempt)
+        return {}
+
+    def results(self, request_ids: list[str]) -> dict[str, Stored]:
+        """The terminal results that exist now, with each request's content hash."""
+        found: dict[str, Stored] = {}
+        table = self.resources.executions_table
+        for start in range(0, len(request_ids), GET_BATCH):
+            keys_: list[dict[str, Any]] = [
+                {TABLE_KEY: {"S": rid}} for rid in request_ids[start : start + GET_BATCH]
+            ]
+            while keys_:
+                answer = call(
+                    self.dynamodb.batch_get_item,
+                    RequestItems={table: {"Keys": keys_, "ConsistentRead": True}},
+                )
+                for item in answer["Responses"].get(table, []):
+                    result = ExecutionResult.model_validate_json(item["result"]["S"])
+                    content = item.get(CONTENT_ATTRIBUTE, {}).get("S")
+                    found[item[TABLE_KEY]["S"]] = (result, content)
+                keys_ = answer.get("UnprocessedKeys", {}).get(table, {}).get("Keys", [])
+        return found
+
+    def cancel(self, result: ExecutionResult, content_sha256: str) -> bool:
+        """Record a `cancelled` result (first writer wins: False when a result existed), then
+        stop the execution so that its sandbox is freed."""
+        table = ResultTable(self.dynamodb, self.resources.executions_table, RESULT_TTL_DAYS)
+        try:
+            written = record(result, table, None, content_sha256=content_sha256)
+        except (ClientError, BotoCoreError) as exc:
+            raise AwsCallError(f"PutItem (cancel {result.request_id}): {exc}") from exc
+        if written and self.resources.rollout_arn:
+            arn = self.resources.rollout_arn.replace(":stateMachine:", ":execution:", 1)
+            try:
+                self.sfn.stop_execution(executionArn=f"{arn}:{result.request_id}")
+            except ClientError as exc:  # not started yet, or ended: the result stands
+                if exc.response["Error"]["Code"] != "ExecutionDoesNotExist":
+                    raise AwsCallError(f"StopExecution: {exc}") from exc
+        return bool(written)
+
+
+def batches(bodies: list[tuple[str, str]]) -> Iterator[list[tuple[str, str]]]:
+    """Consecutive runs of (request id, message body) that fit one SendMessageBatch call."""
+    batch: list[tuple[str, str]] = []
+    size = 0
+    for request_id, body in bodies:
+        length = len(body.encode())
+        if batch and (len(batch) == MAX_BATCH_ENTRIES or size + length > MAX_BATCH_BYTES):
+            yield batch
+            batch, size = [], 0
+        batch.append((request_id, body))
+        size += length
+    if batch:
+        yield batch

@@ -1,0 +1,368 @@
+"""AsyncClient: the SDK's one implementation. `Client` runs it on a background event loop.
+
+Submitted requests wait in the client's admission queue; at most `concurrency` are in the
+pipeline at once, the next sent as each result arrives (a queue deeper than the pool drains
+within its heartbeat would look like lost sandboxes). One pump task sends and polls for every
+handle of the client.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections import deque
+from collections.abc import AsyncIterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Self
+from urllib.parse import urlparse
+
+import boto3
+
+from trialbox import keys
+from trialbox.errors import (
+    AwsCallError,
+    ClientClosed,
+    MissingExtra,
+    RequestIdReused,
+    TrialboxError,
+    WaitTimeout,
+)
+from trialbox.models import ExecutionRequest, ExecutionResult, Status, Task, result_for
+from trialbox.sdk import groups
+from trialbox.sdk.aws import Aws, service
+from trialbox.sdk.handles import AsyncHandle
+from trialbox.sdk.resources import Resources, default_concurrency
+from trialbox.sdk.tasksets import TaskSetRef, tasks_body, taskset_ref
+from trialbox.settings import ClientSettings
+from trialbox.stack_version import check_stack_version
+
+if TYPE_CHECKING:
+    from trialbox.local.twin import LocalTwin
+
+log = logging.getLogger("trialbox.sdk")
+LOOPBACK = ("127.0.0.1", "localhost", "::1")
+POLL_S = 0.2  # the first poll after a send; it backs off to MAX_POLL_S while nothing arrives
+MAX_POLL_S = 2.0
+
+
+class AsyncClient:
+    """Submit execution requests and receive their typed results, on asyncio.
+
+    Configuration: the `resources` argument, else the TRIALBOX_* environment
+    (`trialbox.settings.ClientSettings`); `from_stack` reads a deployed stack's outputs and
+    `local` starts a local twin.
+    """
+
+    def __init__(
+        self,
+        resources: Resources | None = None,
+        *,
+        endpoint_url: str | None = None,
+        session: Any = None,
+        concurrency: int | None = None,
+        twin: LocalTwin | None = None,
+    ) -> None:
+        settings = ClientSettings.from_env()
+        self.endpoint_url = endpoint_url or settings.endpoint_url
+        self.resources = resources or Resources.from_settings(settings)
+        self._twin = twin
+        if concurrency is not None and concurrency < 1:
+            raise TrialboxError(f"concurrency must be at least 1, got {concurrency}")
+        self.concurrency = concurrency or default_concurrency(self.capacity)
+        self._aws = Aws(session or boto3.session.Session(), self.endpoint_url, self.resources)
+        self._waiting: deque[AsyncHandle] = deque()  # admitted by the client, not yet sent
+        self._in_flight: dict[str, AsyncHandle] = {}  # sent, no result yet
+        self._open: dict[str, AsyncHandle] = {}  # every unresolved handle, by request id
+        self._pushed: dict[bytes, TaskSetRef] = {}  # task sets built in code, by content
+        self._pump: asyncio.Task[None] | None = None
+        self._wake: asyncio.Event | None = None
+        self._closed = False
+
+    # --- construction ------------------------------------------------------------------------
+
+    @classmethod
+    def from_stack(
+        cls, name: str, *, region: str | None = None, session: Any = None, **kwargs: Any
+    ) -> Self:
+        """The deployed stack `name`, its resources read from its CloudFormation outputs."""
+        session = session or boto3.session.Session(region_name=region)
+        cfn = service(session, "cloudformation", None)
+        try:
+            described = cfn.describe_stacks(StackName=name)
+        except Exception as exc:
+            raise AwsCallError(
+                f"cannot read stack {name!r} in {session.region_name}: {exc}"
+            ) from exc
+        outputs = {
+            o["OutputKey"]: o["OutputValue"] for o in described["Stacks"][0].get("Outputs", [])
+        }
+        resources = Resources.from_outputs(outputs)
+        check_stack_version(name, outputs)
+        return cls(resources, session=session, **kwargs)
+
+    @classmethod
+    def local(cls, workers: int = 2, **kwargs: Any) -> Self:
+        """A local twin on this machine (moto and bwrap sandboxes), stopped with the client.
+        Starting it takes a few seconds, and blocks."""
+        try:
+            from trialbox.local.twin import LocalTwin
+        except ImportError as exc:
+            raise MissingExtra("the local twin", "local", exc.name) from None
+        twin = LocalTwin(workers=workers).start()
+        session = boto3.session.Session(
+            aws_access_key_id="local", aws_secret_access_key="local", region_name="us-east-1"
+        )
+        try:
+            return cls(
+                Resources.from_outputs(twin.outputs),
+                endpoint_url=twin.endpoint_url,
+                session=session,
+                twin=twin,
+                **kwargs,
+            )
+        except BaseException:
+            twin.stop()
+            raise
+
+    @property
+    def capacity(self) -> int | None:
+        """Jobs the pool runs at once, when known: the twin's workers, or the stack's pool."""
+        return self._twin.workers if self._twin is not None else self.resources.capacity
+
+    @property
+    def is_local(self) -> bool:
+        """A local twin (in-process, or `trialbox local up` on this machine), whose S3 and
+        table end when it stops."""
+        host = urlparse(self.endpoint_url or "").hostname
+        return self._twin is not None or host in LOOPBACK
+
+    # --- task sets -----------------------------------------------------------------------------
+
+    async def push_taskset(self, path: str | Path) -> TaskSetRef:
+        """Upload a tasks.jsonl file, content-addressed: `ref.task(task_id)` names a task."""
+        path = Path(path)
+        body = await asyncio.to_thread(path.read_bytes)
+        return await self._push(path.stem, body)
+
+    async def push_tasks(self, tasks: list[Task], name: str = "tasks") -> TaskSetRef:
+        """Upload tasks built in code as a task set (once per content, per client)."""
+        return await self._push(name, tasks_body(tasks))
+
+    async def _push(self, name: str, body: bytes) -> TaskSetRef:
+        if body not in self._pushed:
+            ref = taskset_ref(name, body)
+            await asyncio.to_thread(
+                self._aws.put_taskset, keys.taskset_key(ref.name, ref.version), body
+            )
+            self._pushed[body] = ref
+        return self._pushed[body]
+
+    # --- submitting and waiting ------------------------------------------------------------------
+
+    async def submit(self, requests: Sequence[ExecutionRequest]) -> list[AsyncHandle]:
+        """One handle per request, at once. A request whose result the pipeline already holds
+        (the same id and content) resolves without running again; an id already used for other
+        content raises RequestIdReused naming it, and nothing of this call is submitted."""
+        self._check_open()
+        hashes = [r.content_sha256() for r in requests]
+        new: dict[str, AsyncHandle] = {}
+        handles: list[AsyncHandle] = []
+        for request, content in zip(requests, hashes, strict=True):
+            rid = request.request_id
+            known = new.get(rid) or self._open.get(rid)
+            if known is not None and known.content_sha256 != content:
+                raise RequestIdReused(rid)
+            if known is None:
+                known = new[rid] = AsyncHandle(request, content)
+            handles.append(known)
+        fresh = [h for h in new.values() if h.request_id not in self._open]
+        stored = await asyncio.to_thread(self._aws.results, [h.request_id for h in fresh])
+        for handle in fresh:
+            found = stored.get(handle.request_id)
+            if found is not None and found[1] not in (None, handle.content_sha256):
+                raise RequestIdReused(handle.request_id)
+        for handle in fresh:
+            found = stored.get(handle.request_id)
+            if found is not None:
+                handle.resolve(found[0])
+                continue
+            self._open[handle.request_id] = handle
+            self._waiting.append(handle)
+        self._kick()
+        return handles
+
+    async def as_completed(
+        self, handles: Sequence[AsyncHandle], timeout: float | None = None
+    ) -> AsyncIterator[AsyncHandle]:
+        """Each handle as its result arrives. Raises WaitTimeout (with the ids left) when
+        `timeout` seconds pass first."""
+        pending = {h.future: h for h in handles}
+        loop = asyncio.get_running_loop()
+        deadline = None if timeout is None else loop.time() + timeout
+        while pending:
+            left = None if deadline is None else max(0.0, deadline - loop.time())
+            done, _ = await asyncio.wait(pending, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+            if not done:
+                raise WaitTimeout([h.request_id for h in pending.values()], timeout or 0)
+            for future in sorted(done, key=lambda f: pending[f].finished_at or 0):
+                yield pending.pop(future)
+
+    async def gather(
+        self, handles: Sequence[AsyncHandle], timeout: float | None = None
+    ) -> list[ExecutionResult]:
+        """Every result, in the handles' order. Raises WaitTimeout (with the ids left)."""
+        async for _ in self.as_completed(handles, timeout):
+            pass
+        return [h.future.result() for h in handles]
+
+    async def run(
+        self, requests: Sequence[ExecutionRequest], timeout: float | None = None
+    ) -> list[ExecutionResult]:
+        """Submit, then gather: every request to its terminal result, in order."""
+        return await self.gather(await self.submit(requests), timeout)
+
+    async def cancel(self, handles: Sequence[AsyncHandle]) -> None:
+        """End each unfinished request with the terminal status `cancelled` (reward None,
+        loss_mask true). One not yet sent never reaches the pipeline; one in flight gets its
+        `cancelled` result recorded (a result that arrived first stands) and its execution
+        stopped, which frees its sandbox."""
+        for handle in handles:
+            if handle.done():
+                continue
+            result = result_for(
+                handle.request_id, Status.CANCELLED, error="cancelled by the client"
+            )
+            if handle in self._waiting:
+                self._waiting.remove(handle)
+            elif handle.sent:
+                await asyncio.to_thread(self._aws.cancel, result, handle.content_sha256)
+                self._in_flight.pop(handle.request_id, None)
+            self._open.pop(handle.request_id, None)
+            handle.resolve(result)
+        self._kick()
+
+    async def withdraw(self, handles: Sequence[AsyncHandle]) -> list[AsyncHandle]:
+        """Cancel the handles not yet sent, and only those (nothing reached the pipeline for
+        them); returns them. `trialbox run` does this when interrupted."""
+        unsent = [h for h in handles if not h.done() and not h.sent]
+        await self.cancel(unsent)
+        return unsent
+
+    async def run_group(
+        self,
+        task: Task,
+        completions: Sequence[str],
+        extract: groups.Extract = groups.extract_code,
+        *,
+        group_id: str | None = None,
+        timeout: float | None = None,
+    ) -> list[ExecutionResult]:
+        """GRPO: N completions for one task -> N graded results, in order. Each completion's
+        code (`extract`) goes into the task's starter file; a completion with no code scores
+        0.0 with the flag `no_code`, without a sandbox. The group shares one pushed task."""
+        ref = await self.push_tasks([task], name=f"group-{task.task_id}")
+        plan = groups.plan(task, ref.task(task.task_id), completions, extract, group_id)
+        handles = await self.submit([p for p in plan if isinstance(p, ExecutionRequest)])
+        by_id = {h.request_id: h for h in handles}
+        await self.gather(handles, timeout)
+        return [
+            p if isinstance(p, ExecutionResult) else by_id[p.request_id].future.result()
+            for p in plan
+        ]
+
+    async def read_object(self, uri: str) -> bytes:
+        """An `s3://bucket/key` object: a trace or a report."""
+        return await asyncio.to_thread(self._aws.read_object, uri)
+
+    # --- the pump -----------------------------------------------------------------------------
+
+    def _kick(self) -> None:
+        if self._wake is None:
+            self._wake = asyncio.Event()
+        self._wake.set()
+        if self._pump is None or self._pump.done():
+            self._pump = asyncio.get_running_loop().create_task(self._run_pump())
+
+    async def _run_pump(self) -> None:
+        assert self._wake is not None
+        delay = POLL_S
+        while self._waiting or self._in_flight:
+            self._wake.clear()
+            sent = await self._admit()
+            arrived = await self._poll()
+            delay = POLL_S if (sent or arrived) else min(MAX_POLL_S, delay * 1.5)
+            if self._waiting or self._in_flight:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), delay)
+
+    async def _admit(self) -> int:
+        room = min(self.concurrency - len(self._in_flight), len(self._waiting))
+        if room <= 0:
+            return 0
+        batch = [self._waiting.popleft() for _ in range(room)]
+        for handle in batch:  # in flight before the call: an interrupted call may have sent it
+            handle.sent_at = time.monotonic()
+            self._in_flight[handle.request_id] = handle
+        try:
+            bodies = await asyncio.to_thread(self._bodies, batch)
+            await asyncio.to_thread(self._aws.send, bodies)
+        except TrialboxError as exc:
+            for handle in batch:
+                self._finish(handle, exc)
+        return len(batch)
+
+    def _bodies(self, batch: list[AsyncHandle]) -> list[tuple[str, str]]:
+        return [(h.request_id, self._aws.message_body(h.request, h.content_sha256)) for h in batch]
+
+    async def _poll(self) -> int:
+        if not self._in_flight:
+            return 0
+        try:
+            stored = await asyncio.to_thread(self._aws.results, list(self._in_flight))
+        except TrialboxError:
+            log.exception("polling results failed; polling again")
+            return 0
+        for rid, (result, content) in stored.items():
+            handle = self._in_flight.get(rid)
+            if handle is None:
+                continue
+            if content not in (None, handle.content_sha256):
+                self._finish(handle, RequestIdReused(rid))
+            else:
+                self._finish(handle, result)
+        return len(stored)
+
+    def _finish(self, handle: AsyncHandle, outcome: ExecutionResult | BaseException) -> None:
+        self._in_flight.pop(handle.request_id, None)
+        self._open.pop(handle.request_id, None)
+        handle.resolve(outcome)
+
+    # --- closing ------------------------------------------------------------------------------
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise TrialboxError("the client is closed")
+
+    async def aclose(self) -> None:
+        """Stop the pump; unresolved handles raise ClientClosed (a sent request still runs);
+        a local twin stops."""
+        self._closed = True
+        if self._pump is not None:
+            self._pump.cancel()
+            await asyncio.gather(self._pump, return_exceptions=True)
+        for handle in list(self._open.values()):
+            handle.resolve(ClientClosed(handle.request_id))
+        self._open.clear()
+        self._waiting.clear()
+        self._in_flight.clear()
+        if self._twin is not None:
+            twin, self._twin = self._twin, None
+            await asyncio.to_thread(twin.stop)
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.aclose()

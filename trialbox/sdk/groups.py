@@ -1,0 +1,58 @@
+"""GRPO groups: N completions for one task become N requests, or a `no_code` result each."""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Sequence
+
+from trialbox.models import ExecutionRequest, ExecutionResult, Status, Task, result_for
+from trialbox.sdk.extract import NO_CODE_FEEDBACK, NO_CODE_FLAG, Extract, extract_code, files_for
+from trialbox.sdk.tasksets import request_id
+
+__all__ = ["Extract", "extract_code", "plan"]
+
+
+def plan(
+    task: Task,
+    task_ref: str,
+    completions: Sequence[str],
+    extract: Extract,
+    group_id: str | None,
+) -> list[ExecutionRequest | ExecutionResult]:
+    """Per completion, in order: the request that grades its code, or (no code found) its
+    result. The default group id hashes the task and the completions, so a group submitted
+    again is the same requests (each runs once)."""
+    if group_id is None:
+        digest = hashlib.sha256(task_ref.encode())
+        for completion in completions:
+            digest.update(hashlib.sha256(completion.encode(errors="surrogatepass")).digest())
+        group_id = f"g{digest.hexdigest()[:12]}"
+    planned: list[ExecutionRequest | ExecutionResult] = []
+    for index, completion in enumerate(completions):
+        sample_id = str(index)
+        rid = request_id(group_id, task.task_id, sample_id)
+        files = files_for(task.workspace, extract(completion))
+        if files is None:
+            planned.append(
+                result_for(
+                    rid,
+                    Status.SUCCEEDED,
+                    scored_reward=0.0,
+                    feedback=NO_CODE_FEEDBACK,
+                    flags=[NO_CODE_FLAG],
+                    task_id=task.task_id,
+                    sample_id=sample_id,
+                )
+            )
+            continue
+        planned.append(
+            ExecutionRequest(
+                request_id=rid,
+                run_id=group_id,
+                task_ref=task_ref,
+                sample_id=sample_id,
+                files=files,
+                metadata=None,
+            )
+        )
+    return planned

@@ -1,0 +1,211 @@
+"""Client: the AsyncClient run on one background event loop, behind blocking methods."""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import queue
+import threading
+import time
+from collections.abc import Callable, Coroutine, Iterator, Sequence
+from pathlib import Path
+from typing import Any, Self, TypeVar
+
+from trialbox.errors import WaitTimeout
+from trialbox.models import ExecutionRequest, ExecutionResult, Task
+from trialbox.sdk import groups
+from trialbox.sdk.core import AsyncClient
+from trialbox.sdk.handles import AsyncHandle
+from trialbox.sdk.resources import Resources
+from trialbox.sdk.tasksets import TaskSetRef
+
+T = TypeVar("T")
+
+
+class _Loop:
+    """One event loop on a daemon thread; coroutines are run on it from any thread."""
+
+    def __init__(self) -> None:
+        self.loop = asyncio.new_event_loop()
+        self.thread = threading.Thread(target=self.loop.run_forever, daemon=True, name="trialbox")
+        self.thread.start()
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    def stop(self) -> None:
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self.thread.join(timeout=10)
+        if not self.thread.is_alive():
+            self.loop.close()
+
+
+class Handle:
+    """A submitted request; `handle.result()` blocks until its terminal result."""
+
+    def __init__(self, inner: AsyncHandle, loop: _Loop) -> None:
+        self._inner = inner
+        self._loop = loop
+        self.request_id = inner.request_id
+
+    @property
+    def sent(self) -> bool:
+        return self._inner.sent
+
+    @property
+    def latency_s(self) -> float | None:
+        return self._inner.latency_s
+
+    def done(self) -> bool:
+        return self._inner.done()
+
+    def result(self, timeout: float | None = None) -> ExecutionResult:
+        """The terminal result; raises WaitTimeout when `timeout` seconds pass first."""
+        return self._loop.run(self._inner.result(timeout))
+
+    def __repr__(self) -> str:
+        return repr(self._inner).replace("AsyncHandle", "Handle", 1)
+
+
+class Client:
+    """The blocking SDK. Every method is AsyncClient's, run on a background loop: the same
+    requests give the same results either way."""
+
+    def __init__(
+        self,
+        resources: Resources | None = None,
+        *,
+        endpoint_url: str | None = None,
+        session: Any = None,
+        concurrency: int | None = None,
+    ) -> None:
+        self._start(
+            lambda: AsyncClient(
+                resources, endpoint_url=endpoint_url, session=session, concurrency=concurrency
+            )
+        )
+
+    def _start(self, factory: Callable[[], AsyncClient]) -> None:
+        self._loop = _Loop()
+        try:
+            self._async: AsyncClient = self._loop.run(_build(factory))
+        except BaseException:
+            self._loop.stop()
+            raise
+
+    @classmethod
+    def from_stack(cls, name: str, *, region: str | None = None, **kwargs: Any) -> Self:
+        """The deployed stack `name`, its resources read from its CloudFormation outputs."""
+        client = cls.__new__(cls)
+        client._start(lambda: AsyncClient.from_stack(name, region=region, **kwargs))
+        return client
+
+    @classmethod
+    def local(cls, workers: int = 2, **kwargs: Any) -> Self:
+        """A local twin on this machine (moto and bwrap sandboxes), stopped with the client."""
+        client = cls.__new__(cls)
+        client._start(lambda: AsyncClient.local(workers, **kwargs))
+        return client
+
+    @property
+    def aio(self) -> AsyncClient:
+        """The async client underneath (its coroutines run on this client's loop only)."""
+        return self._async
+
+    @property
+    def capacity(self) -> int | None:
+        return self._async.capacity
+
+    @property
+    def concurrency(self) -> int:
+        return self._async.concurrency
+
+    @property
+    def is_local(self) -> bool:
+        return self._async.is_local
+
+    def push_taskset(self, path: str | Path) -> TaskSetRef:
+        return self._loop.run(self._async.push_taskset(path))
+
+    def push_tasks(self, tasks: list[Task], name: str = "tasks") -> TaskSetRef:
+        return self._loop.run(self._async.push_tasks(tasks, name))
+
+    def submit(self, requests: Sequence[ExecutionRequest]) -> list[Handle]:
+        return [Handle(h, self._loop) for h in self._loop.run(self._async.submit(requests))]
+
+    def as_completed(
+        self, handles: Sequence[Handle], timeout: float | None = None
+    ) -> Iterator[Handle]:
+        """Each handle as its result arrives; WaitTimeout (with the ids left) after `timeout`."""
+        arrived: queue.SimpleQueue[Handle] = queue.SimpleQueue()
+        by_future = {h._inner.future: h for h in handles}
+
+        def watch() -> None:
+            for future, handle in by_future.items():
+                future.add_done_callback(functools.partial(_put, arrived, handle))
+
+        self._loop.loop.call_soon_threadsafe(watch)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        left = {h.request_id: h for h in handles}
+        for _ in range(len(by_future)):
+            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
+            try:
+                handle = arrived.get(timeout=wait)
+            except queue.Empty:
+                raise WaitTimeout(list(left), timeout or 0) from None
+            left.pop(handle.request_id, None)
+            yield handle
+
+    def gather(
+        self, handles: Sequence[Handle], timeout: float | None = None
+    ) -> list[ExecutionResult]:
+        return self._loop.run(self._async.gather([h._inner for h in handles], timeout))
+
+    def run(
+        self, requests: Sequence[ExecutionRequest], timeout: float | None = None
+    ) -> list[ExecutionResult]:
+        return self._loop.run(self._async.run(requests, timeout))
+
+    def cancel(self, handles: Sequence[Handle]) -> None:
+        self._loop.run(self._async.cancel([h._inner for h in handles]))
+
+    def withdraw(self, handles: Sequence[Handle]) -> list[Handle]:
+        inner = {id(h._inner): h for h in handles}
+        taken = self._loop.run(self._async.withdraw([h._inner for h in handles]))
+        return [inner[id(h)] for h in taken]
+
+    def run_group(
+        self,
+        task: Task,
+        completions: Sequence[str],
+        extract: groups.Extract = groups.extract_code,
+        *,
+        group_id: str | None = None,
+        timeout: float | None = None,
+    ) -> list[ExecutionResult]:
+        return self._loop.run(
+            self._async.run_group(task, completions, extract, group_id=group_id, timeout=timeout)
+        )
+
+    def read_object(self, uri: str) -> bytes:
+        return self._loop.run(self._async.read_object(uri))
+
+    def close(self) -> None:
+        if self._loop.thread.is_alive():
+            self._loop.run(self._async.aclose())
+            self._loop.stop()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+def _put(arrived: queue.SimpleQueue[Handle], handle: Handle, _: object) -> None:
+    arrived.put(handle)
+
+
+async def _build(factory: Callable[[], AsyncClient]) -> AsyncClient:
+    """Construct on the loop's thread (`local` blocks it while the twin starts)."""
+    return factory()
