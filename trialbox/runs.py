@@ -26,6 +26,7 @@ from trialbox.errors import (
 from trialbox.models import ExecutionRequest, ExecutionResult, Sample, Status
 from trialbox.models.jsonl import load_tasks_and_samples
 from trialbox.sdk import Client, Handle, TaskSetRef, request_id
+from trialbox.sdk.core import local_twin_class
 from trialbox.settings import ClientSettings
 
 TERMINAL = {s.value for s in Status}
@@ -234,7 +235,9 @@ class RunJob:
             return problems
         try:
             self._client = connect(self.local, self.endpoint_url, self.stack, self.concurrency)
-        except InputError as exc:
+            if self._client is None:
+                local_twin_class()  # its extra is installed, or one line says which
+        except TrialboxError as exc:
             return [str(exc)]
         self.run_id = self.run_id or uuid.uuid4().hex[:12]
         ref = TaskSetRef.of_file(self.tasks)

@@ -209,6 +209,27 @@ def test_ctrl_c_keeps_what_finished_and_prints_the_resume_command(tmp_path: Path
     assert all(r["reward"] == 1.0 for r in rows)
 
 
+def test_without_the_local_extra_run_names_it_in_one_line(tmp_path: Path) -> None:
+    """`pip install trialbox` has no moto: `trialbox run` (the local twin) says which extra to
+    install, in one line, before anything starts."""
+    tasks, samples = inputs(tmp_path)
+    out = tmp_path / "out.jsonl"
+    hide = (
+        "import sys\nfor name in ('moto', 'requests', 'werkzeug'):\n    sys.modules[name] = None\n"
+    )
+    code = hide + "from trialbox.cli import main\nmain()\n"
+    done = subprocess.run(
+        [sys.executable, "-c", code, "run", "--tasks", str(tasks), "--samples", str(samples),
+         "--out", str(out)],
+        capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.splitlines() == [
+        "error: the local twin needs `pip install 'trialbox[local]'` (no module 'requests')"
+    ]
+    assert not out.exists()
+
+
 def test_local_up_serves_the_sdk_until_ctrl_c(tmp_path: Path) -> None:
     serving = subprocess.Popen(
         [sys.executable, "-m", "trialbox", "local", "up", "--workers", "1"],
@@ -228,7 +249,7 @@ def test_local_up_serves_the_sdk_until_ctrl_c(tmp_path: Path) -> None:
         assert exports["AWS_ENDPOINT_URL"] == banner.split()[3]
         env = os.environ | exports
         code = (
-            "from trialbox.client import Client\n"
+            "from trialbox import Client\n"
             "from tests.e2e.conftest import request\n"
             "from tests.sandbox.conftest import CORRECT\n"
             "print(Client().run([request('up-1', CORRECT)], timeout=120)[0].reward)\n"

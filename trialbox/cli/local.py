@@ -9,6 +9,8 @@ from typing import Annotated
 import typer
 
 from trialbox import constants as c
+from trialbox.errors import MissingExtra
+from trialbox.sdk.core import local_twin_class
 
 local_app = typer.Typer(no_args_is_help=True, help="The local twin: the pipeline on this machine.")
 
@@ -19,10 +21,13 @@ def up(
     port: Annotated[int, typer.Option(help="moto's port (0: any free one)")] = 0,
 ) -> None:
     """Start the twin and print what an SDK user needs; Ctrl-C stops it."""
-    from trialbox.local.twin import LocalTwin
-
+    try:
+        twin_class = local_twin_class()
+    except MissingExtra as exc:
+        typer.echo(f"error: {exc}", err=True)
+        raise typer.Exit(2) from None
     signal.signal(signal.SIGTERM, signal.default_int_handler)  # stop as on Ctrl-C
-    twin = LocalTwin(workers=workers, port=port).start()
+    twin = twin_class(workers=workers, port=port).start()
     outputs = twin.outputs
     exports = twin.env | {
         c.ENV_ENDPOINT_URL: twin.endpoint_url,

@@ -72,7 +72,8 @@ def run_job(job: RunJob) -> int:
     if job.resumed:
         err.print(
             f"resuming run {job.run_id}: {job.resumed} of {len(job.requests)} sample(s) "
-            f"already have results in {job.out}; running the other {len(job.todo)}"
+            f"already have results in {job.out}; "
+            + (f"running the other {len(job.todo)}" if job.todo else "nothing left to run")
         )
     with Progress(console=err, transient=True) as progress:
         bar = progress.add_task("samples", total=len(job.requests), completed=job.resumed)

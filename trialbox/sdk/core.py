@@ -47,6 +47,15 @@ POLL_S = 0.2  # the first poll after a send; it backs off to MAX_POLL_S while no
 MAX_POLL_S = 2.0
 
 
+def local_twin_class() -> type[LocalTwin]:
+    """The local twin, or MissingExtra naming `trialbox[local]` when it is not installed."""
+    try:
+        from trialbox.local.twin import LocalTwin
+    except ImportError as exc:
+        raise MissingExtra("the local twin", "local", exc.name) from None
+    return LocalTwin
+
+
 class AsyncClient:
     """Submit execution requests and receive their typed results, on asyncio.
 
@@ -106,11 +115,7 @@ class AsyncClient:
     def local(cls, workers: int = 2, **kwargs: Any) -> Self:
         """A local twin on this machine (moto and bwrap sandboxes), stopped with the client.
         Starting it takes a few seconds, and blocks."""
-        try:
-            from trialbox.local.twin import LocalTwin
-        except ImportError as exc:
-            raise MissingExtra("the local twin", "local", exc.name) from None
-        twin = LocalTwin(workers=workers).start()
+        twin = local_twin_class()(workers=workers).start()
         session = boto3.session.Session(
             aws_access_key_id="local", aws_secret_access_key="local", region_name="us-east-1"
         )
