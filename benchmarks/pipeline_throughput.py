@@ -28,10 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from trialbox import constants as c
-from trialbox.client import Client
-from trialbox.driver import Driver
 from trialbox.local.twin import LocalTwin
 from trialbox.models import ExecutionRequest, ExecutionResult
+from trialbox.sdk import Client
 
 TESTS = "from solution import add\ndef test_one():\n    assert add(1, 2) == 3\n"
 SOLUTION = "def add(a, b):\n    return a + b\n"
@@ -83,31 +82,24 @@ class Steady:
 
 
 def steady(client: Client, n: int) -> Steady:
-    """N samples through a started twin with `trialbox run`'s admission control."""
+    """N samples through a started twin, through the SDK's own admission control (what
+    `trialbox run` uses)."""
     body = {"task": TASK, "files": {"solution.py": SOLUTION}}
     prefix = f"b{n}"
     requests = [
         ExecutionRequest.model_validate(body | {"request_id": f"{prefix}-{i}"}) for i in range(n)
     ]
-    submitted: dict[str, float] = {}
     seen: dict[str, float] = {}
     results: dict[str, ExecutionResult] = {}
-    submit = client.submit
-
-    def timed_submit(batch: list[ExecutionRequest]) -> list[str]:
-        submitted.update((r.request_id, time.time()) for r in batch)
-        return submit(batch)
-
-    def record(rid: str, result: ExecutionResult, elapsed: float | None) -> None:
-        seen[rid], results[rid] = time.time(), result
-
-    client.submit = timed_submit  # type: ignore[method-assign]
-    driver = Driver(client, requests, concurrency=4 * WORKERS, on_result=record, poll_s=0.1)
     start = time.perf_counter()
-    driver.run(timeout_s=1800)
+    handles = client.submit(requests)
+    for handle in client.as_completed(handles, timeout=1800):
+        seen[handle.request_id], results[handle.request_id] = time.time(), handle.result()
     wall = time.perf_counter() - start
     assert len(results) == n and all(r.reward == 1.0 for r in results.values())
-    client.submit = submit  # type: ignore[method-assign]
+    # Epoch seconds each request was sent: the handles keep monotonic time.
+    offset = time.time() - time.monotonic()
+    submitted = {h.request_id: (h.sent_at or 0) + offset for h in handles}
     return Steady(wall, submitted, seen, results)
 
 
@@ -147,7 +139,7 @@ def main() -> None:
     args = parser.parse_args()
     cli_s = cli(args.n)
     with Client.local(workers=WORKERS) as client:
-        twin = client._twin
+        twin = client.aio._twin
         assert twin is not None
         python = str(twin._runner.runtime.python)
         steady(client, 4)  # warm: first imports in the function processes
