@@ -9,6 +9,8 @@ import pytest
 
 from tests.integration.conftest import Aws
 from tests.sandbox.conftest import ADD_TASK, CORRECT
+from trialbox import keys
+from trialbox.models import ExecutionRequest
 from trialbox.pipeline.dispatch import Dispatched, Dispatcher
 
 PASS_MACHINE = {"StartAt": "Wait", "States": {"Wait": {"Type": "Wait", "Seconds": 60, "End": True}}}
@@ -99,13 +101,37 @@ def test_no_recoverable_request_id_goes_to_the_dlq(
     assert dead_letters(aws) == [(body, reason)]
 
 
+def pointer_to(aws: Aws, body: str) -> str:
+    """Where the SDK puts a large request: under payloads/, keyed by its content hash."""
+    sha = ExecutionRequest.model_validate_json(body).content_sha256()
+    uri = aws.traces.put_json(keys.payload_key(sha), json.loads(body))
+    return json.dumps({"request_id": json.loads(body)["request_id"], "payload_uri": uri})
+
+
 def test_a_large_request_comes_by_pointer(aws: Aws, dispatcher: Dispatcher) -> None:
-    uri = aws.traces.put_json("payloads/r-big.json", json.loads(request("r-big")))
-    pointer = json.dumps({"request_id": "r-big", "payload_uri": uri})
+    pointer = pointer_to(aws, request("r-big"))
     assert dispatcher(pointer) == Dispatched.STARTED
     (execution,) = aws.sfn.list_executions(stateMachineArn=dispatcher.rollout_arn)["executions"]
     started = aws.sfn.describe_execution(executionArn=execution["executionArn"])
-    assert json.loads(started["input"]) == {"request_id": "r-big", "payload_uri": uri}
+    sha = ExecutionRequest.model_validate_json(request("r-big")).content_sha256()
+    assert json.loads(started["input"]) == json.loads(pointer) | {"content_sha256": sha}
+
+
+def test_the_same_id_with_other_large_content_is_dead_lettered(
+    aws: Aws, dispatcher: Dispatcher
+) -> None:
+    """Each content has its own payload key, so new content is never taken for a redelivery
+    (Prepare would have run it under the first request's execution)."""
+    first = pointer_to(aws, request("r-big"))
+    other = pointer_to(
+        aws, request("r-big", files={"solution.py": "def add(a, b):\n    return 0\n"})
+    )
+    assert first != other
+    assert dispatcher(first) == Dispatched.STARTED
+    assert dispatcher(other) == Dispatched.DEAD_LETTERED
+    assert dead_letters(aws) == [(other, "request_id r-big reused with different content")]
+    assert dispatcher(first) in (Dispatched.STARTED, Dispatched.ALREADY_STARTED)
+    assert len(aws.sfn.list_executions(stateMachineArn=dispatcher.rollout_arn)["executions"]) == 1
 
 
 @pytest.mark.parametrize(

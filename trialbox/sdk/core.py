@@ -239,9 +239,7 @@ class AsyncClient:
             result = result_for(
                 handle.request_id, Status.CANCELLED, error="cancelled by the client"
             )
-            if handle in self._waiting:
-                self._waiting.remove(handle)
-            elif handle.sent:
+            if handle.sent:  # an unsent one stays queued, done: the pump skips it
                 await asyncio.to_thread(self._aws.cancel, result, handle.content_sha256)
                 self._in_flight.pop(handle.request_id, None)
             self._open.pop(handle.request_id, None)
@@ -303,10 +301,13 @@ class AsyncClient:
                     await asyncio.wait_for(self._wake.wait(), delay)
 
     async def _admit(self) -> int:
-        room = min(self.concurrency - len(self._in_flight), len(self._waiting))
-        if room <= 0:
+        batch: list[AsyncHandle] = []
+        while self._waiting and len(self._in_flight) + len(batch) < self.concurrency:
+            handle = self._waiting.popleft()
+            if not handle.done():  # cancelled while it waited
+                batch.append(handle)
+        if not batch:
             return 0
-        batch = [self._waiting.popleft() for _ in range(room)]
         for handle in batch:  # in flight before the call: an interrupted call may have sent it
             handle.sent_at = time.monotonic()
             self._in_flight[handle.request_id] = handle
