@@ -1,27 +1,34 @@
-"""Two policy samples for one task, through the whole pipeline on the local twin."""
+"""Three samples of one task through the whole pipeline on the local twin, each printed as
+its result arrives; then the same requests again, which run nothing."""
 
-from trialbox.client import Client
-from trialbox.models import ExecutionRequest
+from pathlib import Path
 
-task = {
-    "task_id": "add-two",
-    "workspace": {"solution.py": "def add(a, b):\n    raise NotImplementedError\n"},
-    "hidden_tests": {
-        "tests/test_add.py": "from solution import add\n"
-        "def test_small():\n    assert add(1, 2) == 3\n"
-        "def test_negative():\n    assert add(-1, -2) == -3\n"
-    },
-    "grading": {"command": ["python", "-m", "pytest", "-q", "tests"]},
-}
-samples = {
+from trialbox import Client, ExecutionRequest
+from trialbox.sdk import request_id
+
+TASKS = Path(__file__).parent / "tasks.jsonl"  # add-two: three hidden tests of add(a, b)
+SAMPLES = {
     "right": "def add(a, b):\n    return a + b\n",
     "hard-coded": "def add(a, b):\n    return 3\n",
+    "syntax-error": "def add(a, b)\n    return a + b\n",
 }
 
-with Client.local() as client:  # or Client.from_stack("Trialbox"), or Client() with TRIALBOX_* env
+with Client.local() as client:  # or Client.from_stack("Trialbox"), or Client() with TRIALBOX_*
+    tasks = client.push_taskset(TASKS)  # a TaskSetRef: tasks@<sha256 of the file>
     requests = [
-        ExecutionRequest(request_id=name, task=task, files={"solution.py": code})
-        for name, code in samples.items()
+        ExecutionRequest(
+            request_id=request_id("quickstart", "add-two", name),  # the same on every run
+            task_ref=tasks.task("add-two"),
+            sample_id=name,
+            files={"solution.py": code},
+        )
+        for name, code in SAMPLES.items()
     ]
-    for result in client.run(requests, timeout=300):
-        print(result.request_id, result.status.value, result.reward)
+    handles = client.submit(requests)  # at once; the client sends them as the pool has room
+    for handle in client.as_completed(handles, timeout=120):
+        result = handle.result()
+        reward = "-" if result.reward is None else f"{result.reward:.2f}"
+        print(result.sample_id, result.status.value, reward, result.feedback.partition("\n")[0])
+
+    again = client.run(requests, timeout=30)  # same ids, same content: the recorded results
+    assert again == [handle.result() for handle in handles]
