@@ -15,6 +15,7 @@ from aws_cdk.assertions import Match, Template
 
 from tests.infra.conftest import ROOT, definition, only, resources
 from trialbox import constants as c
+from trialbox.settings import work_visibility_s
 
 
 @pytest.fixture(scope="module")
@@ -97,9 +98,10 @@ def test_queues_have_dlqs_and_visibility_six_times_the_consumer(
     requests = one(template, "AWS::SQS::Queue", "IntakeRequestsQueue")["Properties"]
     assert requests["VisibilityTimeout"] >= 6 * dispatcher["Properties"]["Timeout"]
     assert "RedrivePolicy" in requests
-    # The worker holds a job for 3 heartbeats at a time and extends it on every heartbeat.
+    # The worker holds a job for 3 heartbeats at a time and extends it on every heartbeat
+    # (test_settings_agree: the queue's visibility is the one the worker asks for).
     work = one(template, "AWS::SQS::Queue", "PoolWorkQueue")["Properties"]
-    assert work["VisibilityTimeout"] >= 6 * config["heartbeat_s"]
+    assert work["VisibilityTimeout"] == work_visibility_s(config["heartbeat_s"])
     assert "RedrivePolicy" in work
     template.has_resource_properties(
         "AWS::Lambda::EventSourceMapping",

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from trialbox.errors import InputError
-from trialbox.models.jsonl import InvalidInputFiles, LineError, load_tasks_and_samples
+from trialbox.errors import InputError, InvalidInputFiles, LineError
+from trialbox.models.jsonl import load_tasks_and_samples
 
 TASK_LINE = (
     '{"task_id": "add-two", "prompt": "Write add(a, b) in solution.py", "workspace": '
@@ -217,3 +217,32 @@ def test_an_unreadable_tasks_file_does_not_blame_every_sample(tmp_path: Path) ->
     with pytest.raises(InvalidInputFiles) as exc:
         load_tasks_and_samples(tmp_path / "nope.jsonl", samples)
     assert [str(e) for e in exc.value.errors] == [f"{tmp_path / 'nope.jsonl'}: no such file"]
+
+
+IMAGE_REASON = "every task runs in the pool's sandbox image; remove the field"
+
+
+@pytest.mark.parametrize("image", ["python:3.12", None])
+def test_a_task_naming_an_image_is_refused_with_the_reason(
+    tmp_path: Path, image: str | None
+) -> None:
+    tasks = [TASK_LINE, task(task_id="t-image", image=image)]
+    with pytest.raises(InvalidInputFiles) as exc:
+        load_tasks_and_samples(*write(tmp_path, tasks, [SAMPLE_LINE]))
+    # The message names the field itself: no "(record)" placeholder, no "unknown field".
+    assert [str(e) for e in exc.value.errors] == [
+        f"tasks.jsonl:2: image is not supported yet: {IMAGE_REASON}"
+    ]
+    assert exc.value.errors[0] == LineError(
+        "tasks.jsonl", 2, None, f"image is not supported yet: {IMAGE_REASON}"
+    )
+
+
+def test_a_whole_record_error_reads_as_one_sentence(tmp_path: Path) -> None:
+    grading = TASK["grading"] | {"expected_tests": ["solution.py::test_small"]}
+    with pytest.raises(InvalidInputFiles) as exc:
+        load_tasks_and_samples(*write(tmp_path, [TASK_LINE, task(grading=grading)], [SAMPLE_LINE]))
+    assert [str(e) for e in exc.value.errors] == [
+        "tasks.jsonl:2: expected test 'solution.py::test_small' is not in a hidden_tests file "
+        "(tests/test_add.py)"
+    ]

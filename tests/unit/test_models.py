@@ -11,6 +11,7 @@ from trialbox.models import (
     REWARD_RULES,
     EncodedFile,
     ExecutionRequest,
+    ExecutionResult,
     GradingSpec,
     LimitOverrides,
     Limits,
@@ -292,7 +293,7 @@ def test_reward_for_policy_failures_is_zero(status: Status) -> None:
     assert reward_for(status, 0.75) == (0.0, False)
 
 
-@pytest.mark.parametrize("status", [Status.REJECTED, Status.SANDBOX_ERROR])
+@pytest.mark.parametrize("status", [Status.REJECTED, Status.SANDBOX_ERROR, Status.CANCELLED])
 def test_reward_for_platform_failures_is_masked(status: Status) -> None:
     assert reward_for(status, 0.75) == (None, True)
 
@@ -306,3 +307,129 @@ def test_ids_with_a_trailing_newline_are_rejected() -> None:
         Sample(task_id="t\n", sample_id="s")
     with pytest.raises(ValidationError, match="request_id must be"):
         ExecutionRequest(request_id="abc\n", task_ref="set@v/t")
+
+
+def test_cancelled_is_masked_with_no_reward() -> None:
+    assert Status("cancelled") is Status.CANCELLED
+    rule = REWARD_RULES[Status.CANCELLED]
+    assert (rule.scored, rule.fixed, rule.loss_mask) == (False, None, True)
+    assert reward_for(Status.CANCELLED, None) == (None, True)
+
+
+def result(status: Status, reward: float | None, loss_mask: bool) -> ExecutionResult:
+    return ExecutionResult(request_id="r1", status=status, reward=reward, loss_mask=loss_mask)
+
+
+@pytest.mark.parametrize(
+    ("status", "reward", "loss_mask", "learnable"),
+    [
+        (Status.SUCCEEDED, 0.75, False, 0.75),
+        (Status.SUCCEEDED, 0.0, False, 0.0),
+        (Status.TIMEOUT, 0.0, False, 0.0),  # a policy failure is a reward, not None
+        (Status.SANDBOX_ERROR, None, True, None),
+        (Status.CANCELLED, None, True, None),
+        (Status.REJECTED, None, True, None),
+        (Status.SUCCEEDED, 0.75, True, None),  # a masked sample is never learned from
+    ],
+)
+def test_reward_or_none_is_none_whenever_the_loss_is_masked(
+    status: Status, reward: float | None, loss_mask: bool, learnable: float | None
+) -> None:
+    assert result(status, reward, loss_mask).reward_or_none == learnable
+
+
+def test_reward_or_none_follows_the_reward_rules() -> None:
+    for status in Status:
+        reward, loss_mask = reward_for(status, 0.5)
+        expected = None if REWARD_RULES[status].loss_mask else reward
+        assert result(status, reward, loss_mask).reward_or_none == expected
+
+
+REFUSED_REQUEST_FIELDS = [
+    ("priority", "high", "every request runs at normal priority; remove the field"),
+    (
+        "reply_to",
+        "https://sqs.us-east-1.amazonaws.com/0/replies",
+        "results are read from the executions table (Client.as_completed / gather)",
+    ),
+    (
+        "episode_id",
+        "e1",
+        "multi-turn episodes are not built yet; send each turn as its own request",
+    ),
+    ("turn", 2, "multi-turn episodes are not built yet; send each turn as its own request"),
+    (
+        "base_checkpoint",
+        "s3://bucket/checkpoints/c1.tar",
+        "checkpoints are not built yet; send the files the turn starts from",
+    ),
+]
+
+
+@pytest.mark.parametrize(("field", "value", "reason"), REFUSED_REQUEST_FIELDS)
+def test_an_unsupported_request_field_is_refused_with_its_reason(
+    field: str, value: object, reason: str
+) -> None:
+    for given in (value, None):  # null too: the reason, never "Extra inputs are not permitted"
+        with pytest.raises(ValidationError) as exc:
+            ExecutionRequest.model_validate({"request_id": "r1", "task_ref": "s@v/t", field: given})
+        assert errors(exc) == [((), f"Value error, {field} is not supported yet: {reason}")]
+    assert field not in ExecutionRequest.model_fields
+
+
+def test_an_inline_task_naming_an_image_is_refused_with_its_reason() -> None:
+    reason = (
+        "image is not supported yet: every task runs in the pool's sandbox image; remove the field"
+    )
+    with pytest.raises(ValidationError) as exc:
+        make_task(image="python:3.12")
+    assert errors(exc) == [((), f"Value error, {reason}")]
+    task = {"task_id": "t", "hidden_tests": HIDDEN, "grading": GRADING, "image": "python:3.12"}
+    with pytest.raises(ValidationError) as exc:
+        ExecutionRequest.model_validate({"request_id": "r1", "task": task})
+    assert errors(exc) == [(("task",), f"Value error, {reason}")]
+    assert "image" not in Task.model_fields
+
+
+def request(**fields: object) -> ExecutionRequest:
+    return ExecutionRequest.model_validate(
+        {
+            "request_id": "r1",
+            "task_ref": "set@v1/t",
+            "files": {"solution.py": "def add(a, b):\n    return a + b\n"},
+            "commands": [["python", "solution.py"]],
+        }
+        | fields
+    )
+
+
+def test_content_sha256_is_equal_for_equal_content() -> None:
+    digest = request().content_sha256()
+    assert len(digest) == 64 and int(digest, 16) >= 0
+    assert request().content_sha256() == digest
+    # The same content however it was written: key order, defaults spelt out, a JSON trip.
+    spelt_out = request(grade=True, tags={}, metadata=None, limits={}, schema_version=1)
+    assert spelt_out.content_sha256() == digest
+    reordered = ExecutionRequest.model_validate(
+        dict(reversed(list(request().model_dump().items())))
+    )
+    assert reordered.content_sha256() == digest
+    assert (
+        ExecutionRequest.model_validate_json(request().model_dump_json()).content_sha256() == digest
+    )
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        {"files": {"solution.py": "def add(a, b):\n    return a - b\n"}},  # a file changed
+        {"files": {"solution.py": "def add(a, b):\n    return a + b\n", "x.py": ""}},
+        {"files": {"other.py": "def add(a, b):\n    return a + b\n"}},  # a file renamed
+        {"commands": [["python", "other.py"]]},
+        {"task_ref": "set@v2/t"},
+        {"limits": {"timeout_s": 5}},
+        {"grade": False},
+    ],
+)
+def test_content_sha256_differs_when_the_content_does(change: dict[str, object]) -> None:
+    assert request(**change).content_sha256() != request().content_sha256()

@@ -33,11 +33,20 @@ def normalize(template: dict[str, Any]) -> dict[str, Any]:
     return dict(json.loads(ASSET_HASH.sub("ASSET", json.dumps(template, sort_keys=True))))
 
 
+# The trialbox modules the CDK app imports: their values (names, keys, defaults) shape it.
+APP_IMPORTS = ("constants.py", "keys.py", "settings.py")
+
+
+def template_sources(root: Path = CHECKOUT) -> list[Path]:
+    """Everything that shapes the template, for the cache key."""
+    paths = [root / "app.py", root / "cdk.json"]
+    paths += [root / "trialbox" / name for name in APP_IMPORTS]
+    return paths + sorted((root / "infra").rglob("*.py"))
+
+
 def source_hash(root: Path = CHECKOUT) -> str:
     digest = hashlib.sha256()
-    paths = [root / "app.py", root / "cdk.json", root / "trialbox" / "constants.py"]
-    paths += sorted((root / "infra").rglob("*.py"))
-    for path in paths:
+    for path in template_sources(root):
         digest.update(str(path.relative_to(root)).encode())
         digest.update(path.read_bytes())
     return digest.hexdigest()[:16]

@@ -30,10 +30,11 @@ class StrictModel(BaseModel):
 
 def refuse_unsupported(raw: Any, unsupported: dict[str, str]) -> Any:
     """A `mode="before"` check: a field that exists in the design but does nothing yet is an
-    error saying so, never silently ignored."""
+    error saying so, never silently ignored. Named at all (null too) it gets the reason, not
+    the generic "Extra inputs are not permitted"."""
     if isinstance(raw, dict):
         for name, reason in unsupported.items():
-            if raw.get(name) is not None:
+            if name in raw:
                 raise ValueError(f"{name} is not supported yet: {reason}")
     return raw
 

@@ -24,7 +24,8 @@ FILE_SHAPE = 'a file is a text string, or an object {"base64": "...", "mode": "0
 
 
 def _field_path(loc: tuple[int | str, ...]) -> str:
-    """('files', '../x.py', '[key]') -> 'files["../x.py"]'; ('commands', 0) -> 'commands[0]'."""
+    """('files', '../x.py', '[key]') -> 'files["../x.py"]'; ('commands', 0) -> 'commands[0]';
+    () -> '' (the record as a whole: its message names what it is about)."""
     path = ""
     for part in loc:
         if isinstance(part, int):
@@ -35,7 +36,7 @@ def _field_path(loc: tuple[int | str, ...]) -> str:
             path += f"[{json.dumps(part)}]"
         else:
             path += f".{part}" if path else part
-    return path or "(record)"
+    return path
 
 
 def _value_at(raw: Any, loc: tuple[int | str, ...]) -> Any:
@@ -69,7 +70,7 @@ def _line_errors(name: str, number: int, raw: Any, exc: ValidationError) -> list
             reason = "unknown field" + (
                 " (put free-form data under 'metadata')" if len(loc) == 1 else ""
             )
-        found.append(LineError(name, number, _field_path(loc), reason))
+        found.append(LineError(name, number, _field_path(loc) or None, reason))
     return found or [LineError(name, number, None, "invalid record")]
 
 
