@@ -20,8 +20,6 @@ from infra.lambdas import TrialboxFunction, retention
 from infra.nag import acknowledge, logical_id
 from trialbox import constants as c
 
-LOST_SANDBOX_ERRORS = ["States.HeartbeatTimeout", "States.Timeout", c.ERROR_INTERRUPTED]
-LOST_SANDBOX_RETRIES = 2
 RECORD_FAILED = "the result could not be recorded (Record failed; see the execution's history)"
 # CDK's LambdaInvoke retries Lambda's service errors already; a throttle at scale is one more
 # transient error, never the request's fault.
@@ -76,6 +74,8 @@ class Orchestration(Construct):
                     "task_token": sfn.JsonPath.task_token,
                     "request_id": sfn.JsonPath.string_at("$.request_id"),
                     "job_uri": sfn.JsonPath.string_at("$.job.job_uri"),
+                    # Retries before this attempt: the worker passes it on, the result counts it.
+                    "attempt": sfn.JsonPath.number_at("$$.State.RetryCount"),
                 }
             ),
             heartbeat_timeout=sfn.Timeout.at("$.job.heartbeat_s"),
@@ -83,8 +83,8 @@ class Orchestration(Construct):
             result_path="$.execution",
         )
         execute.add_retry(
-            errors=LOST_SANDBOX_ERRORS,
-            max_attempts=LOST_SANDBOX_RETRIES,
+            errors=list(c.LOST_SANDBOX_ERRORS),
+            max_attempts=c.LOST_SANDBOX_RETRIES,
             interval=Duration.seconds(1),
             backoff_rate=2,
         )

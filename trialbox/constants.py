@@ -36,6 +36,10 @@ ERROR_SANDBOX = "Sandbox.Error"  # the runner itself failed: a `sandbox_error` r
 # The worker is being stopped (Spot interruption, scale-in) and hands its job back: the Execute
 # step retries it on another sandbox at once, as it does a lost one.
 ERROR_INTERRUPTED = "Sandbox.Interrupted"
+# A lost sandbox: the Execute step retries it LOST_SANDBOX_RETRIES times (so a request that
+# still failed with one of these took LOST_SANDBOX_RETRIES + 1 attempts). Nothing else is retried.
+LOST_SANDBOX_ERRORS = ("States.HeartbeatTimeout", "States.Timeout", ERROR_INTERRUPTED)
+LOST_SANDBOX_RETRIES = 2
 
 # Custom metrics (Powertools EMF; each function's `service` dimension is trialbox-<name>).
 METRICS_NAMESPACE = "Trialbox"

@@ -13,7 +13,7 @@ from trialbox.local.twin import LocalTwin
 
 
 def test_a_worker_killed_mid_job_gives_a_retry_and_a_correct_result() -> None:
-    with LocalTwin(workers=0, heartbeat_s=3) as twin:
+    with LocalTwin(workers=0, heartbeat_s=5) as twin:  # the functions' least
         client = Client(
             Resources.from_outputs(twin.outputs),
             endpoint_url=twin.endpoint_url,
@@ -39,3 +39,11 @@ def test_a_worker_killed_mid_job_gives_a_retry_and_a_correct_result() -> None:
         kinds = [e["type"] for e in history]
         assert "TaskTimedOut" in kinds
         assert kinds.count("TaskSubmitted") == 2 or kinds.count("TaskScheduled") >= 2
+        # The result counts the Execute attempts: the lost one and the retry that answered.
+        sends = [
+            e
+            for e in history
+            if e["type"] == "TaskScheduled"
+            and e["taskScheduledEventDetails"]["resourceType"] == "sqs"
+        ]
+        assert result.attempts == len(sends) == 2

@@ -57,6 +57,13 @@ def test_rollout_shape_retries_and_catches(template: Template) -> None:
             "BackoffRate": 2,
         }
     ]
+    # The worker learns which attempt it runs; the result counts them (1 + the retries).
+    assert execute["Parameters"]["MessageBody"] == {
+        "task_token.$": "$$.Task.Token",
+        "request_id.$": "$.request_id",
+        "job_uri.$": "$.job.job_uri",
+        "attempt.$": "$$.State.RetryCount",
+    }
     for name in ("Prepare", "Execute", "Score"):
         assert states[name]["Catch"] == [
             {"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": "Record"}

@@ -116,8 +116,22 @@ def test_score_then_record_exactly_once(aws: Aws, preparer: Preparer) -> None:
     assert trace["result"]["tests_passed"] == 2 and trace["state"]["job"]["job_uri"] == ref.job_uri
 
 
+def test_the_scored_result_counts_the_execute_attempts(aws: Aws, preparer: Preparer) -> None:
+    ref = preparer(rollout(request_id="r-a"))
+    job = JobSpec.model_validate_json(aws.traces.get_bytes(ref.job_uri))
+    report = Runner().run(job.task, job.sample(), limits=job.limits)
+    report_uri = aws.traces.put_json("jobs/r-a/report.json", report)
+    done = ExecutionDone(report_uri=report_uri, attempt=2)  # two lost sandboxes before this one
+    scored = Scorer(aws.traces)(ref, done)
+    result = ExecutionResult.model_validate_json(aws.traces.get_bytes(scored.result_uri))
+    assert (result.status, result.attempts) == (Status.SUCCEEDED, 3)
+    assert Recorder(aws.table, aws.traces)(RecordInput(request_id="r-a", score=scored)).written
+    item = aws.item("r-a")
+    assert item is not None and json.loads(item["result"]["S"])["attempts"] == 3
+
+
 @pytest.mark.parametrize(
-    ("error", "cause", "status", "message"),
+    ("error", "cause", "status", "message", "attempts"),
     [
         (
             "RequestRejected",
@@ -126,22 +140,47 @@ def test_score_then_record_exactly_once(aws: Aws, preparer: Preparer) -> None:
             ),
             "rejected",
             "task_ref: task set x@1 not found",
+            1,
         ),
         (
             "Sandbox.Error",
             "bwrap failed to start",
             "sandbox_error",
             "Sandbox.Error: bwrap failed to start",
+            1,
         ),
-        ("States.Timeout", None, "sandbox_error", "States.Timeout"),
+        (  # the worker's cause: the runner failed on the attempt after one lost sandbox
+            "Sandbox.Error",
+            json.dumps({"errorMessage": "bwrap failed to start", "attempt": 1}),
+            "sandbox_error",
+            "Sandbox.Error: bwrap failed to start",
+            2,
+        ),
+        # A lost sandbox reaches Record only once the Execute retries (2) are exhausted.
+        ("States.Timeout", None, "sandbox_error", "States.Timeout", 3),
+        (
+            "States.HeartbeatTimeout",
+            None,
+            "sandbox_error",
+            "States.HeartbeatTimeout",
+            3,
+        ),
+        (
+            "Sandbox.Interrupted",
+            "the worker was stopped",
+            "sandbox_error",
+            "Sandbox.Interrupted: the worker was stopped",
+            3,
+        ),
     ],
 )
 def test_failures_are_recorded_with_their_error_class(
-    aws: Aws, error: str, cause: str | None, status: str, message: str
+    aws: Aws, error: str, cause: str | None, status: str, message: str, attempts: int
 ) -> None:
     state = RecordInput(request_id="r-9", error=StepError(Error=error, Cause=cause))
     assert Recorder(aws.table, aws.traces)(state) == Recorded(written=True, status=Status(status))
     item = aws.item("r-9")
     assert item is not None and item["status"] == {"S": status}
     assert item["loss_mask"] == {"BOOL": True} and "reward" not in item
-    assert json.loads(item["result"]["S"])["error"] == message
+    result = json.loads(item["result"]["S"])
+    assert (result["error"], result["attempts"]) == (message, attempts)

@@ -17,29 +17,28 @@ from trialbox.worker.loop import Worker
 from trialbox.worker.run import job_runner
 
 
-def waiting_machine(aws: Aws, heartbeat_s: int = 30) -> str:
-    return aws.state_machine(
-        "execute",
-        {
-            "StartAt": "Execute",
-            "States": {
-                "Execute": {
-                    "Type": "Task",
-                    "Resource": "arn:aws:states:::sqs:sendMessage.waitForTaskToken",
-                    "HeartbeatSeconds": heartbeat_s,
-                    "TimeoutSeconds": 120,
-                    "Parameters": {
-                        "QueueUrl": aws.work_queue,
-                        "MessageBody": {
-                            "task_token.$": "$$.Task.Token",
-                            "request_id.$": "$.request_id",
-                            "job_uri.$": "$.job_uri",
-                        },
-                    },
-                    "End": True,
-                }
+def waiting_machine(aws: Aws, heartbeat_s: int = 30, retries: int = 0) -> str:
+    execute: dict[str, Any] = {
+        "Type": "Task",
+        "Resource": "arn:aws:states:::sqs:sendMessage.waitForTaskToken",
+        "HeartbeatSeconds": heartbeat_s,
+        "TimeoutSeconds": 120,
+        "Parameters": {
+            "QueueUrl": aws.work_queue,
+            "MessageBody": {
+                "task_token.$": "$$.Task.Token",
+                "request_id.$": "$.request_id",
+                "job_uri.$": "$.job_uri",
+                "attempt.$": "$$.State.RetryCount",
             },
         },
+        "End": True,
+    }
+    if retries:  # moto reports a lapsed heartbeat as States.Timeout (AWS: HeartbeatTimeout)
+        lost = ["States.HeartbeatTimeout", "States.Timeout"]
+        execute["Retry"] = [{"ErrorEquals": lost, "MaxAttempts": retries, "IntervalSeconds": 1}]
+    return aws.state_machine(
+        f"execute-{retries}", {"StartAt": "Execute", "States": {"Execute": execute}}
     )
 
 
@@ -91,6 +90,21 @@ def test_the_worker_runs_the_job_and_answers_the_token(aws: Aws) -> None:
     assert aws.messages(aws.work_queue) == []  # deleted after the callback
 
 
+class FailureSpy:
+    """The Step Functions client, keeping each SendTaskFailure's arguments."""
+
+    def __init__(self, sfn: Any) -> None:
+        self.sfn = sfn
+        self.failures: list[dict[str, Any]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.sfn, name)
+
+    def send_task_failure(self, **kwargs: Any) -> Any:
+        self.failures.append(kwargs)
+        return self.sfn.send_task_failure(**kwargs)
+
+
 def test_a_runner_failure_is_a_typed_task_failure(aws: Aws) -> None:
     machine = waiting_machine(aws)
     uri = job(aws, "w-2")
@@ -100,12 +114,34 @@ def test_a_runner_failure_is_a_typed_task_failure(aws: Aws) -> None:
         raise RuntimeError("no sandbox here")
 
     the_worker = worker(aws, broken)
+    the_worker.sfn = spy = FailureSpy(aws.sfn)
     deadline = time.monotonic() + 10
     while not the_worker.poll_once():
         assert time.monotonic() < deadline
     done = wait_for(aws, arn)
     assert done["status"] == "FAILED"
     assert done.get("error") == "Sandbox.Error"
+    # The cause is the JSON the recorder reads: the message, and the attempt it ended.
+    (failure,) = spy.failures
+    cause = json.loads(failure["cause"])
+    assert cause == {"errorMessage": "RuntimeError: no sandbox here", "attempt": 0}
+
+
+def test_a_retried_job_reports_its_attempt(aws: Aws) -> None:
+    machine = waiting_machine(aws, heartbeat_s=2, retries=2)
+    arn = start(aws, machine, "w-9", job(aws, "w-9"))
+    deadline = time.monotonic() + 15
+    lost: list[dict[str, Any]] = []
+    while not lost:  # a worker takes the first attempt and dies: its heartbeat lapses
+        assert time.monotonic() < deadline, "no work message arrived"
+        lost = aws.messages(aws.work_queue)
+    assert json.loads(lost[0]["Body"])["attempt"] == 0
+    the_worker = worker(aws, fake_report)
+    while not the_worker.poll_once():  # the retry's message (the lost one is still invisible)
+        assert time.monotonic() < deadline, "the retry never arrived"
+    done = wait_for(aws, arn)
+    assert done["status"] == "SUCCEEDED"
+    assert ExecutionDone.model_validate_json(done["output"]).attempt == 1
 
 
 def test_a_job_whose_execution_moved_on_is_dropped_unreported(aws: Aws) -> None:

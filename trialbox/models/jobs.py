@@ -67,6 +67,7 @@ class WorkMessage(StrictModel):
     task_token: str
     request_id: RequestId
     job_uri: str
+    attempt: int = Field(default=0, ge=0, description="Execute retries before this attempt")
 
 
 class ExecutionDone(StrictModel):
@@ -76,6 +77,7 @@ class ExecutionDone(StrictModel):
     worker: str | None = None
     started_at: float | None = Field(default=None, description="epoch s: a worker took the job")
     finished_at: float | None = Field(default=None, description="epoch s: its run ended")
+    attempt: int = Field(default=0, ge=0, description="the work message's `attempt`")
 
 
 class ScoreRef(StrictModel):

@@ -7,7 +7,12 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from trialbox.constants import ERROR_REJECTED
+from trialbox.constants import (
+    ERROR_REJECTED,
+    ERROR_SANDBOX,
+    LOST_SANDBOX_ERRORS,
+    LOST_SANDBOX_RETRIES,
+)
 from trialbox.keys import trace_key
 from trialbox.models import ExecutionResult, Status
 from trialbox.models.result import reward_for
@@ -32,8 +37,12 @@ def failure_result(request_id: str, error: str, cause: str | None) -> ExecutionR
     """A result for a request that never produced a run report."""
     status = Status.REJECTED if error == ERROR_REJECTED else Status.SANDBOX_ERROR
     reward, loss_mask = reward_for(status, None)
-    detail = _cause_message(cause)
+    detail, retries = _cause_message(cause)
     message = detail if status == Status.REJECTED else f"{error}: {detail}" if detail else error
+    if error in LOST_SANDBOX_ERRORS:  # caught only once the Execute retries ran out
+        retries = LOST_SANDBOX_RETRIES
+    elif error != ERROR_SANDBOX:
+        retries = 0
     return ExecutionResult(
         request_id=request_id,
         status=status,
@@ -43,20 +52,26 @@ def failure_result(request_id: str, error: str, cause: str | None) -> ExecutionR
         feedback=message
         if status == Status.REJECTED
         else f"sandbox error (not your code): {message}",
+        attempts=retries + 1,
     )
 
 
-def _cause_message(cause: str | None) -> str:
-    """Step Functions' Cause for a Lambda error is the JSON {errorMessage, errorType, ...}."""
+def _cause_message(cause: str | None) -> tuple[str, int]:
+    """(message, Execute retries before the failing attempt). Step Functions' Cause for a
+    Lambda error is the JSON {errorMessage, errorType, ...}; the worker's for a Sandbox.Error
+    is {errorMessage, attempt}."""
     if not cause:
-        return ""
+        return "", 0
     try:
         parsed = json.loads(cause)
     except ValueError:
-        return cause
+        return cause, 0
     if isinstance(parsed, dict) and "errorMessage" in parsed:
-        return str(parsed["errorMessage"])
-    return cause
+        attempt = parsed.get("attempt")
+        if isinstance(attempt, bool) or not isinstance(attempt, int) or attempt < 0:
+            attempt = 0
+        return str(parsed["errorMessage"]), attempt
+    return cause, 0
 
 
 def table_attributes(

@@ -23,6 +23,8 @@ class Scorer:
         timings = Timings(
             queued_at=job.queued_at, started_at=done.started_at, finished_at=done.finished_at
         )
-        result = result.model_copy(update={"sample_id": job.sample_id, "timings": timings})
+        result = result.model_copy(
+            update={"sample_id": job.sample_id, "timings": timings, "attempts": done.attempt + 1}
+        )
         uri = self.jobs.put_json(job_key(job.request_id, "result.json"), result)
         return ScoreRef(result_uri=uri, status=result.status.value, reward=result.reward)

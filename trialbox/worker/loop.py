@@ -3,6 +3,7 @@ raw report; answer the task token; delete the message only after the callback.""
 
 from __future__ import annotations
 
+import json
 import logging
 import threading
 import time
@@ -26,6 +27,16 @@ GONE = ("TaskTimedOut", "InvalidToken", "TaskDoesNotExist")
 
 RunJob = Callable[[JobSpec], RunReport]
 RETRY_PAUSE_S = 1.0
+MAX_CAUSE_CHARS = 32_000  # SendTaskFailure takes a cause of at most 32,768 characters
+
+
+def failure_cause(message: str, attempt: int) -> str:
+    """A Sandbox.Error's cause: the JSON the recorder reads (the message, and the Execute
+    retries before this attempt), the message cut so that the whole stays within the limit."""
+    cut = message[:MAX_CAUSE_CHARS]
+    while len(cause := json.dumps({"errorMessage": cut, "attempt": attempt})) > MAX_CAUSE_CHARS:
+        cut = cut[: min(len(cut) - 1, len(cut) * MAX_CAUSE_CHARS // len(cause))]
+    return cause
 
 
 @dataclass
@@ -154,7 +165,11 @@ class Worker:
         kind, value = outcome
         if kind == "success":
             done = ExecutionDone(
-                report_uri=value, worker=self.name, started_at=started_at, finished_at=time.time()
+                report_uri=value,
+                worker=self.name,
+                started_at=started_at,
+                finished_at=time.time(),
+                attempt=work.attempt,
             )
             answered = self._to_token(
                 self.sfn.send_task_success, taskToken=work.task_token, output=done.model_dump_json()
@@ -164,7 +179,7 @@ class Worker:
                 self.sfn.send_task_failure,
                 taskToken=work.task_token,
                 error=ERROR_SANDBOX,
-                cause=value[:32_000],
+                cause=failure_cause(value, work.attempt),
             )
         if not answered:
             log.warning("%s: the execution moved on before the callback", work.request_id)
