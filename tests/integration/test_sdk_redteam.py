@@ -1,0 +1,577 @@
+"""Red-team checks of the SDK against moto in-process: hostile inputs and careless trainers.
+
+Each test pins behaviour that is correct today: every accepted request ends with exactly one
+terminal result (or an error on its handle, never a hang), every refused one says why, and no
+submission is silently changed on its way. The fake pipeline here runs the real Dispatcher
+(so the content hash the result carries is the one the pipeline computes from the message it
+received, inline or by S3 pointer) and records a `succeeded` result for each request.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import signal
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from botocore.exceptions import ClientError
+from pydantic import ValidationError
+
+from tests.integration.conftest import Aws
+from trialbox import constants as c
+from trialbox import keys, runs
+from trialbox.errors import (
+    ClientClosed,
+    InputError,
+    RequestIdReused,
+    TrialboxError,
+    WaitTimeout,
+)
+from trialbox.models import ExecutionRequest, Status, Task, result_for
+from trialbox.models.jobs import RolloutInput
+from trialbox.pipeline.dispatch import Dispatcher
+from trialbox.pipeline.record import record
+from trialbox.sdk import AsyncClient, Client, Resources, core
+from trialbox.sdk.aws import MAX_BATCH_BYTES, MAX_INLINE_BYTES
+from trialbox.sdk.extract import extract_code
+
+ROLLOUT_ARN = "arn:aws:states:us-east-1:123456789012:stateMachine:Rollout"
+TASKS = Path(__file__).resolve().parents[2] / "examples" / "tasks.jsonl"
+TASK = Task.model_validate(
+    {
+        "task_id": "add-two",
+        "workspace": {"solution.py": "def add(a, b):\n    raise NotImplementedError\n"},
+        "hidden_tests": {"tests/test_add.py": "from solution import add\n"},
+        "grading": {"command": ["python", "-m", "pytest", "-q", "tests"]},
+    }
+)
+
+
+class StubStepFunctions:
+    """Step Functions as the Dispatcher calls it: a started execution runs at once, recording
+    a `succeeded` result with the content hash the Dispatcher put in its input."""
+
+    class exceptions:
+        class ExecutionAlreadyExists(Exception):
+            pass
+
+    def __init__(self, pipeline: Pipeline) -> None:
+        self.pipeline = pipeline
+        self.started: dict[str, RolloutInput] = {}
+
+    def start_execution(self, stateMachineArn: str, name: str, input: str) -> dict[str, Any]:
+        if name in self.started:
+            raise self.exceptions.ExecutionAlreadyExists()
+        rollout = RolloutInput.model_validate_json(input)
+        self.started[name] = rollout
+        self.pipeline.execute(rollout)
+        return {}
+
+    def describe_execution(self, executionArn: str) -> dict[str, Any]:
+        return {"input": self.started[executionArn.rsplit(":", 1)[1]].model_dump_json()}
+
+
+class Pipeline:
+    """The requests queue drained on a thread through the real Dispatcher."""
+
+    def __init__(self, aws: Aws, queue_url: str) -> None:
+        self.aws, self.queue_url = aws, queue_url
+        self.sfn = StubStepFunctions(self)
+        self.dead_letters: list[tuple[str, str]] = []
+        self.dispatcher = Dispatcher(
+            self.sfn,
+            ROLLOUT_ARN,
+            aws.table,
+            aws.traces,
+            lambda b, r: self.dead_letters.append((b, r)),
+        )
+        self.ran: list[ExecutionRequest] = []
+        self.paused = threading.Event()
+        self.stopping = threading.Event()
+        self.thread = threading.Thread(target=self._serve, daemon=True, name="redteam-pipeline")
+
+    def execute(self, rollout: RolloutInput) -> None:
+        request = rollout.request
+        if request is None:
+            assert rollout.payload_uri is not None
+            request = ExecutionRequest.model_validate_json(
+                self.aws.traces.get_bytes(rollout.payload_uri)
+            )
+        self.ran.append(request)
+        result = result_for(
+            request.request_id, Status.SUCCEEDED, scored_reward=1.0, sample_id=request.sample_id
+        )
+        record(result, self.aws.table, None, content_sha256=rollout.content_sha256)
+
+    def _serve(self) -> None:
+        while not self.stopping.is_set():
+            if self.paused.is_set():
+                time.sleep(0.01)
+                continue
+            answer = self.aws.sqs.receive_message(QueueUrl=self.queue_url, MaxNumberOfMessages=10)
+            for message in answer.get("Messages", []):
+                self.dispatcher(message["Body"])
+                self.aws.sqs.delete_message(
+                    QueueUrl=self.queue_url, ReceiptHandle=message["ReceiptHandle"]
+                )
+            if not answer.get("Messages"):
+                time.sleep(0.01)
+
+    @property
+    def ran_ids(self) -> list[str]:
+        return [r.request_id for r in self.ran]
+
+    def queued(self) -> int:
+        attributes = self.aws.sqs.get_queue_attributes(
+            QueueUrl=self.queue_url, AttributeNames=["ApproximateNumberOfMessages"]
+        )
+        return int(attributes["Attributes"]["ApproximateNumberOfMessages"])
+
+
+@pytest.fixture(autouse=True)
+def fast_polls(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(core, "POLL_S", 0.02)
+    monkeypatch.setattr(core, "MAX_POLL_S", 0.05)
+
+
+@pytest.fixture
+def resources(aws: Aws) -> Resources:
+    return Resources(
+        requests_queue_url=aws.sqs.create_queue(QueueName="requests")["QueueUrl"],
+        executions_table="executions",
+        traces_bucket="traces",
+        tasksets_bucket="tasksets",
+    )
+
+
+@pytest.fixture
+def pipeline(aws: Aws, resources: Resources) -> Iterator[Pipeline]:
+    fake = Pipeline(aws, resources.requests_queue_url)
+    fake.thread.start()
+    yield fake
+    fake.stopping.set()
+    fake.thread.join(timeout=10)
+
+
+def req(rid: str, **fields: Any) -> ExecutionRequest:
+    fields.setdefault("task_ref", "t@v/add-two")
+    return ExecutionRequest(request_id=rid, **fields)
+
+
+def wait_until(condition: Any, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while not condition():
+        assert time.monotonic() < deadline, "timed out waiting"
+        time.sleep(0.01)
+
+
+class RecordingSqs:
+    """The real (moto) SQS client, keeping each SendMessageBatch call's entries."""
+
+    def __init__(self, sqs: Any) -> None:
+        self.sqs = sqs
+        self.calls: list[list[dict[str, str]]] = []
+
+    def send_message_batch(self, **kwargs: Any) -> Any:
+        self.calls.append(kwargs["Entries"])
+        return self.sqs.send_message_batch(**kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.sqs, name)
+
+
+class CountingDynamoDB:
+    """The real (moto) DynamoDB client, counting BatchGetItem calls and failing the next
+    `failing` of them with a throttling error."""
+
+    def __init__(self, dynamodb: Any, failing: int = 0) -> None:
+        self.dynamodb, self.failing, self.calls = dynamodb, failing, 0
+
+    def batch_get_item(self, **kwargs: Any) -> Any:
+        self.calls += 1
+        if self.failing > 0:
+            self.failing -= 1
+            error = {"Code": "ProvisionedThroughputExceededException", "Message": "slow down"}
+            raise ClientError({"Error": error}, "BatchGetItem")
+        return self.dynamodb.batch_get_item(**kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.dynamodb, name)
+
+
+def sized(rid: str, total_bytes: int) -> ExecutionRequest:
+    """A request whose inline message body is exactly `total_bytes` UTF-8 bytes, made of
+    three-byte characters: the 128 KiB boundary must count bytes, not characters."""
+    base = len(req(rid, files={"a.py": ""}).model_dump_json(exclude_defaults=True).encode())
+    threes, ones = divmod(total_bytes - base, 3)
+    request = req(rid, files={"a.py": "€" * threes + "x" * ones})
+    assert len(request.model_dump_json(exclude_defaults=True).encode()) == total_bytes
+    return request
+
+
+# --- request ids ----------------------------------------------------------------------------------
+
+
+def test_a_request_id_at_the_80_character_limit_runs_and_81_is_refused_in_words() -> None:
+    assert req("a" * 80).request_id == "a" * 80
+    for bad in ("a" * 81, "", "has space", "slash/es", "ünicode", "dot.ted", "nul\x00"):
+        with pytest.raises(ValidationError, match="request_id must be 1 to 80 characters"):
+            req(bad)
+
+
+def test_the_same_id_twice_in_one_submit_shares_one_handle_and_runs_once(
+    aws: Aws, resources: Resources, pipeline: Pipeline
+) -> None:
+    with Client(resources) as client:
+        first, again, other = client.submit([req("dup"), req("dup"), req("other")])
+        assert first._inner is again._inner
+        assert client.gather([first, again, first, other], timeout=10)[:3] == [first.result()] * 3
+    assert sorted(pipeline.ran_ids) == ["dup", "other"]
+
+
+def test_the_same_id_with_other_content_in_one_submit_is_refused_and_nothing_is_sent(
+    aws: Aws, resources: Resources, pipeline: Pipeline
+) -> None:
+    with Client(resources) as client:
+        with pytest.raises(RequestIdReused, match=r"'dup'.*give the new request a new id"):
+            client.submit([req("ok"), req("dup"), req("dup", files={"a.py": "x"})])
+        time.sleep(0.2)
+    assert pipeline.ran_ids == [] and pipeline.queued() == 0
+
+
+# --- sizes ----------------------------------------------------------------------------------------
+
+
+def test_the_inline_limit_counts_utf8_bytes_and_a_pointer_is_read_back_as_sent(
+    aws: Aws, resources: Resources, pipeline: Pipeline
+) -> None:
+    at_limit = sized("at-limit", MAX_INLINE_BYTES)
+    over = sized("over", MAX_INLINE_BYTES + 1)
+    recording = RecordingSqs(aws.sqs)
+    with Client(resources) as client:
+        client.aio._aws.sqs = recording
+        results = client.run([at_limit, over], timeout=20)
+    assert [(r.request_id, r.status) for r in results] == [
+        ("at-limit", Status.SUCCEEDED),
+        ("over", Status.SUCCEEDED),
+    ]  # the pipeline's hash of what it received agreed with the SDK's: no RequestIdReused
+    bodies = {
+        json.loads(e["MessageBody"])["request_id"]: e["MessageBody"]
+        for call in recording.calls
+        for e in call
+    }
+    assert len(bodies["at-limit"].encode()) == MAX_INLINE_BYTES
+    key = keys.payload_key(over.content_sha256())
+    assert json.loads(bodies["over"]) == {"request_id": "over", "payload_uri": f"s3://traces/{key}"}
+    assert {r.request_id: r for r in pipeline.ran}["over"] == over
+
+
+def test_two_bodies_of_exactly_128_kib_share_one_batch_at_exactly_256_kib(
+    aws: Aws, resources: Resources, pipeline: Pipeline
+) -> None:
+    requests = [sized(f"half{i}", MAX_INLINE_BYTES) for i in range(3)]
+    recording = RecordingSqs(aws.sqs)
+    with Client(resources) as client:
+        client.aio._aws.sqs = recording
+        assert {r.status for r in client.run(requests, timeout=20)} == {Status.SUCCEEDED}
+    sizes = [sum(len(e["MessageBody"].encode()) for e in call) for call in recording.calls]
+    assert sizes == [MAX_BATCH_BYTES, MAX_INLINE_BYTES]
+
+
+def test_metadata_that_json_cannot_hold_exactly_still_hashes_the_same_on_both_sides(
+    aws: Aws, resources: Resources, pipeline: Pipeline
+) -> None:
+    """NaN and infinities become null, tuples lists, nested int keys strings: the pipeline's
+    hash of the received request must still equal the SDK's, or the result would come back
+    as RequestIdReused."""
+    odd = {
+        "logprob": float("-inf"),
+        "nan": float("nan"),
+        "nested": {1: (1, 2), "b": {2.5: None}},
+        "big": 2**80,
+        "set": {"x"},
+    }
+    request = req("odd-meta", metadata=odd, files={"a.py": "x = '\x00\ufffd\u2028'"})
+    with Client(resources) as client:
+        (result,) = client.run([request], timeout=10)
+    assert result.status == Status.SUCCEEDED
+
+
+# --- waiting --------------------------------------------------------------------------------------
+
+
+def test_zero_negative_and_empty_waits(aws: Aws, resources: Resources, pipeline: Pipeline) -> None:
+    pipeline.paused.set()
+    with Client(resources) as client:
+        assert list(client.as_completed([])) == []
+        assert client.gather([]) == []
+        assert client.gather([], timeout=-1) == []
+        (held,) = client.submit([req("held")])
+        for timeout in (0, -5):
+            with pytest.raises(WaitTimeout) as raised:
+                held.result(timeout=timeout)
+            assert raised.value.missing == ["held"]
+            with pytest.raises(WaitTimeout):
+                client.gather([held], timeout=timeout)
+            with pytest.raises(WaitTimeout):
+                list(client.as_completed([held], timeout=timeout))
+        pipeline.paused.clear()
+        done = held.result(timeout=10)
+        assert held.result(timeout=0) == done == client.gather([held, held], timeout=0)[1]
+        assert [h.request_id for h in client.as_completed([held, held], timeout=1)] == ["held"]
+
+
+def test_async_zero_negative_and_empty_waits(
+    aws: Aws, resources: Resources, pipeline: Pipeline
+) -> None:
+    async def main() -> None:
+        async with AsyncClient(resources) as client:
+            assert [h async for h in client.as_completed([])] == []
+            assert await client.gather([], timeout=0) == []
+            (handle,) = await client.submit([req("async-held")])
+            await handle.result(timeout=10)
+            for timeout in (0, -1):  # done already: no wait needed
+                assert [h async for h in client.as_completed([handle, handle], timeout)] == [handle]
+                assert (await client.gather([handle], timeout))[0].status == Status.SUCCEEDED
+
+    asyncio.run(main())
+
+
+def test_closing_while_another_thread_streams_ends_its_iteration(
+    aws: Aws, resources: Resources, pipeline: Pipeline
+) -> None:
+    pipeline.paused.set()
+    client = Client(resources, concurrency=1)
+    handles = client.submit([req(f"c{i}") for i in range(3)])
+    seen: list[tuple[str, type]] = []
+
+    def stream() -> None:
+        for handle in client.as_completed(handles, timeout=10):
+            try:
+                handle.result()
+            except ClientClosed as exc:
+                seen.append((handle.request_id, type(exc)))
+
+    streaming = threading.Thread(target=stream)
+    streaming.start()
+    time.sleep(0.2)
+    client.close()
+    streaming.join(timeout=10)
+    assert not streaming.is_alive()
+    assert sorted(seen) == [(f"c{i}", ClientClosed) for i in range(3)]
+
+
+def test_a_blocking_client_works_inside_a_running_event_loop(
+    aws: Aws, resources: Resources, pipeline: Pipeline
+) -> None:
+    async def trainer() -> list[Status]:
+        with Client(resources) as client:  # blocks this loop, never deadlocks it
+            return [r.status for r in client.run([req("in-loop")], timeout=10)]
+
+    assert asyncio.run(trainer()) == [Status.SUCCEEDED]
+
+
+def test_ctrl_c_during_gather_leaves_the_client_usable(
+    aws: Aws, resources: Resources, pipeline: Pipeline
+) -> None:
+    pipeline.paused.set()
+    with Client(resources) as client:
+        handles = client.submit([req("k0"), req("k1")])
+        main = threading.main_thread().ident
+        assert main is not None and threading.get_ident() == main
+        timer = threading.Timer(0.3, signal.pthread_kill, (main, signal.SIGINT))  # a real Ctrl-C
+        timer.start()
+        started = time.monotonic()
+        with pytest.raises(KeyboardInterrupt):
+            client.gather(handles, timeout=10)
+        assert time.monotonic() - started < 5  # the wait was interrupted, not timed out
+        timer.join()
+        pipeline.paused.clear()
+        assert [r.status for r in client.gather(handles, timeout=10)] == [Status.SUCCEEDED] * 2
+
+
+# --- failures inside the client end in errors, never in a hang ------------------------------------
+
+
+def test_transient_throttling_of_polls_is_ridden_out(
+    aws: Aws, resources: Resources, pipeline: Pipeline
+) -> None:
+    with Client(resources) as client:
+        counting = CountingDynamoDB(client.aio._aws.dynamodb)
+        client.aio._aws.dynamodb = counting
+        handles = client.submit([req("t0"), req("t1")])  # the submit check reads the table once
+        counting.failing = 2
+        assert [r.status for r in client.gather(handles, timeout=10)] == [Status.SUCCEEDED] * 2
+
+
+def put_result_item(aws: Aws, rid: str, body: str) -> None:
+    aws.dynamodb.put_item(
+        TableName="executions", Item={c.TABLE_KEY: {"S": rid}, "result": {"S": body}}
+    )
+
+
+def test_a_result_from_a_newer_stack_with_an_unknown_field_is_read(
+    aws: Aws, resources: Resources, pipeline: Pipeline
+) -> None:
+    pipeline.paused.set()
+    with Client(resources) as client:
+        (handle,) = client.submit([req("newer")])
+        wait_until(lambda: handle.sent)
+        newer = json.loads(
+            result_for("newer", Status.SUCCEEDED, scored_reward=0.5).model_dump_json()
+        )
+        put_result_item(aws, "newer", json.dumps(newer | {"field_from_a_newer_stack": 1}))
+        result = handle.result(timeout=10)
+    assert (result.status, result.reward) == (Status.SUCCEEDED, 0.5)
+
+
+def test_a_corrupt_result_item_ends_the_wait_instead_of_hanging(
+    aws: Aws, resources: Resources, pipeline: Pipeline
+) -> None:
+    pipeline.paused.set()
+    with Client(resources) as client:
+        handles = client.submit([req("corrupt"), req("fine")])
+        wait_until(lambda: all(h.sent for h in handles))
+        put_result_item(aws, "corrupt", '{"status": "succeeded", "rew')  # cut short
+        pipeline.paused.clear()
+        for handle in client.as_completed(handles, timeout=10):  # no WaitTimeout: none hangs
+            assert handle.done()
+        with pytest.raises(TrialboxError):
+            handles[0].result()
+
+
+def test_a_request_that_cannot_be_serialized_ends_its_wait_instead_of_hanging(
+    aws: Aws, resources: Resources, pipeline: Pipeline
+) -> None:
+    """A lone surrogate (half of a UTF-16 pair, as a JSON "\\ud83d" decodes) is a valid
+    Python str but not valid Unicode text."""
+    with Client(resources) as client:
+        (bad,) = client.submit([req("half-emoji", files={"a.py": "x = '\ud83d'"})])
+        with pytest.raises(TrialboxError):
+            bad.result(timeout=10)
+        assert [r.status for r in client.run([req("later")], timeout=10)] == [Status.SUCCEEDED]
+    assert "half-emoji" not in pipeline.ran_ids
+
+
+def test_a_submit_of_two_thousand_requests_is_quick_and_reads_the_table_in_batches_of_100(
+    aws: Aws, resources: Resources, pipeline: Pipeline
+) -> None:
+    pipeline.paused.set()
+    with Client(resources, concurrency=4) as client:
+        counting = CountingDynamoDB(client.aio._aws.dynamodb)
+        client.aio._aws.dynamodb = counting
+        requests = [req(f"n{i}", files={"a.py": f"x = {i}"}) for i in range(2000)]
+        started = time.monotonic()
+        handles = client.submit(requests)
+        assert time.monotonic() - started < 10
+        assert counting.calls == 20
+        wait_until(lambda: sum(h.sent for h in handles) == 4)
+        started = time.monotonic()
+        withdrawn = client.withdraw(handles)
+        assert time.monotonic() - started < 2  # no AWS call for what was never sent
+        assert len(withdrawn) == 1996
+        assert all(r.status == Status.CANCELLED for r in client.gather(withdrawn, timeout=1))
+        pipeline.paused.clear()
+        sent = [h for h in handles if h.sent]
+        assert [r.status for r in client.gather(sent, timeout=10)] == [Status.SUCCEEDED] * 4
+    assert sorted(pipeline.ran_ids) == sorted(h.request_id for h in sent)
+
+
+# --- GRPO groups ----------------------------------------------------------------------------------
+
+
+def test_a_group_of_hostile_completions_extracts_and_grades_each(
+    aws: Aws, resources: Resources, pipeline: Pipeline
+) -> None:
+    big = "x = 1\n" * 40_000  # 240 KB of code: its request travels by S3 pointer
+    completions = [
+        "```python\nprint('a\x00b')\n```",  # NUL: the parser makes it U+FFFD
+        f"```python\n{big}```",
+        "```py\nfirst\n```\n" * 1000 + "```python\nlast = 1\n```\n" + "```bash\nls\n```\n",
+        "`" * 100_000,  # backticks, no fence
+        "```python\n" + "y = 2\n",  # cut off at max tokens: runs to the end
+        "",
+    ]
+    with Client(resources) as client:
+        results = client.run_group(TASK, completions, group_id="hostile", timeout=20)
+    assert [(r.status, r.flags) for r in results] == [
+        (Status.SUCCEEDED, []),
+        (Status.SUCCEEDED, []),
+        (Status.SUCCEEDED, []),
+        (Status.SUCCEEDED, ["no_code"]),
+        (Status.SUCCEEDED, []),
+        (Status.SUCCEEDED, ["no_code"]),
+    ]
+    files = {r.sample_id: r.files["solution.py"] for r in pipeline.ran}
+    assert files == {
+        "0": "print('a\ufffdb')\n",
+        "1": big,
+        "2": "last = 1\n",
+        "4": "y = 2\n",
+    }
+    assert extract_code(completions[2]) == "last = 1\n"
+
+
+@pytest.mark.parametrize(
+    ("returned", "message"),
+    [
+        (3, "returned a int: it must return the code"),
+        (["a.py"], "returned a list"),
+        ({"a.py": b"x"}, "code of type bytes for 'a.py'"),
+        ({1: "x"}, "a path 1 of type int"),
+    ],
+)
+def test_an_extractor_returning_the_wrong_type_is_refused_before_anything_is_sent(
+    aws: Aws, resources: Resources, pipeline: Pipeline, returned: Any, message: str
+) -> None:
+    with Client(resources) as client, pytest.raises(InputError, match=message):
+        client.run_group(TASK, ["```\nx\n```"], extract=lambda _: returned, timeout=5)
+    assert pipeline.ran_ids == [] and pipeline.queued() == 0
+
+
+def test_an_extractor_that_raises_sends_nothing_of_the_group(
+    aws: Aws, resources: Resources, pipeline: Pipeline
+) -> None:
+    def extract(completion: str) -> str:
+        if completion == "two":
+            raise KeyError("extractor bug")
+        return "x = 1\n"
+
+    with Client(resources) as client, pytest.raises(KeyError, match="extractor bug"):
+        client.run_group(TASK, ["one", "two", "three"], extract=extract, timeout=5)
+    time.sleep(0.1)
+    assert pipeline.ran_ids == [] and pipeline.queued() == 0
+
+
+# --- trialbox run ---------------------------------------------------------------------------------
+
+
+def test_trialbox_run_sends_a_sample_over_128_kib_by_pointer(
+    tmp_path: Path,
+    aws: Aws,
+    resources: Resources,
+    pipeline: Pipeline,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    big = "def add(a, b):\n    return a + b\n" + "# " + "é" * 70_000 + "\n"  # 140 KB, 70 K chars
+    samples = tmp_path / "samples.jsonl"
+    rows = [
+        {"task_id": "add-two", "sample_id": "big", "files": {"solution.py": big}},
+        {"task_id": "add-two", "sample_id": "small", "files": {"solution.py": "x = 1\n"}},
+    ]
+    samples.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    monkeypatch.setattr(runs, "connect", lambda *_: Client(resources, concurrency=1))
+    job = runs.RunJob(TASKS, samples, tmp_path / "out.jsonl", concurrency=1)
+    assert job.prepare() == []
+    job.execute(lambda row: None, lambda: None)
+    assert job.failure is None and job.missing == 0
+    assert [(r["sample_id"], r["status"]) for r in job.ordered] == [
+        ("big", "succeeded"),
+        ("small", "succeeded"),
+    ]
+    assert {r.sample_id: r.files["solution.py"] for r in pipeline.ran}["big"] == big
