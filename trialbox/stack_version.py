@@ -23,7 +23,7 @@ def check_stack_version(
             f"trialbox older than this check), so it cannot be checked against this SDK "
             f"({sdk_version}); redeploy it from this version to be sure they match",
             UnversionedStackWarning,
-            stacklevel=3,
+            stacklevel=4,  # the caller of from_stack (via trialbox.sdk.core.stack_resources)
         )
         return
     if _series(stack_version) != _series(sdk_version):

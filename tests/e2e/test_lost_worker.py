@@ -8,8 +8,8 @@ import time
 from tests.e2e.conftest import request
 from tests.sandbox.conftest import CORRECT
 from trialbox import constants as c
-from trialbox.client import Client, Resources
 from trialbox.local.twin import LocalTwin
+from trialbox.sdk import Client, Resources
 
 
 def test_a_worker_killed_mid_job_gives_a_retry_and_a_correct_result() -> None:
@@ -21,7 +21,7 @@ def test_a_worker_killed_mid_job_gives_a_retry_and_a_correct_result() -> None:
                 aws_access_key_id="local", aws_secret_access_key="local", region_name="us-east-1"
             ),
         )
-        client.submit([request("e-lost", CORRECT)])
+        (handle,) = client.submit([request("e-lost", CORRECT)])
         sqs = twin.client("sqs")
         deadline = time.monotonic() + 30
         taken: list = []
@@ -31,7 +31,7 @@ def test_a_worker_killed_mid_job_gives_a_retry_and_a_correct_result() -> None:
                 QueueUrl=twin.output(c.OUTPUT_WORK_QUEUE_URL), WaitTimeSeconds=1
             ).get("Messages", [])
         twin.add_worker()
-        (result,) = client.wait(["e-lost"], timeout=120)
+        result = handle.result(timeout=120)
         assert result.reward == 1.0
         sfn = twin.client("stepfunctions")
         arn = twin.output(c.OUTPUT_ROLLOUT_ARN).replace(":stateMachine:", ":execution:")

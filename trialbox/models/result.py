@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Literal, NamedTuple
 
-from pydantic import Field
+from pydantic import ConfigDict, Field
 
 from trialbox.models.common import StrictModel
 from trialbox.models.report import CommandResult, Provenance, Status, TestRecord
@@ -44,6 +44,10 @@ class Timings(StrictModel):
 
 
 class ExecutionResult(StrictModel):
+    # Written by the pipeline, read by SDKs of any version within the stack's major.minor: a
+    # field one side does not know is ignored, never an error.
+    model_config = ConfigDict(extra="ignore")
+
     schema_version: Literal[1] = 1
     request_id: str | None = None
     task_id: str | None = None

@@ -42,7 +42,7 @@ class Sample(StrictModel):
     sample_id: Identifier
     files: Files = Field(default_factory=dict)
     commands: list[Argv] = Field(default_factory=list, max_length=MAX_COMMANDS)
-    metadata: Metadata
+    metadata: Metadata = None
 
 
 REQUEST_ID = re.compile(r"^[A-Za-z0-9_-]{1,80}$")
@@ -103,7 +103,7 @@ class ExecutionRequest(StrictModel):
     grade: bool = True
     limits: LimitOverrides = Field(default_factory=LimitOverrides)
     tags: dict[str, str] = Field(default_factory=dict)
-    metadata: Metadata
+    metadata: Metadata = None
 
     @model_validator(mode="before")
     @classmethod

@@ -120,7 +120,7 @@ class Task(StrictModel):
     grading: GradingSpec
     limits: Limits = Field(default_factory=Limits)
     reference: Files | None = None
-    metadata: Metadata
+    metadata: Metadata = None
 
     @model_validator(mode="before")
     @classmethod

@@ -29,7 +29,7 @@ from trialbox.errors import (
     TrialboxError,
     WaitTimeout,
 )
-from trialbox.models import ExecutionRequest, ExecutionResult, Status, Task, result_for
+from trialbox.models import ExecutionRequest, ExecutionResult, Status, Task, TaskRef, result_for
 from trialbox.sdk import groups
 from trialbox.sdk.aws import Aws, service
 from trialbox.sdk.handles import AsyncHandle
@@ -45,6 +45,23 @@ log = logging.getLogger("trialbox.sdk")
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 POLL_S = 0.2  # the first poll after a send; it backs off to MAX_POLL_S while nothing arrives
 MAX_POLL_S = 2.0
+MAX_POLL_FAILURES = 5  # polls failing in a row (each after botocore's retries) end the wait
+
+
+def stack_resources(name: str, region: str | None, session: Any) -> tuple[Resources, Any]:
+    """A deployed stack's resources from its outputs (its version checked), and the session
+    that read them. Runs in the caller's thread, so that a warning points at its line."""
+    session = session or boto3.session.Session(region_name=region)
+    cfn = service(session, "cloudformation", None)
+    try:
+        described = cfn.describe_stacks(StackName=name)
+    except Exception as exc:
+        raise AwsCallError(f"cannot read stack {name!r} in {session.region_name}: {exc}") from exc
+    stack = described["Stacks"][0]
+    outputs = {o["OutputKey"]: o["OutputValue"] for o in stack.get("Outputs", [])}
+    resources = Resources.from_outputs(outputs)
+    check_stack_version(name, outputs)
+    return resources, session
 
 
 def local_twin_class() -> type[LocalTwin]:
@@ -73,9 +90,12 @@ class AsyncClient:
         concurrency: int | None = None,
         twin: LocalTwin | None = None,
     ) -> None:
-        settings = ClientSettings.from_env()
-        self.endpoint_url = endpoint_url or settings.endpoint_url
-        self.resources = resources or Resources.from_settings(settings)
+        if resources is None:  # the environment form
+            settings = ClientSettings.from_env()
+            resources = Resources.from_settings(settings)
+            endpoint_url = endpoint_url or settings.endpoint_url
+        self.endpoint_url = endpoint_url
+        self.resources = resources
         self._twin = twin
         if concurrency is not None and concurrency < 1:
             raise TrialboxError(f"concurrency must be at least 1, got {concurrency}")
@@ -88,6 +108,7 @@ class AsyncClient:
         self._pump: asyncio.Task[None] | None = None
         self._wake: asyncio.Event | None = None
         self._closed = False
+        self._poll_failures = 0
 
     # --- construction ------------------------------------------------------------------------
 
@@ -96,19 +117,7 @@ class AsyncClient:
         cls, name: str, *, region: str | None = None, session: Any = None, **kwargs: Any
     ) -> Self:
         """The deployed stack `name`, its resources read from its CloudFormation outputs."""
-        session = session or boto3.session.Session(region_name=region)
-        cfn = service(session, "cloudformation", None)
-        try:
-            described = cfn.describe_stacks(StackName=name)
-        except Exception as exc:
-            raise AwsCallError(
-                f"cannot read stack {name!r} in {session.region_name}: {exc}"
-            ) from exc
-        outputs = {
-            o["OutputKey"]: o["OutputValue"] for o in described["Stacks"][0].get("Outputs", [])
-        }
-        resources = Resources.from_outputs(outputs)
-        check_stack_version(name, outputs)
+        resources, session = stack_resources(name, region, session)
         return cls(resources, session=session, **kwargs)
 
     @classmethod
@@ -172,29 +181,38 @@ class AsyncClient:
         content raises RequestIdReused naming it, and nothing of this call is submitted."""
         self._check_open()
         hashes = [r.content_sha256() for r in requests]
-        new: dict[str, AsyncHandle] = {}
+        fresh: dict[str, AsyncHandle] = {}
         handles: list[AsyncHandle] = []
         for request, content in zip(requests, hashes, strict=True):
             rid = request.request_id
-            known = new.get(rid) or self._open.get(rid)
+            known = fresh.get(rid) or self._open.get(rid)
             if known is not None and known.content_sha256 != content:
                 raise RequestIdReused(rid)
             if known is None:
-                known = new[rid] = AsyncHandle(request, content)
+                known = fresh[rid] = AsyncHandle(request, content)
             handles.append(known)
-        fresh = [h for h in new.values() if h.request_id not in self._open]
-        stored = await asyncio.to_thread(self._aws.results, [h.request_id for h in fresh])
-        for handle in fresh:
-            found = stored.get(handle.request_id)
-            if found is not None and found[1] not in (None, handle.content_sha256):
-                raise RequestIdReused(handle.request_id)
-        for handle in fresh:
-            found = stored.get(handle.request_id)
-            if found is not None:
-                handle.resolve(found[0])
-                continue
-            self._open[handle.request_id] = handle
-            self._waiting.append(handle)
+        # Open before the table is read: a concurrent submit of the same id joins these.
+        self._open.update(fresh)
+        try:
+            stored = await asyncio.to_thread(self._aws.results, list(fresh))
+            reused = [
+                rid for rid, (_, content) in stored.items()
+                if content not in (None, fresh[rid].content_sha256)
+            ]  # fmt: skip
+            if reused:
+                raise RequestIdReused(reused[0])
+        except BaseException as exc:  # nothing of this call is submitted
+            for handle in fresh.values():
+                self._finish(
+                    handle,
+                    exc if isinstance(exc, TrialboxError) else ClientClosed(handle.request_id),
+                )
+            raise
+        for rid, handle in fresh.items():
+            if rid in stored:
+                self._finish(handle, stored[rid][0])
+            else:
+                self._waiting.append(handle)
         self._kick()
         return handles
 
@@ -234,16 +252,22 @@ class AsyncClient:
         `cancelled` result recorded (a result that arrived first stands) and its execution
         stopped, which frees its sandbox."""
         for handle in handles:
-            if handle.done():
-                continue
+            if handle.done() or self._open.get(handle.request_id) is not handle:
+                continue  # finished, or another client's
             result = result_for(
-                handle.request_id, Status.CANCELLED, error="cancelled by the client"
+                handle.request_id,
+                Status.CANCELLED,
+                error="cancelled by the client",
+                task_id=_task_id(handle.request),
+                sample_id=handle.request.sample_id,
             )
-            if handle.sent:  # an unsent one stays queued, done: the pump skips it
-                await asyncio.to_thread(self._aws.cancel, result, handle.content_sha256)
-                self._in_flight.pop(handle.request_id, None)
-            self._open.pop(handle.request_id, None)
-            handle.resolve(result)
+            # An unsent one stays queued, done: the pump skips it. A sent one whose result
+            # was recorded first keeps that result: the next poll delivers it.
+            if handle.sent and not await asyncio.to_thread(
+                self._aws.cancel, result, handle.content_sha256
+            ):
+                continue
+            self._finish(handle, result)
         self._kick()
 
     async def withdraw(self, handles: Sequence[AsyncHandle]) -> list[AsyncHandle]:
@@ -289,6 +313,21 @@ class AsyncClient:
             self._pump = asyncio.get_running_loop().create_task(self._run_pump())
 
     async def _run_pump(self) -> None:
+        """Send and poll until nothing is open. Should it fail, every open handle fails with
+        the error: none is left waiting forever."""
+        try:
+            await self._pump_loop()
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.exception("the client's pump failed")
+            if not isinstance(exc, TrialboxError):
+                exc = TrialboxError(f"the client failed: {type(exc).__name__}: {exc}")
+            for handle in list(self._open.values()):
+                self._finish(handle, exc)
+            self._waiting.clear()
+
+    async def _pump_loop(self) -> None:
         assert self._wake is not None
         delay = POLL_S
         while self._waiting or self._in_flight:
@@ -327,9 +366,13 @@ class AsyncClient:
             return 0
         try:
             stored = await asyncio.to_thread(self._aws.results, list(self._in_flight))
-        except TrialboxError:
-            log.exception("polling results failed; polling again")
+        except TrialboxError as exc:  # botocore retried already
+            self._poll_failures += 1
+            log.warning("polling results failed (%d in a row): %s", self._poll_failures, exc)
+            if self._poll_failures >= MAX_POLL_FAILURES:
+                raise  # every open handle fails with it (the requests still run)
             return 0
+        self._poll_failures = 0
         for rid, (result, content) in stored.items():
             handle = self._in_flight.get(rid)
             if handle is None:
@@ -372,3 +415,9 @@ class AsyncClient:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.aclose()
+
+
+def _task_id(request: ExecutionRequest) -> str | None:
+    if request.task is not None:
+        return request.task.task_id
+    return TaskRef.parse(request.task_ref).task_id if request.task_ref else None

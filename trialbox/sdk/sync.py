@@ -11,10 +11,10 @@ from collections.abc import Callable, Coroutine, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Self, TypeVar
 
-from trialbox.errors import WaitTimeout
+from trialbox.errors import TrialboxError, WaitTimeout
 from trialbox.models import ExecutionRequest, ExecutionResult, Task
 from trialbox.sdk import groups
-from trialbox.sdk.core import AsyncClient
+from trialbox.sdk.core import AsyncClient, stack_resources
 from trialbox.sdk.handles import AsyncHandle
 from trialbox.sdk.resources import Resources
 from trialbox.sdk.tasksets import TaskSetRef
@@ -31,6 +31,9 @@ class _Loop:
         self.thread.start()
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        if self.loop.is_closed():  # the client was closed
+            coro.close()
+            raise TrialboxError("the client is closed")
         return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
 
     def stop(self) -> None:
@@ -61,6 +64,8 @@ class Handle:
 
     def result(self, timeout: float | None = None) -> ExecutionResult:
         """The terminal result; raises WaitTimeout when `timeout` seconds pass first."""
+        if self._inner.done():  # also after close, when the loop has stopped
+            return self._inner.future.result()
         return self._loop.run(self._inner.result(timeout))
 
     def __repr__(self) -> str:
@@ -96,8 +101,9 @@ class Client:
     @classmethod
     def from_stack(cls, name: str, *, region: str | None = None, **kwargs: Any) -> Self:
         """The deployed stack `name`, its resources read from its CloudFormation outputs."""
+        resources, session = stack_resources(name, region, kwargs.pop("session", None))
         client = cls.__new__(cls)
-        client._start(lambda: AsyncClient.from_stack(name, region=region, **kwargs))
+        client._start(lambda: AsyncClient(resources, session=session, **kwargs))
         return client
 
     @classmethod
