@@ -123,6 +123,8 @@ class TrialboxStack(Stack):
         )
         for role in (recorder.role, dispatcher.role):  # one conditional PutItem per result
             storage.executions.grant(role, "dynamodb:PutItem")
+        # The dispatcher starts nothing for a request that already ended (cancelled early).
+        storage.executions.grant(dispatcher.role, "dynamodb:GetItem")
         orchestration.rollout.grant_start_execution(dispatcher.role)
         orchestration.rollout.grant_execution(dispatcher.role, "states:DescribeExecution")
         rollout_id = logical_id(orchestration.rollout)

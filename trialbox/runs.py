@@ -305,6 +305,7 @@ class RunJob:
     def interrupt(self) -> int:
         """Stop sending: the samples not yet sent are taken back (a resume runs them).
         Returns how many are still in flight."""
+        self.failure = "interrupted"
         if self._client is None:
             return 0
         taken = self._client.withdraw(self._handles)

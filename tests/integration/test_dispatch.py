@@ -1,4 +1,5 @@
-"""The dispatcher under moto: started, already started, rejected or dead-lettered."""
+"""The dispatcher under moto: started, already started, already ended, rejected or
+dead-lettered."""
 
 from __future__ import annotations
 
@@ -10,8 +11,9 @@ import pytest
 from tests.integration.conftest import Aws
 from tests.sandbox.conftest import ADD_TASK, CORRECT
 from trialbox import keys
-from trialbox.models import ExecutionRequest
+from trialbox.models import ExecutionRequest, Status, result_for
 from trialbox.pipeline.dispatch import Dispatched, Dispatcher
+from trialbox.pipeline.record import record
 
 PASS_MACHINE = {"StartAt": "Wait", "States": {"Wait": {"Type": "Wait", "Seconds": 60, "End": True}}}
 
@@ -164,3 +166,12 @@ def test_a_pointer_to_a_missing_or_foreign_object_is_rejected(
     assert item is not None and item["status"] == {"S": "rejected"}
     assert json.loads(item["result"]["S"])["error"] == reason
     assert aws.sfn.list_executions(stateMachineArn=dispatcher.rollout_arn)["executions"] == []
+
+
+def test_a_request_that_already_ended_starts_nothing(aws: Aws, dispatcher: Dispatcher) -> None:
+    """Its client cancelled it while the message waited in the queue: no sandbox runs it."""
+    cancelled = result_for("r-gone", Status.CANCELLED, error="cancelled by the client")
+    record(cancelled, aws.table, None)
+    assert dispatcher(request("r-gone")) == Dispatched.ALREADY_ENDED
+    assert aws.sfn.list_executions(stateMachineArn=dispatcher.rollout_arn)["executions"] == []
+    assert json.loads(aws.item("r-gone")["result"]["S"])["status"] == "cancelled"

@@ -204,13 +204,19 @@ class CountingDynamoDB:
         return getattr(self.dynamodb, name)
 
 
+def body(request: ExecutionRequest) -> str:
+    """The inline message body as the SDK sends it: ASCII JSON (SQS refuses some characters
+    that JSON escapes carry)."""
+    return json.dumps(request.model_dump(mode="json", exclude_defaults=True))
+
+
 def sized(rid: str, total_bytes: int) -> ExecutionRequest:
-    """A request whose inline message body is exactly `total_bytes` UTF-8 bytes, made of
-    three-byte characters: the 128 KiB boundary must count bytes, not characters."""
-    base = len(req(rid, files={"a.py": ""}).model_dump_json(exclude_defaults=True).encode())
-    threes, ones = divmod(total_bytes - base, 3)
-    request = req(rid, files={"a.py": "€" * threes + "x" * ones})
-    assert len(request.model_dump_json(exclude_defaults=True).encode()) == total_bytes
+    """A request whose inline message body is exactly `total_bytes` bytes, made of non-ASCII
+    characters (six bytes each, escaped): the 128 KiB boundary counts the body's bytes."""
+    base = len(body(req(rid, files={"a.py": ""})).encode())
+    sixes, ones = divmod(total_bytes - base, 6)
+    request = req(rid, files={"a.py": "€" * sixes + "x" * ones})
+    assert len(body(request).encode()) == total_bytes
     return request
 
 
@@ -247,7 +253,7 @@ def test_the_same_id_with_other_content_in_one_submit_is_refused_and_nothing_is_
 # --- sizes ----------------------------------------------------------------------------------------
 
 
-def test_the_inline_limit_counts_utf8_bytes_and_a_pointer_is_read_back_as_sent(
+def test_the_inline_limit_counts_body_bytes_and_a_pointer_is_read_back_as_sent(
     aws: Aws, resources: Resources, pipeline: Pipeline
 ) -> None:
     at_limit = sized("at-limit", MAX_INLINE_BYTES)
@@ -445,15 +451,19 @@ def test_a_corrupt_result_item_ends_the_wait_instead_of_hanging(
             handles[0].result()
 
 
-def test_a_request_that_cannot_be_serialized_ends_its_wait_instead_of_hanging(
+def test_a_request_that_is_not_valid_unicode_is_refused_where_it_is_built(
     aws: Aws, resources: Resources, pipeline: Pipeline
 ) -> None:
     """A lone surrogate (half of a UTF-16 pair, as a JSON "\\ud83d" decodes) is a valid
-    Python str but not valid Unicode text."""
+    Python str but not valid Unicode text: refused with the field, never sent."""
+    for fields in (
+        {"files": {"a.py": "x = '\ud83d'"}},
+        {"commands": [["echo", "\ud83d"]]},
+        {"metadata": {"note": "\ud83d"}},
+    ):
+        with pytest.raises(ValidationError, match="is not valid Unicode text"):
+            req("half-emoji", **fields)
     with Client(resources) as client:
-        (bad,) = client.submit([req("half-emoji", files={"a.py": "x = '\ud83d'"})])
-        with pytest.raises(TrialboxError):
-            bad.result(timeout=10)
         assert [r.status for r in client.run([req("later")], timeout=10)] == [Status.SUCCEEDED]
     assert "half-emoji" not in pipeline.ran_ids
 

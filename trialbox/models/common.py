@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import re
 from pathlib import PurePosixPath
 from typing import Annotated, Any
@@ -39,8 +40,16 @@ def refuse_unsupported(raw: Any, unsupported: dict[str, str]) -> Any:
     return raw
 
 
+def _check_metadata(value: dict[str, Any] | None) -> dict[str, Any] | None:
+    if value is not None:
+        check_text(json.dumps(value, ensure_ascii=False, default=str), "metadata")
+    return value
+
+
 Metadata = Annotated[
-    dict[str, Any] | None, Field(default=None, description="free-form, kept as is")
+    dict[str, Any] | None,
+    AfterValidator(_check_metadata),
+    Field(default=None, description="free-form, kept as is"),
 ]
 
 
@@ -106,9 +115,25 @@ def file_mode(value: FileContent) -> int:
     return DEFAULT_FILE_MODE if isinstance(value, str) else value.mode_bits()
 
 
+def check_text(value: str, what: str) -> str:
+    """Text must be encodable as UTF-8: a lone surrogate (say, from a JSON "\\ud83d") cannot
+    travel to the sandbox, and is refused here rather than failing later."""
+    try:
+        value.encode()
+    except UnicodeEncodeError as exc:
+        raise ValueError(
+            f"{what} is not valid Unicode text ({exc.reason} at character {exc.start})"
+        ) from None
+    return value
+
+
 def _check_files(files: dict[str, FileContent]) -> dict[str, FileContent]:
     if len(files) > MAX_FILES:
         raise ValueError(f"at most {MAX_FILES} files are allowed, got {len(files)}")
+    for path, content in files.items():
+        check_text(path, f"path {path!r}")
+        if isinstance(content, str):
+            check_text(content, f"the content of {path}")
     for path in files:
         for parent in PurePosixPath(path).parents:
             if str(parent) != "." and str(parent) in files:
@@ -124,7 +149,7 @@ ID_PATTERN = re.compile(r"^[^\x00-\x1f\x7f]{1,200}$")
 def _check_id(value: str) -> str:
     if not ID_PATTERN.fullmatch(value):
         raise ValueError("must be 1 to 200 characters with no control characters")
-    return value
+    return check_text(value, "the id")
 
 
 Identifier = Annotated[str, AfterValidator(_check_id)]

@@ -14,6 +14,7 @@ from trialbox.models.common import (
     Identifier,
     Metadata,
     StrictModel,
+    check_text,
     refuse_unsupported,
 )
 from trialbox.models.limits import LimitOverrides
@@ -28,6 +29,8 @@ def _check_argv(argv: list[str]) -> list[str]:
         raise ValueError("a command is a non-empty list of strings (argv), first the program")
     if len(argv) > MAX_ARGV or any("\x00" in arg for arg in argv):
         raise ValueError(f"a command has at most {MAX_ARGV} arguments and no NUL characters")
+    for index, arg in enumerate(argv):
+        check_text(arg, f"argument {index}")
     return argv
 
 

@@ -1,5 +1,6 @@
 """The dispatcher: one requests-queue message in, exactly one of: an execution started (or
-found already started with the same content), a `rejected` result, or a dead letter."""
+found already started with the same content), nothing (the request already has its terminal
+result, e.g. its client cancelled it), a `rejected` result, or a dead letter."""
 
 from __future__ import annotations
 
@@ -23,6 +24,7 @@ from trialbox.pipeline.stores import ObjectStore, ResultTable
 class Dispatched(StrEnum):
     STARTED = "started"
     ALREADY_STARTED = "already_started"
+    ALREADY_ENDED = "already_ended"  # cancelled by its client before it started, say
     REJECTED = "rejected"
     DEAD_LETTERED = "dead_lettered"
 
@@ -58,6 +60,8 @@ class Dispatcher:
             return self._reject(request_id, validation_message(exc))
         if request.request_id != request_id:
             return self._reject(request_id, "request_id: differs from the pointer's request_id")
+        if self.table.has_terminal(request_id):  # nothing to run: it ended already
+            return Dispatched.ALREADY_ENDED
         rollout = RolloutInput(
             request_id=request_id,
             request=None if pointer else request,

@@ -47,6 +47,16 @@ class ResultTable:
         self.table = table
         self.ttl_days = ttl_days
 
+    def has_terminal(self, request_id: str) -> bool:
+        """Whether the request already ended (recorded, or cancelled by its client)."""
+        answer = self.dynamodb.get_item(
+            TableName=self.table,
+            Key={TABLE_KEY: {"S": request_id}},
+            ConsistentRead=True,
+            ProjectionExpression=TABLE_KEY,
+        )
+        return "Item" in answer
+
     def put_terminal(self, request_id: str, attributes: dict[str, Any]) -> bool:
         item: dict[str, dict[str, Any]] = {TABLE_KEY: {"S": request_id}}
         for name, value in attributes.items():

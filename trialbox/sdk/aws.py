@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError, NoRegionError
@@ -28,7 +29,18 @@ MAX_BATCH_BYTES = 256 * 1024
 SEND_ATTEMPTS = 3
 GET_BATCH = 100  # BatchGetItem's most keys per call
 
-Stored = tuple[ExecutionResult, str | None]  # a terminal result, and its request's content hash
+# A terminal result (or why its stored item cannot be read), and its request's content hash.
+Stored = tuple[ExecutionResult | TrialboxError, str | None]
+
+
+@dataclass
+class Sent:
+    """What one `send` did: ids SQS refused for good (with its reason), and ids never
+    attempted because a call failed (`error`); every other id reached the queue."""
+
+    refused: dict[str, str] = field(default_factory=dict)
+    unattempted: list[str] = field(default_factory=list)
+    error: AwsCallError | None = None
 
 
 def service(session: Any, name: str, endpoint_url: str | None) -> Any:
@@ -66,8 +78,9 @@ class Aws:
         return bytes(call(self.s3.get_object, Bucket=bucket, Key=key)["Body"].read())
 
     def message_body(self, request: ExecutionRequest, content_sha256: str) -> str:
-        """The request itself, or (over 128 KiB) a pointer to it in S3, keyed by content."""
-        body = request.model_dump_json(exclude_defaults=True)
+        """The request itself, or (over 128 KiB) a pointer to it in S3, keyed by content.
+        ASCII JSON: SQS refuses some characters (U+FFFE, U+FFFF) that JSON escapes carry."""
+        body = json.dumps(request.model_dump(mode="json", exclude_defaults=True))
         if len(body.encode()) <= MAX_INLINE_BYTES:
             return body
         key = keys.payload_key(content_sha256)
@@ -75,20 +88,20 @@ class Aws:
         call(self.s3.put_object, Bucket=bucket, Key=key, Body=body.encode())
         return json.dumps({"request_id": request.request_id, "payload_uri": f"s3://{bucket}/{key}"})
 
-    def send(self, bodies: list[tuple[str, str]]) -> None:
+    def send(self, bodies: list[tuple[str, str]]) -> Sent:
         """SendMessageBatch in batches within SQS's caps; entries SQS failed on its side are
-        sent again. Raises AwsCallError naming the ids it refused for good."""
-        sent = 0
-        for batch in batches(bodies):
-            refused = self._send_batch(batch)
-            if refused:
-                reason = next(iter(refused.values()))
-                raise AwsCallError(
-                    f"SendMessageBatch refused {', '.join(refused)} ({reason}); "
-                    f"{sent + len(batch) - len(refused)} other request(s) were sent. Submitting "
-                    "the same requests again runs each at most once."
-                )
-            sent += len(batch)
+        sent again. Stops at the first call that fails."""
+        outcome = Sent()
+        pending = list(batches(bodies))
+        while pending:
+            batch = pending.pop(0)
+            try:
+                outcome.refused |= self._send_batch(batch)
+            except AwsCallError as exc:
+                outcome.error = exc
+                outcome.unattempted = [rid for b in [batch, *pending] for rid, _ in b]
+                break
+        return outcome
 
     def _send_batch(self, batch: list[tuple[str, str]]) -> dict[str, str]:
         pending = dict(enumerate(batch))
@@ -125,9 +138,9 @@ class Aws:
                     RequestItems={table: {"Keys": keys_, "ConsistentRead": True}},
                 )
                 for item in answer["Responses"].get(table, []):
-                    result = ExecutionResult.model_validate_json(item["result"]["S"])
+                    rid = item[TABLE_KEY]["S"]
                     content = item.get(CONTENT_ATTRIBUTE, {}).get("S")
-                    found[item[TABLE_KEY]["S"]] = (result, content)
+                    found[rid] = (_parse(rid, item), content)
                 keys_ = answer.get("UnprocessedKeys", {}).get(table, {}).get("Keys", [])
         return found
 
@@ -147,6 +160,13 @@ class Aws:
                 if exc.response["Error"]["Code"] != "ExecutionDoesNotExist":
                     raise AwsCallError(f"StopExecution: {exc}") from exc
         return bool(written)
+
+
+def _parse(request_id: str, item: dict[str, Any]) -> ExecutionResult | TrialboxError:
+    try:
+        return ExecutionResult.model_validate_json(item["result"]["S"])
+    except (KeyError, ValueError) as exc:  # one unreadable item fails its own request only
+        return TrialboxError(f"the stored result of {request_id} cannot be read: {exc}")
 
 
 def batches(bodies: list[tuple[str, str]]) -> Iterator[list[tuple[str, str]]]:

@@ -45,7 +45,8 @@ log = logging.getLogger("trialbox.sdk")
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
 POLL_S = 0.2  # the first poll after a send; it backs off to MAX_POLL_S while nothing arrives
 MAX_POLL_S = 2.0
-MAX_POLL_FAILURES = 5  # polls failing in a row (each after botocore's retries) end the wait
+MAX_CALL_FAILURES = 5  # sends or polls failing in a row (after botocore's retries) end the wait
+CANCELS_AT_ONCE = 16
 
 
 def stack_resources(name: str, region: str | None, session: Any) -> tuple[Resources, Any]:
@@ -109,6 +110,8 @@ class AsyncClient:
         self._wake: asyncio.Event | None = None
         self._closed = False
         self._poll_failures = 0
+        self._send_failures = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
 
     # --- construction ------------------------------------------------------------------------
 
@@ -180,6 +183,8 @@ class AsyncClient:
         (the same id and content) resolves without running again; an id already used for other
         content raises RequestIdReused naming it, and nothing of this call is submitted."""
         self._check_open()
+        self._check_loop()
+        requests = list(requests)
         hashes = [r.content_sha256() for r in requests]
         fresh: dict[str, AsyncHandle] = {}
         handles: list[AsyncHandle] = []
@@ -249,25 +254,22 @@ class AsyncClient:
     async def cancel(self, handles: Sequence[AsyncHandle]) -> None:
         """End each unfinished request with the terminal status `cancelled` (reward None,
         loss_mask true). One not yet sent never reaches the pipeline; one in flight gets its
-        `cancelled` result recorded (a result that arrived first stands) and its execution
-        stopped, which frees its sandbox."""
-        for handle in handles:
-            if handle.done() or self._open.get(handle.request_id) is not handle:
-                continue  # finished, or another client's
-            result = result_for(
-                handle.request_id,
-                Status.CANCELLED,
-                error="cancelled by the client",
-                task_id=_task_id(handle.request),
-                sample_id=handle.request.sample_id,
-            )
-            # An unsent one stays queued, done: the pump skips it. A sent one whose result
-            # was recorded first keeps that result: the next poll delivers it.
-            if handle.sent and not await asyncio.to_thread(
-                self._aws.cancel, result, handle.content_sha256
-            ):
-                continue
-            self._finish(handle, result)
+        `cancelled` result recorded (a result recorded first stands, and the handle gets it)
+        and its execution stopped, which frees its sandbox."""
+        self._check_loop()
+        mine = [h for h in handles if not h.done() and self._open.get(h.request_id) is h]
+        for handle in mine:  # the unsent first, without a pause: none of them is sent now
+            if not handle.sent:
+                self._finish(handle, _cancelled(handle))
+        limit = asyncio.Semaphore(CANCELS_AT_ONCE)
+
+        async def stop(handle: AsyncHandle) -> None:
+            async with limit:
+                result = _cancelled(handle)
+                if await asyncio.to_thread(self._aws.cancel, result, handle.content_sha256):
+                    self._finish(handle, result)
+
+        await asyncio.gather(*(stop(h) for h in mine if not h.done()))
         self._kick()
 
     async def withdraw(self, handles: Sequence[AsyncHandle]) -> list[AsyncHandle]:
@@ -290,7 +292,9 @@ class AsyncClient:
         code (`extract`) goes into the task's starter file; a completion with no code scores
         0.0 with the flag `no_code`, without a sandbox. The group shares one pushed task."""
         ref = await self.push_tasks([task], name=f"group-{task.task_id}")
-        plan = groups.plan(task, ref.task(task.task_id), completions, extract, group_id)
+        plan = await asyncio.to_thread(  # extraction may be slow: never on the loop
+            groups.plan, task, ref.task(task.task_id), completions, extract, group_id
+        )
         handles = await self.submit([p for p in plan if isinstance(p, ExecutionRequest)])
         by_id = {h.request_id: h for h in handles}
         await self.gather(handles, timeout)
@@ -350,16 +354,35 @@ class AsyncClient:
         for handle in batch:  # in flight before the call: an interrupted call may have sent it
             handle.sent_at = time.monotonic()
             self._in_flight[handle.request_id] = handle
-        try:
-            bodies = await asyncio.to_thread(self._bodies, batch)
-            await asyncio.to_thread(self._aws.send, bodies)
-        except TrialboxError as exc:
-            for handle in batch:
-                self._finish(handle, exc)
-        return len(batch)
+        bodies = await asyncio.to_thread(self._bodies, batch)
+        sent = await asyncio.to_thread(self._aws.send, bodies)
+        for rid, reason in sent.refused.items():
+            refused = AwsCallError(f"SendMessageBatch refused {rid} ({reason}): it was not sent")
+            self._finish(self._in_flight[rid], refused)
+        for rid in reversed(sent.unattempted):  # back to the front, sent again next round
+            handle = self._in_flight.pop(rid)
+            handle.sent_at = None
+            self._waiting.appendleft(handle)
+        if sent.error is not None:
+            self._send_failures += 1
+            log.warning("sending failed (%d in a row): %s", self._send_failures, sent.error)
+            if self._send_failures >= MAX_CALL_FAILURES:
+                raise sent.error  # every open handle fails with it
+        else:
+            self._send_failures = 0
+        return len(batch) - len(sent.unattempted)
 
     def _bodies(self, batch: list[AsyncHandle]) -> list[tuple[str, str]]:
-        return [(h.request_id, self._aws.message_body(h.request, h.content_sha256)) for h in batch]
+        """The message bodies; a request that cannot be sent fails alone, saying why."""
+        bodies = []
+        for handle in batch:
+            try:
+                body = self._aws.message_body(handle.request, handle.content_sha256)
+            except (TrialboxError, ValueError) as exc:
+                self._loop_call(self._finish, handle, _unsendable(handle.request_id, exc))
+                continue
+            bodies.append((handle.request_id, body))
+        return bodies
 
     async def _poll(self) -> int:
         if not self._in_flight:
@@ -369,19 +392,40 @@ class AsyncClient:
         except TrialboxError as exc:  # botocore retried already
             self._poll_failures += 1
             log.warning("polling results failed (%d in a row): %s", self._poll_failures, exc)
-            if self._poll_failures >= MAX_POLL_FAILURES:
-                raise  # every open handle fails with it (the requests still run)
+            if self._poll_failures >= MAX_CALL_FAILURES:  # the requests in flight still run
+                self._poll_failures = 0
+                for handle in list(self._in_flight.values()):
+                    self._finish(handle, TrialboxError(
+                        f"the result of {handle.request_id} cannot be read ({exc}); the "
+                        "request still runs: submit it again to collect its result"
+                    ))  # fmt: skip
             return 0
         self._poll_failures = 0
         for rid, (result, content) in stored.items():
-            handle = self._in_flight.get(rid)
-            if handle is None:
+            arrived = self._in_flight.get(rid)
+            if arrived is None:
                 continue
-            if content not in (None, handle.content_sha256):
-                self._finish(handle, RequestIdReused(rid))
+            if content not in (None, arrived.content_sha256):
+                self._finish(arrived, RequestIdReused(rid))
             else:
-                self._finish(handle, result)
+                self._finish(arrived, result)
         return len(stored)
+
+    def _loop_call(self, fn: Any, *args: Any) -> None:
+        """Call `fn` on the client's loop from a worker thread."""
+        assert self._loop is not None
+        self._loop.call_soon_threadsafe(fn, *args)
+
+    def _check_loop(self) -> None:
+        """One client, one event loop: its handles and pump belong to the loop it met first."""
+        loop = asyncio.get_running_loop()
+        if self._loop is None:
+            self._loop = loop
+        elif self._loop is not loop:
+            raise TrialboxError(
+                "this AsyncClient is used from a second event loop; make one client per loop "
+                "(or use the blocking Client from any thread)"
+            )
 
     def _finish(self, handle: AsyncHandle, outcome: ExecutionResult | BaseException) -> None:
         self._in_flight.pop(handle.request_id, None)
@@ -421,3 +465,17 @@ def _task_id(request: ExecutionRequest) -> str | None:
     if request.task is not None:
         return request.task.task_id
     return TaskRef.parse(request.task_ref).task_id if request.task_ref else None
+
+
+def _cancelled(handle: AsyncHandle) -> ExecutionResult:
+    return result_for(
+        handle.request_id,
+        Status.CANCELLED,
+        error="cancelled by the client",
+        task_id=_task_id(handle.request),
+        sample_id=handle.request.sample_id,
+    )
+
+
+def _unsendable(request_id: str, exc: Exception) -> TrialboxError:
+    return TrialboxError(f"request {request_id} cannot be sent: {exc}")

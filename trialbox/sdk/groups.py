@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Sequence
 
+from pydantic import ValidationError
+
+from trialbox.errors import InputError
 from trialbox.models import ExecutionRequest, ExecutionResult, Status, Task, result_for
+from trialbox.pipeline.record import validation_message
 from trialbox.sdk.extract import NO_CODE_FEEDBACK, NO_CODE_FLAG, Extract, extract_code, files_for
 from trialbox.sdk.tasksets import request_id
 
@@ -20,19 +25,25 @@ def plan(
     group_id: str | None,
 ) -> list[ExecutionRequest | ExecutionResult]:
     """Per completion, in order: the request that grades its code, or (no code found) its
-    result. The default group id hashes the task and the completions, so a group submitted
-    again is the same requests (each runs once)."""
+    result. The default group id hashes the task and the files each completion submits, so the
+    same group submitted again is the same requests (each runs once)."""
+    files: list[dict[str, str] | None] = []
+    for index, completion in enumerate(completions):
+        try:
+            files.append(files_for(task.workspace, extract(completion)) or None)  # {}: no code
+        except InputError as exc:
+            raise InputError(f"completion {index}: {exc}") from None
     if group_id is None:
         digest = hashlib.sha256(task_ref.encode())
-        for completion in completions:
-            digest.update(hashlib.sha256(completion.encode(errors="surrogatepass")).digest())
+        for submitted in files:
+            canonical = json.dumps(submitted, sort_keys=True, ensure_ascii=True)
+            digest.update(hashlib.sha256(canonical.encode()).digest())
         group_id = f"g{digest.hexdigest()[:12]}"
     planned: list[ExecutionRequest | ExecutionResult] = []
-    for index, completion in enumerate(completions):
+    for index, submitted in enumerate(files):
         sample_id = str(index)
         rid = request_id(group_id, task.task_id, sample_id)
-        files = files_for(task.workspace, extract(completion))
-        if files is None:
+        if submitted is None:
             planned.append(
                 result_for(
                     rid,
@@ -45,14 +56,15 @@ def plan(
                 )
             )
             continue
-        planned.append(
-            ExecutionRequest(
+        try:
+            request = ExecutionRequest(
                 request_id=rid,
                 run_id=group_id,
                 task_ref=task_ref,
                 sample_id=sample_id,
-                files=files,
-                metadata=None,
+                files=submitted,
             )
-        )
+        except ValidationError as exc:
+            raise InputError(f"completion {index}: {validation_message(exc)}") from None
+        planned.append(request)
     return planned

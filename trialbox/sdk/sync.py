@@ -145,6 +145,10 @@ class Client:
         """Each handle as its result arrives; WaitTimeout (with the ids left) after `timeout`."""
         arrived: queue.SimpleQueue[Handle] = queue.SimpleQueue()
         by_future = {h._inner.future: h for h in handles}
+        for handle in handles:  # those done already come first, whatever the timeout
+            if handle.done() and by_future.pop(handle._inner.future, None) is not None:
+                yield handle
+        handles = list(by_future.values())
 
         def watch() -> None:
             for future, handle in by_future.items():
