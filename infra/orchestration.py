@@ -19,6 +19,7 @@ from infra.alarms import at_least
 from infra.lambdas import TrialboxFunction, retention
 from infra.nag import acknowledge, logical_id
 from trialbox import constants as c
+from trialbox.models import Status, result_for
 
 RECORD_FAILED = "the result could not be recorded (Record failed; see the execution's history)"
 # CDK's LambdaInvoke retries Lambda's service errors already; a throttle at scale is one more
@@ -137,16 +138,17 @@ class Orchestration(Construct):
         """The last resort when Record itself fails: a `sandbox_error` item written by Step
         Functions, so that even then the request ends with its one terminal result. A result
         Record did write wins (the put is conditional)."""
+        # The same result every other failure gets: built by result_for (REWARD_RULES).
+        fallback = result_for(
+            None,
+            Status.SANDBOX_ERROR,
+            error=RECORD_FAILED,
+            feedback=f"sandbox error (not your code): {RECORD_FAILED}",
+        ).model_dump(mode="json", exclude_defaults=True, exclude={"request_id"})
         describe = sfn.Pass(
             self,
             "DescribeRecordFailure",
-            parameters={
-                "request_id.$": "$.request_id",
-                "status": "sandbox_error",
-                "loss_mask": True,
-                "error": RECORD_FAILED,
-                "feedback": f"sandbox error (not your code): {RECORD_FAILED}",
-            },
+            parameters={"request_id.$": "$.request_id", **fallback},
             result_path="$.fallback",
         )
         put = tasks.DynamoPutItem(
@@ -157,8 +159,8 @@ class Orchestration(Construct):
                 c.TABLE_KEY: tasks.DynamoAttributeValue.from_string(
                     sfn.JsonPath.string_at("$.request_id")
                 ),
-                "status": tasks.DynamoAttributeValue.from_string("sandbox_error"),
-                "loss_mask": tasks.DynamoAttributeValue.from_boolean(True),
+                "status": tasks.DynamoAttributeValue.from_string(fallback["status"]),
+                "loss_mask": tasks.DynamoAttributeValue.from_boolean(fallback["loss_mask"]),
                 "result": tasks.DynamoAttributeValue.from_string(
                     sfn.JsonPath.json_to_string(sfn.JsonPath.object_at("$.fallback"))
                 ),

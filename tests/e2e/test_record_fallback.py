@@ -12,7 +12,7 @@ RECORD_FAILED = "the result could not be recorded (Record failed; see the execut
 
 def test_a_failing_record_still_leaves_one_sandbox_error_result() -> None:
     with Client.local(workers=1) as client:
-        s3, bucket = client._clients["s3"], client.resources.traces_bucket
+        s3, bucket = client.aio._aws.s3, client.aio.resources.traces_bucket
         # Without the bucket Prepare fails, and so does Record on every retry: it writes the
         # trace first.
         for found in s3.list_objects_v2(Bucket=bucket).get("Contents", []):

@@ -14,8 +14,7 @@ from trialbox.constants import (
     LOST_SANDBOX_RETRIES,
 )
 from trialbox.keys import trace_key
-from trialbox.models import ExecutionResult, Status
-from trialbox.models.result import reward_for
+from trialbox.models import ExecutionResult, Status, result_for
 from trialbox.pipeline.stores import ObjectStore, ResultTable
 
 # DynamoDB items are capped at 400 KB; larger results are kept whole only in the trace.
@@ -33,27 +32,23 @@ def validation_message(exc: ValidationError) -> str:
     return "; ".join(parts)
 
 
-def failure_result(request_id: str, error: str, cause: str | None) -> ExecutionResult:
-    """A result for a request that never produced a run report."""
+def failure_result(
+    request_id: str, error: str, cause: str | None, attempt: int | None = None
+) -> ExecutionResult:
+    """A result for a request that never produced a scored result. `attempt`: the Execute
+    attempt that answered (retries before it), when Execute succeeded and a later step failed."""
     status = Status.REJECTED if error == ERROR_REJECTED else Status.SANDBOX_ERROR
-    reward, loss_mask = reward_for(status, None)
     detail, retries = _cause_message(cause)
     message = detail if status == Status.REJECTED else f"{error}: {detail}" if detail else error
-    if error in LOST_SANDBOX_ERRORS:  # caught only once the Execute retries ran out
+    if attempt is not None:
+        retries = attempt
+    elif error in LOST_SANDBOX_ERRORS:  # caught only once the Execute retries ran out
         retries = LOST_SANDBOX_RETRIES
     elif error != ERROR_SANDBOX:
         retries = 0
-    return ExecutionResult(
-        request_id=request_id,
-        status=status,
-        reward=reward,
-        loss_mask=loss_mask,
-        error=message,
-        feedback=message
-        if status == Status.REJECTED
-        else f"sandbox error (not your code): {message}",
-        attempts=retries + 1,
-    )
+    feedback = message if status == Status.REJECTED else f"sandbox error (not your code): {message}"
+    result = result_for(request_id, status, error=message, feedback=feedback)
+    return result.model_copy(update={"attempts": retries + 1})
 
 
 def _cause_message(cause: str | None) -> tuple[str, int]:

@@ -54,7 +54,9 @@ class Recorder:
             )
         else:
             error = state.error or StepError(Error="States.Unknown", Cause="no score and no error")
-            result = failure_result(state.request_id, error.Error, error.Cause)
+            done = state.execution or {}  # Execute answered; a later step failed
+            attempt = done.get("attempt") if isinstance(done.get("attempt"), int) else None
+            result = failure_result(state.request_id, error.Error, error.Cause, attempt)
         trace = {"state": json.loads(state.model_dump_json(exclude={"request"}))}
         written = record(
             result, self.table, self.traces, trace, content_sha256=state.content_sha256
