@@ -5,6 +5,7 @@ Every boto3 error becomes an `AwsCallError` naming the call.
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Callable, Iterator
@@ -63,10 +64,19 @@ def call(method: Callable[..., Any], **kwargs: Any) -> Any:
 class Aws:
     def __init__(self, session: Any, endpoint_url: str | None, resources: Resources) -> None:
         self.resources = resources
+        self.session = session
+        self.endpoint_url = endpoint_url
         self.sqs = service(session, "sqs", endpoint_url)
-        self.s3 = service(session, "s3", endpoint_url)
         self.dynamodb = service(session, "dynamodb", endpoint_url)
-        self.sfn = service(session, "stepfunctions", endpoint_url)
+
+    # Made when first needed: task sets, large requests, traces and cancel.
+    @functools.cached_property
+    def s3(self) -> Any:
+        return service(self.session, "s3", self.endpoint_url)
+
+    @functools.cached_property
+    def sfn(self) -> Any:
+        return service(self.session, "stepfunctions", self.endpoint_url)
 
     def put_taskset(self, key: str, body: bytes) -> None:
         call(self.s3.put_object, Bucket=self.resources.tasksets_bucket, Key=key, Body=body)
@@ -135,7 +145,18 @@ class Aws:
             while keys_:
                 answer = call(
                     self.dynamodb.batch_get_item,
-                    RequestItems={table: {"Keys": keys_, "ConsistentRead": True}},
+                    RequestItems={
+                        table: {
+                            "Keys": keys_,
+                            "ConsistentRead": True,
+                            "ProjectionExpression": "#k, #r, #c",
+                            "ExpressionAttributeNames": {
+                                "#k": TABLE_KEY,
+                                "#r": "result",
+                                "#c": CONTENT_ATTRIBUTE,
+                            },
+                        }
+                    },
                 )
                 for item in answer["Responses"].get(table, []):
                     rid = item[TABLE_KEY]["S"]

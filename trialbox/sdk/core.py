@@ -9,7 +9,6 @@ handle of the client.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import time
 from collections import deque
@@ -334,14 +333,21 @@ class AsyncClient:
     async def _pump_loop(self) -> None:
         assert self._wake is not None
         delay = POLL_S
-        while self._waiting or self._in_flight:
+        while (self._waiting or self._in_flight) and not self._closed:
             self._wake.clear()
-            sent = await self._admit()
+            # Poll first: the slots it frees are refilled at once, and each poll comes a full
+            # delay after the sends it covers.
             arrived = await self._poll()
+            sent = await self._admit()
             delay = POLL_S if (sent or arrived) else min(MAX_POLL_S, delay * 1.5)
             if self._waiting or self._in_flight:
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._wake.wait(), delay)
+                # asyncio.wait, not wait_for: on 3.11 wait_for loses a cancel (aclose) that
+                # arrives as the wake-up does.
+                woken = asyncio.ensure_future(self._wake.wait())
+                try:
+                    await asyncio.wait({woken}, timeout=delay)
+                finally:
+                    woken.cancel()
 
     async def _admit(self) -> int:
         batch: list[AsyncHandle] = []
@@ -354,8 +360,7 @@ class AsyncClient:
         for handle in batch:  # in flight before the call: an interrupted call may have sent it
             handle.sent_at = time.monotonic()
             self._in_flight[handle.request_id] = handle
-        bodies = await asyncio.to_thread(self._bodies, batch)
-        sent = await asyncio.to_thread(self._aws.send, bodies)
+        sent = await asyncio.to_thread(lambda: self._aws.send(self._bodies(batch)))
         for rid, reason in sent.refused.items():
             refused = AwsCallError(f"SendMessageBatch refused {rid} ({reason}): it was not sent")
             self._finish(self._in_flight[rid], refused)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import time
 
 from trialbox.errors import WaitTimeout
@@ -17,6 +18,8 @@ class AsyncHandle:
         self.request_id = request.request_id
         self.content_sha256 = content_sha256
         self.future: asyncio.Future[ExecutionResult] = asyncio.get_running_loop().create_future()
+        # The same outcome for other threads (the blocking Client waits on it, not the loop).
+        self.shared: concurrent.futures.Future[ExecutionResult] = concurrent.futures.Future()
         self.submitted_at = time.monotonic()
         self.sent_at: float | None = None  # when it reached the requests queue
         self.finished_at: float | None = None
@@ -51,8 +54,10 @@ class AsyncHandle:
         if isinstance(result, BaseException):
             self.future.set_exception(result)
             self.future.exception()  # retrieved here: an unawaited failure is not an error
+            self.shared.set_exception(result)
         else:
             self.future.set_result(result)
+            self.shared.set_result(result)
 
     def __repr__(self) -> str:
         state = "done" if self.done() else "sent" if self.sent else "waiting"

@@ -3,10 +3,8 @@
 from __future__ import annotations
 
 import asyncio
-import functools
-import queue
+import concurrent.futures
 import threading
-import time
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from pathlib import Path
 from typing import Any, Self, TypeVar
@@ -64,9 +62,10 @@ class Handle:
 
     def result(self, timeout: float | None = None) -> ExecutionResult:
         """The terminal result; raises WaitTimeout when `timeout` seconds pass first."""
-        if self._inner.done():  # also after close, when the loop has stopped
-            return self._inner.future.result()
-        return self._loop.run(self._inner.result(timeout))
+        try:
+            return self._inner.shared.result(timeout)
+        except concurrent.futures.TimeoutError:
+            raise WaitTimeout([self.request_id], timeout or 0) from None
 
     def __repr__(self) -> str:
         return repr(self._inner).replace("AsyncHandle", "Handle", 1)
@@ -143,33 +142,20 @@ class Client:
         self, handles: Sequence[Handle], timeout: float | None = None
     ) -> Iterator[Handle]:
         """Each handle as its result arrives; WaitTimeout (with the ids left) after `timeout`."""
-        arrived: queue.SimpleQueue[Handle] = queue.SimpleQueue()
-        by_future = {h._inner.future: h for h in handles}
-        for handle in handles:  # those done already come first, whatever the timeout
-            if handle.done() and by_future.pop(handle._inner.future, None) is not None:
-                yield handle
-        handles = list(by_future.values())
-
-        def watch() -> None:
-            for future, handle in by_future.items():
-                future.add_done_callback(functools.partial(_put, arrived, handle))
-
-        self._loop.loop.call_soon_threadsafe(watch)
-        deadline = None if timeout is None else time.monotonic() + timeout
-        left = {h.request_id: h for h in handles}
-        for _ in range(len(by_future)):
-            wait = None if deadline is None else max(0.0, deadline - time.monotonic())
-            try:
-                handle = arrived.get(timeout=wait)
-            except queue.Empty:
-                raise WaitTimeout(list(left), timeout or 0) from None
-            left.pop(handle.request_id, None)
-            yield handle
+        left = {h._inner.shared: h for h in handles}
+        try:
+            for future in concurrent.futures.as_completed(left, timeout):
+                yield left.pop(future)
+        except concurrent.futures.TimeoutError:
+            raise WaitTimeout([h.request_id for h in left.values()], timeout or 0) from None
 
     def gather(
         self, handles: Sequence[Handle], timeout: float | None = None
     ) -> list[ExecutionResult]:
-        return self._loop.run(self._async.gather([h._inner for h in handles], timeout))
+        """Every result, in the handles' order. Raises WaitTimeout (with the ids left)."""
+        for _ in self.as_completed(handles, timeout):
+            pass
+        return [h.result() for h in handles]
 
     def run(
         self, requests: Sequence[ExecutionRequest], timeout: float | None = None
@@ -210,10 +196,6 @@ class Client:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
-
-
-def _put(arrived: queue.SimpleQueue[Handle], handle: Handle, _: object) -> None:
-    arrived.put(handle)
 
 
 async def _build(factory: Callable[[], AsyncClient]) -> AsyncClient:
