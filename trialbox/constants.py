@@ -48,3 +48,6 @@ METRIC_SANDBOX_ERROR = "SandboxError"  # per result the recorder writes: 1 if sa
 # The executions table.
 TABLE_KEY = "request_id"
 TABLE_TTL_ATTRIBUTE = "expires_at"
+# The hash of the request a result was recorded for: the SDK and the dispatcher tell a
+# resubmission (the same hash) from an id reused for other content.
+CONTENT_ATTRIBUTE = "content_sha256"

@@ -151,22 +151,23 @@ def _drive(twin: LocalTwin, tmp: Path) -> tuple[dict[str, ExecutionResult], int,
     (results["iam-invalid"],) = sdk.run([request("iam-invalid", CORRECT)], timeout=60)
     assert results["iam-good"].trace_uri is not None
     sdk.read_object(results["iam-good"].trace_uri)
-    # The same request id with other content: the SDK refuses it, and the dispatcher
-    # dead-letters one sent around the SDK.
+    # The same request id with other content: the SDK refuses it.
     with pytest.raises(RequestIdReused):
         sdk.submit([request("iam-good", WRONG)])
-    reused = request("iam-good", WRONG).model_dump_json(exclude_defaults=True)
-    sqs.send_message(QueueUrl=requests_url, MessageBody=reused)
-    redrive = sqs.get_queue_attributes(QueueUrl=requests_url, AttributeNames=["RedrivePolicy"])
-    dlq_name = json.loads(redrive["Attributes"]["RedrivePolicy"])["deadLetterTargetArn"]
-    dlq = sqs.get_queue_url(QueueName=dlq_name.rsplit(":", 1)[-1])["QueueUrl"]
-    _await_dead_letter(sqs, dlq)
-    # Cancelled in flight: the SDK records `cancelled` and stops the execution.
+    # Cancelled in flight: the SDK records `cancelled` and stops the execution. While it
+    # runs, its id with other content, sent around the SDK, is dead-lettered by the
+    # dispatcher (its execution's input says what it runs).
     (slow,) = sdk.submit([request("iam-cancel", CORRECT, commands=[["sleep", "8"]])])
     deadline = time.monotonic() + 60
     while not _running(twin, "iam-cancel"):
         assert time.monotonic() < deadline, "the execution to cancel never started"
         time.sleep(0.2)
+    reused = request("iam-cancel", WRONG).model_dump_json(exclude_defaults=True)
+    sqs.send_message(QueueUrl=requests_url, MessageBody=reused)
+    redrive = sqs.get_queue_attributes(QueueUrl=requests_url, AttributeNames=["RedrivePolicy"])
+    dlq_name = json.loads(redrive["Attributes"]["RedrivePolicy"])["deadLetterTargetArn"]
+    dlq = sqs.get_queue_url(QueueName=dlq_name.rsplit(":", 1)[-1])["QueueUrl"]
+    _await_dead_letter(sqs, dlq)
     sdk.cancel([slow])
     results["iam-cancel"] = slow.result(timeout=5)
     cli_exit, cli_traces = _cli_run(twin, tmp)

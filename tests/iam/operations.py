@@ -53,6 +53,7 @@ ACTIONS: dict[tuple[str, str], tuple[str, ...]] = {
     ("dynamodb", "Query"): ("dynamodb:Query",),
     ("stepfunctions", "StartExecution"): ("states:StartExecution",),
     ("stepfunctions", "DescribeExecution"): ("states:DescribeExecution",),
+    ("stepfunctions", "StopExecution"): ("states:StopExecution",),
     ("stepfunctions", "SendTaskSuccess"): ("states:SendTaskSuccess",),
     ("stepfunctions", "SendTaskFailure"): ("states:SendTaskFailure",),
     ("stepfunctions", "SendTaskHeartbeat"): ("states:SendTaskHeartbeat",),

@@ -175,3 +175,15 @@ def test_a_request_that_already_ended_starts_nothing(aws: Aws, dispatcher: Dispa
     assert dispatcher(request("r-gone")) == Dispatched.ALREADY_ENDED
     assert aws.sfn.list_executions(stateMachineArn=dispatcher.rollout_arn)["executions"] == []
     assert json.loads(aws.item("r-gone")["result"]["S"])["status"] == "cancelled"
+
+
+def test_an_ended_request_sent_again_with_other_content_is_dead_lettered(
+    aws: Aws, dispatcher: Dispatcher
+) -> None:
+    first = ExecutionRequest.model_validate_json(request("r-done"))
+    done = result_for("r-done", Status.SUCCEEDED, scored_reward=1.0)
+    record(done, aws.table, None, content_sha256=first.content_sha256())
+    other = request("r-done", files={"solution.py": "def add(a, b):\n    return 0\n"})
+    assert dispatcher(other) == Dispatched.DEAD_LETTERED
+    assert dead_letters(aws) == [(other, "request_id r-done reused with different content")]
+    assert dispatcher(request("r-done")) == Dispatched.ALREADY_ENDED

@@ -60,13 +60,17 @@ class Dispatcher:
             return self._reject(request_id, validation_message(exc))
         if request.request_id != request_id:
             return self._reject(request_id, "request_id: differs from the pointer's request_id")
-        if self.table.has_terminal(request_id):  # nothing to run: it ended already
+        ended, recorded_for = self.table.terminal(request_id)
+        content = request.content_sha256()
+        if ended and recorded_for not in (None, content):
+            return self._reused(body, request_id)
+        if ended:  # nothing to run: it ended already (its client cancelled it, say)
             return Dispatched.ALREADY_ENDED
         rollout = RolloutInput(
             request_id=request_id,
             request=None if pointer else request,
             payload_uri=pointer.payload_uri if pointer else None,
-            content_sha256=request.content_sha256(),
+            content_sha256=content,
         )
         return self._start(rollout, body)
 
@@ -104,7 +108,10 @@ class Dispatcher:
         started = RolloutInput.model_validate_json(existing["input"])
         if started.content_sha256 == rollout.content_sha256:
             return Dispatched.ALREADY_STARTED  # a redelivered or resubmitted request: runs once
-        self.dead_letter(body, f"request_id {rollout.request_id} reused with different content")
+        return self._reused(body, rollout.request_id)
+
+    def _reused(self, body: str, request_id: str) -> Dispatched:
+        self.dead_letter(body, f"request_id {request_id} reused with different content")
         return Dispatched.DEAD_LETTERED
 
     def execution_arn(self, name: str) -> str:

@@ -8,6 +8,7 @@ from typing import Any
 from pydantic import ValidationError
 
 from trialbox.constants import (
+    CONTENT_ATTRIBUTE,
     ERROR_REJECTED,
     ERROR_SANDBOX,
     LOST_SANDBOX_ERRORS,
@@ -19,9 +20,6 @@ from trialbox.pipeline.stores import ObjectStore, ResultTable
 
 # DynamoDB items are capped at 400 KB; larger results are kept whole only in the trace.
 MAX_INLINE_RESULT = 300_000
-# The table item's hash of the request's content: the SDK tells a resubmission (the same
-# hash) from an id reused for other content.
-CONTENT_ATTRIBUTE = "content_sha256"
 
 
 def validation_message(exc: ValidationError) -> str:

@@ -9,7 +9,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 from pydantic import BaseModel
 
-from trialbox.constants import TABLE_KEY, TABLE_TTL_ATTRIBUTE
+from trialbox.constants import CONTENT_ATTRIBUTE, TABLE_KEY, TABLE_TTL_ATTRIBUTE
 
 
 def parse_s3_uri(uri: str) -> tuple[str, str]:
@@ -47,15 +47,19 @@ class ResultTable:
         self.table = table
         self.ttl_days = ttl_days
 
-    def has_terminal(self, request_id: str) -> bool:
-        """Whether the request already ended (recorded, or cancelled by its client)."""
+    def terminal(self, request_id: str) -> tuple[bool, str | None]:
+        """Whether the request already ended (recorded, or cancelled by its client), and the
+        content hash its result was recorded for (None: not known)."""
         answer = self.dynamodb.get_item(
             TableName=self.table,
             Key={TABLE_KEY: {"S": request_id}},
             ConsistentRead=True,
-            ProjectionExpression=TABLE_KEY,
+            ProjectionExpression="#c",
+            ExpressionAttributeNames={"#c": CONTENT_ATTRIBUTE},
         )
-        return "Item" in answer
+        if "Item" not in answer:
+            return False, None
+        return True, answer["Item"].get(CONTENT_ATTRIBUTE, {}).get("S")
 
     def put_terminal(self, request_id: str, attributes: dict[str, Any]) -> bool:
         item: dict[str, dict[str, Any]] = {TABLE_KEY: {"S": request_id}}

@@ -15,10 +15,10 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError, NoRegionError
 
 from trialbox import keys
-from trialbox.constants import TABLE_KEY
+from trialbox.constants import CONTENT_ATTRIBUTE, TABLE_KEY
 from trialbox.errors import AwsCallError, TrialboxError
 from trialbox.models import ExecutionRequest, ExecutionResult
-from trialbox.pipeline.record import CONTENT_ATTRIBUTE, record
+from trialbox.pipeline.record import record
 from trialbox.pipeline.stores import ResultTable
 from trialbox.sdk.resources import Resources
 from trialbox.settings import RESULT_TTL_DAYS
