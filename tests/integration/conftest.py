@@ -13,6 +13,7 @@ from moto import mock_aws
 
 from trialbox import constants as c
 from trialbox.pipeline.stores import ObjectStore, ResultTable
+from trialbox.sdk import Resources, core
 
 REGION = "us-east-1"
 MOTO_CONFIG: Any = {
@@ -87,3 +88,21 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[Aws]:
             work_queue=sqs.create_queue(QueueName="work")["QueueUrl"],
             dlq=sqs.create_queue(QueueName="requests-dlq")["QueueUrl"],
         )
+
+
+@pytest.fixture
+def resources(aws: Aws) -> Resources:
+    """The SDK's view of the moto resources (with a requests queue)."""
+    return Resources(
+        requests_queue_url=aws.sqs.create_queue(QueueName="requests")["QueueUrl"],
+        executions_table="executions",
+        traces_bucket="traces",
+        tasksets_bucket="tasksets",
+    )
+
+
+@pytest.fixture
+def fast_polls(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The SDK's pump polls every 20-50 ms (not 0.2-2 s): a test takes well under a second."""
+    monkeypatch.setattr(core, "POLL_S", 0.02)
+    monkeypatch.setattr(core, "MAX_POLL_S", 0.05)

@@ -37,6 +37,8 @@ from trialbox.sdk.tasksets import tasks_body
 
 DELAY = re.compile(r"# delay (\S+)")
 
+pytestmark = pytest.mark.usefixtures("fast_polls")
+
 
 class FakePipeline:
     """The pipeline as the SDK sees it, on a thread: requests in, terminal results out."""
@@ -182,23 +184,6 @@ TASK = Task.model_validate(
         "grading": {"command": ["python", "-m", "pytest", "-q", "tests"]},
     }
 )
-
-
-@pytest.fixture(autouse=True)
-def fast_polls(monkeypatch: pytest.MonkeyPatch) -> None:
-    """The pump polls every 20-50 ms (not 0.2-2 s), so that a test takes well under a second."""
-    monkeypatch.setattr(core, "POLL_S", 0.02)
-    monkeypatch.setattr(core, "MAX_POLL_S", 0.05)
-
-
-@pytest.fixture
-def resources(aws: Aws) -> Resources:
-    return Resources(
-        requests_queue_url=aws.sqs.create_queue(QueueName="requests")["QueueUrl"],
-        executions_table="executions",
-        traces_bucket="traces",
-        tasksets_bucket="tasksets",
-    )
 
 
 @pytest.fixture

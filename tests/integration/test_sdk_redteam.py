@@ -36,7 +36,7 @@ from trialbox.models import ExecutionRequest, Status, Task, result_for
 from trialbox.models.jobs import RolloutInput
 from trialbox.pipeline.dispatch import Dispatcher
 from trialbox.pipeline.record import record
-from trialbox.sdk import AsyncClient, Client, Resources, core
+from trialbox.sdk import AsyncClient, Client, Resources
 from trialbox.sdk.aws import MAX_BATCH_BYTES, MAX_INLINE_BYTES
 from trialbox.sdk.extract import extract_code
 
@@ -50,6 +50,8 @@ TASK = Task.model_validate(
         "grading": {"command": ["python", "-m", "pytest", "-q", "tests"]},
     }
 )
+
+pytestmark = pytest.mark.usefixtures("fast_polls")
 
 
 class StubStepFunctions:
@@ -131,22 +133,6 @@ class Pipeline:
             QueueUrl=self.queue_url, AttributeNames=["ApproximateNumberOfMessages"]
         )
         return int(attributes["Attributes"]["ApproximateNumberOfMessages"])
-
-
-@pytest.fixture(autouse=True)
-def fast_polls(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(core, "POLL_S", 0.02)
-    monkeypatch.setattr(core, "MAX_POLL_S", 0.05)
-
-
-@pytest.fixture
-def resources(aws: Aws) -> Resources:
-    return Resources(
-        requests_queue_url=aws.sqs.create_queue(QueueName="requests")["QueueUrl"],
-        executions_table="executions",
-        traces_bucket="traces",
-        tasksets_bucket="tasksets",
-    )
 
 
 @pytest.fixture
