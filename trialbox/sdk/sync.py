@@ -54,6 +54,11 @@ class Handle:
         return self._inner.sent
 
     @property
+    def sent_at(self) -> float | None:
+        """time.monotonic() when it was sent (None: not yet)."""
+        return self._inner.sent_at
+
+    @property
     def latency_s(self) -> float | None:
         return self._inner.latency_s
 
