@@ -7,7 +7,9 @@ from typing import Any
 import pytest
 
 from trialbox.errors import InputError
+from trialbox.models import ExecutionRequest, Task
 from trialbox.sdk.extract import extract_code, files_for
+from trialbox.sdk.groups import plan
 
 SOLUTION = "def add(a, b):\n    return a + b\n"
 
@@ -289,3 +291,55 @@ def test_other_return_type_is_an_input_error() -> None:
 def test_extracted_code_lands_in_the_starter_file() -> None:
     workspace = {"solution.py": "def add(a, b):\n    raise NotImplementedError\n"}
     assert files_for(workspace, extract_code(R1_STYLE)) == {"solution.py": SOLUTION}
+
+
+# --- real model output: usage examples, output blocks, drafts left open in the reasoning ---
+
+SOLUTION = "def add(a, b):\n    return a + b\n"
+
+
+def test_a_usage_example_after_the_solution_does_not_replace_it() -> None:
+    completion = (
+        f"Here is the function:\n```python\n{SOLUTION}```\n"
+        "Example usage:\n```python\nprint(add(1, 2))  # 3\n```\n"
+    )
+    assert extract_code(completion, defines={"add"}) == SOLUTION
+    assert extract_code(completion) == "print(add(1, 2))  # 3\n"  # no names given: the last
+
+
+def test_an_untagged_output_block_after_an_untagged_solution_does_not_replace_it() -> None:
+    completion = f"```\n{SOLUTION}```\nOutput:\n```\n3\n```\n"
+    assert extract_code(completion, defines={"add"}) == SOLUTION
+
+
+def test_without_a_block_defining_the_names_the_last_python_block_wins() -> None:
+    completion = "```python\nx = 1\n```\n```python\ny = 2\n```\n"
+    assert extract_code(completion, defines={"add"}) == "y = 2\n"
+
+
+def test_a_draft_left_open_in_the_reasoning_cannot_swallow_the_answer() -> None:
+    completion = (
+        "<think>\nLet me try:\n```python\ndef add(a, b):\n    return 0\n"
+        f"</think>\nFinal answer:\n```python\n{SOLUTION}```\n"
+    )
+    assert extract_code(completion) == SOLUTION
+
+
+def test_an_answer_without_code_after_the_reasoning_falls_back_to_the_whole_text() -> None:
+    completion = f"<think>\n```python\n{SOLUTION}```\n</think>\nThe code above is my answer."
+    assert extract_code(completion) == SOLUTION
+
+
+def test_run_groups_default_extract_knows_the_starter_files_names() -> None:
+    task = Task.model_validate(
+        {
+            "task_id": "add-two",
+            "workspace": {"solution.py": "def add(a, b):\n    raise NotImplementedError\n"},
+            "hidden_tests": {"tests/test_add.py": "from solution import add\n"},
+            "grading": {"command": ["python", "-m", "pytest", "-q", "tests"]},
+        }
+    )
+    completion = f"```python\n{SOLUTION}```\nUsage:\n```python\nprint(add(2, 3))\n```\n"
+    (request,) = plan(task, "t@v/add-two", [completion], extract_code, "g")
+    assert isinstance(request, ExecutionRequest)
+    assert request.files == {"solution.py": SOLUTION}

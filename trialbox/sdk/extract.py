@@ -7,13 +7,21 @@ the type of any extractor; one that returns `{path: code}` places its own files.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+import ast
+from collections.abc import Callable, Collection, Mapping
 
 from markdown_it import MarkdownIt
 
 from trialbox.errors import InputError
 
-__all__ = ["NO_CODE_FEEDBACK", "NO_CODE_FLAG", "Extract", "extract_code", "files_for"]
+__all__ = [
+    "NO_CODE_FEEDBACK",
+    "NO_CODE_FLAG",
+    "Extract",
+    "defined_names",
+    "extract_code",
+    "files_for",
+]
 
 Extract = Callable[[str], str | dict[str, str] | None]
 """Completion -> its code (str, placed by `files_for`), its files ({path: code}), or None."""
@@ -30,31 +38,65 @@ PYTHON_INFO = frozenset({"python", "py", "python3", "py3"})
 _MARKDOWN = MarkdownIt("commonmark", {"html": False}).disable("inline")
 
 
-def extract_code(completion: str) -> str | None:
+def extract_code(completion: str, defines: Collection[str] = ()) -> str | None:
     """The code in a completion: the last fenced block whose info string starts with a Python
     name (python, py, python3, py3; any case), else the last fenced block of any language
     (or none), else None.
 
+    Two refinements for real model output: when the completion has a `</think>`, the answer
+    after the last one is searched first (a draft left open in the reasoning cannot swallow
+    it); and with `defines` (the names the task's starter file defines, which `run_group`
+    passes), the last block that defines one of them wins over a later usage example.
+
     CommonMark decides what a fence is: ``` or ~~~, longer fences, fences inside list items
     and blockquotes; indented code blocks do not count, and neither does a block that is
     empty or only whitespace. A fence left open (a completion cut off at max tokens) runs to
-    the end of the text. Fences inside a `<think>` section count like any other, so a final
-    answer's block wins over the reasoning's. Line endings become \\n and NUL characters
-    become U+FFFD (the parser's normalization); the content is otherwise as written.
+    the end of the text. Line endings become \\n and NUL characters become U+FFFD (the
+    parser's normalization); the content is otherwise as written.
     """
-    if "```" not in completion and "~~~" not in completion:
+    if "</think>" in completion:
+        found = _extract(completion.rsplit("</think>", 1)[1], defines)
+        if found is not None:
+            return found
+    return _extract(completion, defines)
+
+
+def _extract(text: str, defines: Collection[str]) -> str | None:
+    if "```" not in text and "~~~" not in text:
         return None  # no fence can open without three backticks or tildes
-    python: str | None = None
-    other: str | None = None
-    for token in _MARKDOWN.parse(completion):
+    python: list[str] = []
+    other: list[str] = []
+    for token in _MARKDOWN.parse(text):
         if token.type != "fence" or not token.content.strip():
             continue
         words = token.info.split(maxsplit=1)
-        if words and words[0].lower() in PYTHON_INFO:
-            python = token.content
-        else:
-            other = token.content
-    return python if python is not None else other
+        is_python = bool(words) and words[0].lower() in PYTHON_INFO
+        (python if is_python else other).append(token.content)
+    for blocks in (python, other):
+        solution = next((b for b in reversed(blocks) if _defines(b, defines)), None)
+        if solution is not None:
+            return solution
+    return python[-1] if python else other[-1] if other else None
+
+
+def defined_names(code: str) -> set[str]:
+    """The top-level functions, classes and assigned names of Python code (none if it does
+    not parse)."""
+    try:
+        tree = ast.parse(code)
+    except (SyntaxError, ValueError):
+        return set()
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef):
+            names.add(node.name)
+        elif isinstance(node, ast.Assign):
+            names.update(t.id for t in node.targets if isinstance(t, ast.Name))
+    return names
+
+
+def _defines(code: str, names: Collection[str]) -> bool:
+    return bool(names) and not defined_names(code).isdisjoint(names)
 
 
 def files_for(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 from collections.abc import Sequence
@@ -11,7 +12,14 @@ from pydantic import ValidationError
 from trialbox.errors import InputError
 from trialbox.models import ExecutionRequest, ExecutionResult, Status, Task, result_for
 from trialbox.pipeline.record import validation_message
-from trialbox.sdk.extract import NO_CODE_FEEDBACK, NO_CODE_FLAG, Extract, extract_code, files_for
+from trialbox.sdk.extract import (
+    NO_CODE_FEEDBACK,
+    NO_CODE_FLAG,
+    Extract,
+    defined_names,
+    extract_code,
+    files_for,
+)
 from trialbox.sdk.tasksets import request_id
 
 __all__ = ["Extract", "extract_code", "plan"]
@@ -27,6 +35,12 @@ def plan(
     """Per completion, in order: the request that grades its code, or (no code found) its
     result. The default group id hashes the task and the files each completion submits, so the
     same group submitted again is the same requests (each runs once)."""
+    if extract is extract_code:  # the default: it knows what the starter file defines
+        starters = [
+            c for p, c in task.workspace.items() if p.endswith(".py") and isinstance(c, str)
+        ]
+        defines = set().union(*(defined_names(c) for c in starters))
+        extract = functools.partial(extract_code, defines=defines)
     files: list[dict[str, str] | None] = []
     for index, completion in enumerate(completions):
         try:
