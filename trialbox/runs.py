@@ -114,12 +114,13 @@ def write_atomically(path: Path, text: str) -> None:
 
 
 def result_line(
-    sample: Sample, rid: str, result: ExecutionResult, duration_s: float | None
+    sample: Sample, request: ExecutionRequest, result: ExecutionResult, duration_s: float | None
 ) -> dict[str, Any]:
     return {
         "task_id": sample.task_id,
         "sample_id": sample.sample_id,
-        "request_id": rid,
+        "request_id": request.request_id,
+        "content_sha256": request.content_sha256(),  # a resume checks the sample is unchanged
         "status": result.status.value,
         "reward": result.reward,
         "loss_mask": result.loss_mask,
@@ -210,6 +211,8 @@ class RunJob:
     # Filled by prepare / execute:
     requests: list[ExecutionRequest] = field(default_factory=list)
     samples_by_id: dict[str, Sample] = field(default_factory=dict)
+    requests_by_id: dict[str, ExecutionRequest] = field(default_factory=dict)
+    twin_started: bool = False  # an in-process twin: its work in flight ends with the run
     rows: dict[str, dict[str, Any]] = field(default_factory=dict)
     resumed: int = 0
     failure: str | None = None
@@ -245,9 +248,21 @@ class RunJob:
         self.samples_by_id = {
             r.request_id: s for r, s in zip(self.requests, sample_list, strict=True)
         }
+        self.requests_by_id = {r.request_id: r for r in self.requests}
         self.rows = {
             rid: row for rid, row in finished_ids(self.out).items() if rid in self.samples_by_id
         }
+        changed = [
+            self.samples_by_id[rid]
+            for rid, row in self.rows.items()
+            if row.get("content_sha256") not in (None, self.requests_by_id[rid].content_sha256())
+        ]
+        if changed:
+            return [
+                f"{len(changed)} sample(s) changed since run {self.run_id} recorded them in "
+                f"{self.out} (first: task {changed[0].task_id!r}, sample "
+                f"{changed[0].sample_id!r}, or its task): give a new --run-id to run them"
+            ]
         self.resumed = len(self.rows)
         return []
 
@@ -270,6 +285,7 @@ class RunJob:
                 if self._client is None:
                     starting()
                     self._client = Client.local(concurrency=self.concurrency)
+                    self.twin_started = True
                 with self._client as client:
                     if self.traces_dir is None and client.is_local:
                         self.traces_dir = self.out.with_suffix(".traces")  # the twin's S3 goes
@@ -296,7 +312,8 @@ class RunJob:
             return  # never sent: it runs when the run is resumed
         result = handle.result()
         rid = handle.request_id
-        self.rows[rid] = result_line(self.samples_by_id[rid], rid, result, handle.latency_s)
+        request = self.requests_by_id[rid]
+        self.rows[rid] = result_line(self.samples_by_id[rid], request, result, handle.latency_s)
         log.append(self.rows[rid])
         if self.traces_dir is not None and result.trace_uri:
             self._save_trace(client, result.trace_uri, self.traces_dir / f"{rid}.json")
@@ -344,6 +361,7 @@ class RunJob:
         command += ["--stack", self.stack] if self.stack else []
         command += ["--concurrency", str(self.concurrency)] if self.concurrency else []
         command += ["--traces-dir", str(self.traces_dir)] if self.traces_dir else []
-        if self.timeout_s != DEFAULT_TIMEOUT_S:
+        # The in-process twin drops what was in flight: the same short timeout would again.
+        if self.timeout_s != DEFAULT_TIMEOUT_S and not self.twin_started:
             command += ["--timeout", f"{self.timeout_s:g}"]
         return shlex.join(command)

@@ -157,6 +157,12 @@ def test_rerunning_with_the_same_run_id_skips_finished_samples(tmp_path: Path) -
     assert json.loads(out.read_text())["feedback"] == "kept from the first run"
     assert f"resuming run r1: 1 of 1 sample(s) already have results in {out}" in again.stderr
     assert "starting the local twin" not in again.stderr  # nothing left to run
+    # The same run id with a changed sample: its old row would be a wrong result.
+    samples.write_text(samples.read_text().replace("a + b", "a - b"))
+    changed = trialbox(*args, "--run-id", "r1", "--local")
+    assert changed.returncode == 2, changed.stderr
+    assert "1 sample(s) changed since run r1 recorded them" in changed.stderr
+    assert "give a new --run-id" in changed.stderr
 
 
 def test_ctrl_c_keeps_what_finished_and_prints_the_resume_command(tmp_path: Path) -> None:

@@ -91,6 +91,12 @@ def run_job(job: RunJob) -> int:
             f"error: {job.missing} sample(s) had no terminal result within --timeout "
             f"{job.timeout_s:g} s (slow samples, or a stalled pipeline: a deployment's DLQs "
             "say which)"
+            + (
+                "; the local twin stopped with the run and dropped the samples in flight, so "
+                "the resume runs with the default --timeout"
+                if job.twin_started
+                else ""
+            )
         )
     if job.missing:
         err.print(

@@ -289,7 +289,9 @@ class AsyncClient:
     ) -> list[ExecutionResult]:
         """GRPO: N completions for one task -> N graded results, in order. Each completion's
         code (`extract`) goes into the task's starter file; a completion with no code scores
-        0.0 with the flag `no_code`, without a sandbox. The group shares one pushed task."""
+        0.0 with the flag `no_code`, without a sandbox. The group shares one pushed task.
+        The default `group_id` hashes the task and the submitted files, so the same group
+        runs once: pass a `group_id` to grade it anew (after a cancel, say)."""
         ref = await self.push_tasks([task], name=f"group-{task.task_id}")
         plan = await asyncio.to_thread(  # extraction may be slow: never on the loop
             groups.plan, task, ref.task(task.task_id), completions, extract, group_id
