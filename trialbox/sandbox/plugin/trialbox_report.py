@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import types
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
@@ -57,6 +58,7 @@ _WATCHED = {
     "runner.call_runtest_hook": (_pytest.runner, "call_runtest_hook"),
     "runner.CallInfo.from_call": (_pytest.runner.CallInfo, "from_call"),
     "python.pytest_pyfunc_call": (_pytest.python, "pytest_pyfunc_call"),
+    "python.Function.runtest": (_pytest.python.Function, "runtest"),
     "main.pytest_runtestloop": (_pytest.main, "pytest_runtestloop"),
 }
 _ORIGINAL = {name: vars(owner).get(attr) for name, (owner, attr) in _WATCHED.items()}
@@ -99,6 +101,41 @@ def pytest_runtest_logreport(report: pytest.TestReport, _emit: Emit = _EMIT) -> 
     )
 
 
+# Hooks through which a plugin decides or rewrites outcomes. A plugin that implements one and
+# registers once collection started (workspace code reaching the plugin manager) is
+# tampering; conftest files, which register during collection too, are modules by path.
+_OUTCOME_HOOKS = (
+    "pytest_runtest_makereport",
+    "pytest_runtest_logreport",
+    "pytest_report_teststatus",
+    "pytest_runtest_call",
+    "pytest_runtest_protocol",
+    "pytest_pyfunc_call",
+    "pytest_runtestloop",
+    "pytest_collectreport",
+    "pytest_collection_modifyitems",
+)
+_AT_START: set[int] = set()
+
+
+def pytest_collection(session: pytest.Session) -> None:
+    """Before any workspace module is imported: what is registered now is pytest's own."""
+    _AT_START.update(id(p) for p in session.config.pluginmanager.get_plugins())
+
+
+def _late_plugins(session: pytest.Session) -> list[str]:
+    manager = session.config.pluginmanager
+    late = []
+    for plugin in manager.get_plugins():
+        if id(plugin) in _AT_START or not any(hasattr(plugin, h) for h in _OUTCOME_HOOKS):
+            continue
+        name = manager.get_name(plugin) or type(plugin).__name__
+        if isinstance(plugin, types.ModuleType) and name.endswith("conftest.py"):
+            continue  # a conftest (the workspace's are neutralized: these are hidden tests')
+        late.append(f"plugin {name!r}")
+    return late
+
+
 _HOOKS = (pytest_collectreport, pytest_collection_finish, pytest_runtest_logreport)
 _HOOK_CODE = {hook.__name__: (hook.__code__, hook.__defaults__) for hook in _HOOKS}
 
@@ -114,4 +151,5 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int, _emit: Emit =
         for hook in _HOOKS
         if (hook.__code__, hook.__defaults__) != _HOOK_CODE[hook.__name__]
     ]
+    tampered += _late_plugins(session)
     _emit({"event": "finish", "exitstatus": int(exitstatus), "tampered": tampered})
