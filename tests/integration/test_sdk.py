@@ -117,9 +117,7 @@ class FakePipeline:
     def outcome(request: ExecutionRequest) -> ExecutionResult:
         code = "\n".join(request.files.values())
         reward = float(request.tags.get("reward", 1.0 if "return a + b" in code else 0.5))
-        task_id = (
-            request.task.task_id if request.task else TaskRef.parse(str(request.task_ref)).task_id
-        )
+        task_id = request.task_id
         return result_for(
             request.request_id,
             Status(request.tags.get("status", "succeeded")),

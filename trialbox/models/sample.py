@@ -124,6 +124,13 @@ class ExecutionRequest(StrictModel):
         )
         return hashlib.sha256(canonical.encode(errors="surrogatepass")).hexdigest()
 
+    @property
+    def task_id(self) -> str:
+        """The task's id, from the inline task or the task ref."""
+        if self.task is not None:
+            return self.task.task_id
+        return TaskRef.parse(self.task_ref or "").task_id
+
     @model_validator(mode="after")
     def _one_task(self) -> ExecutionRequest:
         if (self.task_ref is None) == (self.task is None):

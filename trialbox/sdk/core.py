@@ -28,7 +28,7 @@ from trialbox.errors import (
     TrialboxError,
     WaitTimeout,
 )
-from trialbox.models import ExecutionRequest, ExecutionResult, Status, Task, TaskRef, result_for
+from trialbox.models import ExecutionRequest, ExecutionResult, Status, Task, result_for
 from trialbox.sdk import groups
 from trialbox.sdk.aws import Aws, service
 from trialbox.sdk.handles import AsyncHandle
@@ -468,18 +468,12 @@ class AsyncClient:
         await self.aclose()
 
 
-def _task_id(request: ExecutionRequest) -> str | None:
-    if request.task is not None:
-        return request.task.task_id
-    return TaskRef.parse(request.task_ref).task_id if request.task_ref else None
-
-
 def _cancelled(handle: AsyncHandle) -> ExecutionResult:
     return result_for(
         handle.request_id,
         Status.CANCELLED,
         error="cancelled by the client",
-        task_id=_task_id(handle.request),
+        task_id=handle.request.task_id,
         sample_id=handle.request.sample_id,
     )
 
