@@ -9,6 +9,7 @@ import os
 import shlex
 import statistics
 import sys
+import threading
 import uuid
 from collections import Counter
 from collections.abc import Callable
@@ -218,7 +219,6 @@ class RunJob:
     failure: str | None = None
     _client: Client | None = None
     _handles: list[Handle] = field(default_factory=list)
-    _withdrawn: set[str] = field(default_factory=set)
 
     def prepare(self) -> list[str]:
         """Every problem with the input files, the output paths and the target, in words a
@@ -308,9 +308,9 @@ class RunJob:
         log: ResultLog,
         on_result: Callable[[dict[str, Any]], None],
     ) -> None:
-        if handle.request_id in self._withdrawn:
-            return  # never sent: it runs when the run is resumed
         result = handle.result()
+        if result.status == Status.CANCELLED and not handle.sent:
+            return  # withdrawn, never sent: it runs when the run is resumed
         rid = handle.request_id
         request = self.requests_by_id[rid]
         self.rows[rid] = result_line(self.samples_by_id[rid], request, result, handle.latency_s)
@@ -325,8 +325,9 @@ class RunJob:
         self.failure = "interrupted"
         if self._client is None:
             return 0
-        taken = self._client.withdraw(self._handles)
-        self._withdrawn.update(h.request_id for h in taken)
+        # Called from a signal handler, which may have interrupted the main thread inside a
+        # future's lock: waiting on the client's loop here could deadlock, so do not wait.
+        threading.Thread(target=self._client.withdraw, args=(self._handles,), daemon=True).start()
         return sum(1 for h in self._handles if h.sent and not h.done())
 
     def _save_trace(self, client: Client, uri: str, dest: Path) -> None:
