@@ -85,6 +85,7 @@ class WorkerSettings(EnvSettings):
         default=RECYCLE_AFTER_JOBS, ge=1, alias=c.ENV_RECYCLE_AFTER_JOBS
     )
     stop_grace_s: float = Field(default=STOP_GRACE_S, gt=0, alias=c.ENV_STOP_GRACE_S)
+    name: str | None = Field(default=None, alias=c.ENV_WORKER_NAME)  # the host name if unset
 
 
 class ClientSettings(EnvSettings):

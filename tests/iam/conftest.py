@@ -7,6 +7,7 @@ the traces bucket, a Record that fails into the state machine's own fallback wri
 from __future__ import annotations
 
 import json
+import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -30,9 +31,11 @@ from trialbox.local.template import load_template
 from trialbox.local.twin import LocalTwin
 from trialbox.models import ExecutionResult, RunReport
 from trialbox.models.jobs import JobSpec
+from trialbox.pipeline.stores import ObjectStore
 from trialbox.runs import RunJob
 from trialbox.sandbox.runner import Runner
 from trialbox.sdk import Client, Resources
+from trialbox.worker.loop import Worker
 from trialbox.worker.run import job_runner
 
 WRONG = "def add(a, b):\n    return 3\n"
@@ -61,6 +64,27 @@ def _runner() -> Any:
         return real(job)
 
     return run
+
+
+def _start_worker(twin: LocalTwin, name: str) -> Worker:
+    """A pool worker with the test's runner (the twin's own are processes with the real one),
+    on a thread, signing as the pool's task role."""
+
+    def aws(service: str) -> Any:
+        return twin_client(twin.endpoint_url, service, principals.WORKER)
+
+    worker = Worker(
+        sqs=aws("sqs"),
+        sfn=aws("stepfunctions"),
+        jobs=ObjectStore(aws("s3"), twin.output(c.OUTPUT_TRACES_BUCKET)),
+        queue_url=twin.output(c.OUTPUT_WORK_QUEUE_URL),
+        run_job=_runner(),
+        heartbeat_s=HEARTBEAT_S,
+        name=name,
+        wait_s=1,
+    )
+    threading.Thread(target=worker.serve, daemon=True, name=name).start()
+    return worker
 
 
 def _sdk(twin: LocalTwin) -> Client:
@@ -189,9 +213,10 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(ENV_REQUEST_LOG, str(log))
         with LocalTwin(workers=0, heartbeat_s=HEARTBEAT_S) as twin:
-            for _ in range(2):
-                twin.add_worker(run_job=_runner())
+            workers = [_start_worker(twin, f"iam-{n}") for n in range(2)]
             results, cli_exit, cli_traces = _drive(twin, tmp)
+            for worker in workers:
+                worker.stop.set()
             entries = [json.loads(line) for line in log.read_text().splitlines()]
             sfn = twin_client(twin.endpoint_url, "stepfunctions", HARNESS)
             tokens = _tokens(sfn, entries)

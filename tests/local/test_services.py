@@ -12,8 +12,8 @@ from pathlib import Path
 CALLER = (
     "import time\n"
     "from trialbox.local.twin import LocalTwin\n"
-    "twin = LocalTwin(workers=0).start()\n"
-    "print(twin.services._process.pid, twin._dir, flush=True)\n"
+    "twin = LocalTwin(workers=2).start()\n"
+    "print(twin.services._process.pid, twin._dir, *twin.pool.pids(), flush=True)\n"
     "time.sleep(600)\n"
 )
 
@@ -39,14 +39,16 @@ def alive(pid: int) -> bool:
     return state != "Z"
 
 
-def test_services_and_functions_exit_when_the_caller_is_killed() -> None:
+def test_services_functions_and_workers_exit_when_the_caller_is_killed() -> None:
     caller = subprocess.Popen([sys.executable, "-c", CALLER], stdout=subprocess.PIPE, text=True)
     assert caller.stdout is not None
-    pid, twin_dir = caller.stdout.readline().split()
+    pid, twin_dir, *workers = caller.stdout.readline().split()
     services = int(pid)
     assert Path(twin_dir, "logs").is_dir()
     family = {services} | descendants(services)
     assert len(family) > 4  # the services process and its function processes
+    assert len(workers) == 2  # the pool's worker processes
+    family |= {int(w) for w in workers}
     os.kill(caller.pid, signal.SIGKILL)
     caller.wait()
     deadline = time.monotonic() + 15

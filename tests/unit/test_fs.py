@@ -1,7 +1,9 @@
-"""Workspace files never followed through symlinks: write_files, copy_tree and checkpoint."""
+"""Workspace files never followed through symlinks: write_files, copy_tree, checkpoint and
+restore."""
 
 from __future__ import annotations
 
+import gzip
 import io
 import os
 import stat
@@ -9,8 +11,17 @@ import subprocess
 import tarfile
 from pathlib import Path
 
+import pytest
+
 from trialbox.models import EncodedFile
-from trialbox.sandbox.fs import checkpoint, copy_tree, remove_tree, write_files
+from trialbox.sandbox.fs import (
+    BadCheckpoint,
+    checkpoint,
+    copy_tree,
+    remove_tree,
+    restore,
+    write_files,
+)
 
 UID, GID = os.getuid(), os.getgid()
 
@@ -160,3 +171,82 @@ def test_remove_tree_takes_any_depth_and_follows_no_link(tmp_path: Path) -> None
         assert not root.exists() and (outside / "keep").read_text() == "x"
     finally:  # pytest's own clean-up of old temp dirs cannot remove a tree this deep
         subprocess.run(["rm", "-rf", "--one-file-system", str(root)], check=True)
+
+
+def _archive(*members: tuple[tarfile.TarInfo, bytes]) -> bytes:
+    buffer = io.BytesIO()
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for member, data in members:
+            member.size = len(data) if member.isreg() else 0
+            tar.addfile(member, io.BytesIO(data) if member.isreg() else None)
+    return buffer.getvalue()
+
+
+def _member(name: str, kind: bytes = tarfile.REGTYPE, **attrs: object) -> tarfile.TarInfo:
+    member = tarfile.TarInfo(name)
+    member.type = kind
+    for key, value in attrs.items():
+        setattr(member, key, value)
+    return member
+
+
+def test_a_checkpoint_restores_files_modes_and_links_as_they_were(tmp_path: Path) -> None:
+    ws, secret = tmp_path / "ws", tmp_path / "secret.txt"
+    (ws / "pkg" / "deep").mkdir(parents=True)
+    secret.write_text("TOP SECRET")
+    (ws / "pkg" / "a.py").write_text("print(1)\n")
+    (ws / "pkg" / "deep" / "run.sh").write_text("#!/bin/sh\n")
+    (ws / "pkg" / "deep" / "run.sh").chmod(0o755)
+    (ws / "leak").symlink_to(secret)
+    data = checkpoint(ws)
+    assert checkpoint(ws) == data  # the same workspace, the same bytes: content-addressable
+    out = tmp_path / "out"
+    out.mkdir()
+    uid = os.getuid()
+    restore(out, data, uid, uid, max_bytes=1 << 20)
+    assert (out / "pkg" / "a.py").read_text() == "print(1)\n"
+    assert (out / "pkg" / "deep" / "run.sh").stat().st_mode & 0o777 == 0o755
+    assert os.readlink(out / "leak") == str(secret)  # a link again, not the secret's bytes
+    assert checkpoint(out) == data
+
+
+def test_restore_replaces_what_is_in_the_way_without_following_links(tmp_path: Path) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    ws = tmp_path / "ws"
+    ws.mkdir()
+    (ws / "pkg").symlink_to(outside)  # a planted link where the checkpoint has a directory
+    data = _archive((_member("pkg", tarfile.DIRTYPE, mode=0o755), b""),
+                    (_member("pkg/x.py", mode=0o644), b"x = 1\n"))  # fmt: skip
+    restore(ws, data, os.getuid(), os.getgid(), max_bytes=1 << 20)
+    assert (ws / "pkg").is_dir() and not (ws / "pkg").is_symlink()
+    assert (ws / "pkg" / "x.py").read_text() == "x = 1\n"
+    assert list(outside.iterdir()) == []
+
+
+@pytest.mark.parametrize(
+    ("members", "why"),
+    [
+        ([(_member("../escape.py"), b"x")], "outside the workspace"),
+        ([(_member("/etc/cron.d/x"), b"x")], "outside the workspace"),
+        ([(_member("a/../../b"), b"x")], "outside the workspace"),
+        ([(_member("dev", tarfile.CHRTYPE, devmajor=1, devminor=3), b"")], "neither a file"),
+        ([(_member("hard", tarfile.LNKTYPE, linkname="/etc/passwd"), b"")], "neither a file"),
+        ([(_member("fifo", tarfile.FIFOTYPE), b"")], "neither a file"),
+        ([(_member("big"), b"x" * 2048)], "more than 1024 bytes"),
+    ],
+)
+def test_a_hostile_checkpoint_is_refused_before_it_writes_outside(
+    tmp_path: Path, members: list[tuple[tarfile.TarInfo, bytes]], why: str
+) -> None:
+    ws = tmp_path / "a" / "ws"
+    ws.mkdir(parents=True)
+    with pytest.raises(BadCheckpoint, match=why):
+        restore(ws, _archive(*members), os.getuid(), os.getgid(), max_bytes=1024)
+    assert sorted(p.name for p in tmp_path.rglob("*")) == ["a", "ws"]
+
+
+def test_bytes_that_are_not_a_checkpoint_are_refused(tmp_path: Path) -> None:
+    for data in (b"", b"not gzip", gzip.compress(b"not a tar" * 100)):
+        with pytest.raises(BadCheckpoint, match="not a checkpoint archive"):
+            restore(tmp_path, data, os.getuid(), os.getgid(), max_bytes=1024)

@@ -1,13 +1,14 @@
 """LocalTwin: the pipeline on one machine. The AWS side (moto with state machines executing,
 the stack's resources from the synthesized template, the handlers and the event-source
-pollers) runs in a services process; N bwrap pool workers run here, with the worker loop
-Fargate runs."""
+pollers) runs in a services process; N pool workers run as child processes, each the
+Fargate entrypoint (`python -m trialbox.worker`) with the bwrap backend
+(trialbox.local.workers)."""
 
 from __future__ import annotations
 
+import os
 import shutil
 import tempfile
-import threading
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -15,10 +16,11 @@ from typing import Any
 from trialbox import constants as c
 from trialbox.local import principals
 from trialbox.local.services import CREDENTIALS, ServicesProcess, client
-from trialbox.pipeline.stores import ObjectStore
+from trialbox.local.workers import WorkerPool
 from trialbox.sandbox.runner import Runner
-from trialbox.worker.loop import RunJob, Worker
-from trialbox.worker.run import job_runner
+
+# A twin worker told to stop hands its job back this soon (Fargate gives up to 90 s).
+STOP_GRACE_S = 2
 
 
 class LocalTwin:
@@ -27,8 +29,7 @@ class LocalTwin:
         self.heartbeat_s = heartbeat_s
         self._dir = Path(tempfile.mkdtemp(prefix="trialbox-twin-"))
         self.services = ServicesProcess(port, heartbeat_s, self._dir / "logs")
-        self._threads: list[threading.Thread] = []
-        self._workers: list[Worker] = []
+        self.pool: WorkerPool | None = None
 
     @property
     def endpoint_url(self) -> str:
@@ -48,43 +49,39 @@ class LocalTwin:
         return client(self.endpoint_url, service)
 
     def start(self) -> LocalTwin:
-        self._runner = Runner()  # fails fast, with the missing piece named, on an unset machine
+        Runner()  # fails fast, with the missing piece named, on an unset machine
         self.services.start()
-        for _ in range(self.workers):
-            self.add_worker()
+        self.pool = WorkerPool(self.worker_env(), self._dir / "logs", self.workers).start()
         return self
 
-    def add_worker(self, run_job: RunJob | None = None) -> Worker:
-        """One more pool worker (the same loop as on Fargate, with the bwrap backend, or
-        `run_job` in its place), signing as the pool's task role."""
-
-        def aws(service: str) -> Any:
-            return client(self.endpoint_url, service, principals.WORKER)
-
-        worker = Worker(
-            sqs=aws("sqs"),
-            sfn=aws("stepfunctions"),
-            jobs=ObjectStore(aws("s3"), self.output(c.OUTPUT_TRACES_BUCKET)),
-            queue_url=self.output(c.OUTPUT_WORK_QUEUE_URL),
-            run_job=run_job or job_runner(self._runner),
-            heartbeat_s=self.heartbeat_s,
-            name=f"local-{len(self._workers)}",
-            wait_s=1,
+    def worker_env(self) -> dict[str, str]:
+        """A pool worker's environment: this process's (the sandbox settings with it), the
+        stack's values as the task definition passes them, and the task role's credentials."""
+        inherited = {k: v for k, v in os.environ.items() if not k.startswith("AWS_")}
+        return (
+            inherited
+            | CREDENTIALS
+            | {
+                "AWS_ACCESS_KEY_ID": principals.WORKER,
+                "AWS_ENDPOINT_URL": self.endpoint_url,
+                c.ENV_TRACES_BUCKET: self.output(c.OUTPUT_TRACES_BUCKET),
+                c.ENV_WORK_QUEUE_URL: self.output(c.OUTPUT_WORK_QUEUE_URL),
+                c.ENV_HEARTBEAT_S: str(self.heartbeat_s),
+                c.ENV_STOP_GRACE_S: str(STOP_GRACE_S),
+            }
         )
-        thread = threading.Thread(target=worker.serve, daemon=True, name=worker.name)
-        thread.start()
-        self._workers.append(worker)
-        self._threads.append(thread)
-        return worker
+
+    def add_worker(self) -> None:
+        """One more pool worker process."""
+        assert self.pool is not None, "start the twin first"
+        self.pool.grow()
 
     def output(self, name: str) -> str:
         return self.outputs[name]
 
     def stop(self) -> None:
-        for worker in self._workers:
-            worker.stop.set()
-        for thread in self._threads:
-            thread.join(timeout=5)
+        if self.pool is not None:
+            self.pool.stop()
         self.services.stop()
         shutil.rmtree(self._dir, ignore_errors=True)
 

@@ -7,11 +7,13 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import gzip
 import io
 import os
 import shutil
 import stat
 import tarfile
+import zlib
 from collections.abc import Callable, Iterator
 from pathlib import Path, PurePosixPath
 from typing import NamedTuple
@@ -219,10 +221,18 @@ def copy_tree(
     return left_out
 
 
+class BadCheckpoint(ValueError):
+    """A checkpoint that cannot be restored as it is: the message says why."""
+
+
 def checkpoint(root: Path) -> bytes:
     """A tar.gz of the workspace. Links are stored as links, never followed."""
     buffer = io.BytesIO()
-    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+    # mtime=0: the gzip header does not make two identical workspaces differ.
+    with (
+        gzip.GzipFile(fileobj=buffer, mode="wb", mtime=0) as packed,
+        tarfile.open(fileobj=packed, mode="w", format=tarfile.PAX_FORMAT) as tar,
+    ):
         for rel, info, fd, link, _ in walk_nofollow(root):
             member = tarfile.TarInfo(rel)
             member.mode = info.st_mode & 0o777
@@ -239,6 +249,70 @@ def checkpoint(root: Path) -> bytes:
                 member.linkname = link
                 tar.addfile(member)
     return buffer.getvalue()
+
+
+def restore(root: Path, data: bytes, uid: int, gid: int, max_bytes: int) -> None:
+    """Unpack a checkpoint (`checkpoint`'s tar.gz) under `root`, owned by uid:gid: directories,
+    regular files (their mode bits at most 0o777) and links, created as links and never
+    followed. Anything else, a name outside the tree, more than `max_bytes` of file content
+    or more entries than a workspace holds raises BadCheckpoint before that entry is written."""
+    total = 0
+    root_fd = os.open(root, DIR_FLAGS)
+    try:
+        with tarfile.open(fileobj=io.BytesIO(data), mode="r:gz") as tar:
+            for count, member in enumerate(tar, 1):
+                if count > WORKSPACE_INODES:
+                    raise BadCheckpoint(f"more than {WORKSPACE_INODES} entries")
+                parts = _member_parts(member.name)
+                total += member.size if member.isreg() else 0
+                if total > max_bytes:
+                    raise BadCheckpoint(f"more than {max_bytes} bytes of files")
+                _restore_member(tar, member, root_fd, parts, uid, gid)
+    except (tarfile.TarError, EOFError, gzip.BadGzipFile, zlib.error) as exc:
+        raise BadCheckpoint(f"not a checkpoint archive ({type(exc).__name__}: {exc})") from exc
+    finally:
+        os.close(root_fd)
+
+
+def _member_parts(name: str) -> tuple[str, ...]:
+    path = PurePosixPath(name)
+    parts = tuple(p for p in path.parts if p != ".")
+    if not parts or path.is_absolute() or ".." in parts or "\0" in name:
+        raise BadCheckpoint(f"entry {name!r} is outside the workspace")
+    return parts
+
+
+def _restore_member(
+    tar: tarfile.TarFile,
+    member: tarfile.TarInfo,
+    root_fd: int,
+    parts: tuple[str, ...],
+    uid: int,
+    gid: int,
+) -> None:
+    mode = member.mode & 0o777
+    if member.isdir():
+        fd = _open_dirs(root_fd, parts, uid, gid)
+        try:
+            os.fchmod(fd, mode | 0o700)  # its owner can always enter and clean it
+        finally:
+            os.close(fd)
+        return
+    if not (member.isreg() or member.issym()):
+        raise BadCheckpoint(f"entry {member.name!r} is neither a file, a directory nor a link")
+    parent = _open_dirs(root_fd, parts[:-1], uid, gid)
+    try:
+        if member.isreg():
+            stream = tar.extractfile(member)
+            assert stream is not None
+            _replace_file(parent, parts[-1], stream.read(), mode, uid, gid)
+            return
+        _replace_file(parent, parts[-1], b"", 0o600, uid, gid)  # clears the way
+        os.unlink(parts[-1], dir_fd=parent)
+        os.symlink(member.linkname, parts[-1], dir_fd=parent)
+        os.chown(parts[-1], uid, gid, dir_fd=parent, follow_symlinks=False)
+    finally:
+        os.close(parent)
 
 
 def remove_tree(path: Path) -> None:

@@ -142,20 +142,26 @@ class SlotPool:
     def _dirty_marker(self, index: int) -> Path:
         return self.locks_dir / f"{index}.dirty"
 
-    def sweep_idle(self) -> int:
-        """Startup sweep: clean every slot no live runner holds, in one pass (`sweep_many`).
-        Returns how many were swept."""
+    @contextlib.contextmanager
+    def idle(self, indexes: list[int]) -> Iterator[list[Slot]]:
+        """Those of `indexes` no live runner holds, held (by lock) while the body runs."""
         self._ensure_dirs()
         held: dict[int, int] = {}  # slot index -> its lock fd
         try:
-            for index in range(self.config.slots):
+            for index in indexes:
                 fd = self._try_lock(index)
                 if fd is not None:
                     held[index] = fd
-            self.sweep_many([self.slot(index) for index in held])
-            for index in held:
-                self._dirty_marker(index).unlink(missing_ok=True)
+            yield [self.slot(index) for index in held]
         finally:
             for fd in held.values():
                 os.close(fd)
-        return len(held)
+
+    def sweep_idle(self) -> int:
+        """Startup sweep: clean every slot no live runner holds, in one pass (`sweep_many`).
+        Returns how many were swept."""
+        with self.idle(list(range(self.config.slots))) as idle:
+            self.sweep_many(idle)
+            for slot in idle:
+                self._dirty_marker(slot.index).unlink(missing_ok=True)
+        return len(idle)

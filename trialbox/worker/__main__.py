@@ -30,7 +30,7 @@ def main() -> int:
         queue_url=settings.work_queue_url,
         run_job=job_runner(runner),
         heartbeat_s=settings.heartbeat_s,
-        name=socket.gethostname(),
+        name=settings.name or socket.gethostname(),
         recycle_after_jobs=settings.recycle_after_jobs,
         residue=runner.residue,
     )

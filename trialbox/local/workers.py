@@ -1,0 +1,127 @@
+"""The twin's pool: N worker processes, each `python -m trialbox.worker` (the Fargate
+entrypoint, with the bwrap backend), signing as the pool's task role. A supervisor thread
+keeps N alive: a worker that exits or is killed is replaced, as ECS replaces a stopped task,
+and the job it held is lost the way a lost Fargate task's is (its heartbeat lapses and the
+state machine retries it elsewhere).
+
+Every worker is started by the supervisor thread with PR_SET_PDEATHSIG: when the caller dies,
+however it dies, its workers die with it (and their sandboxes with them: bwrap's
+--die-with-parent)."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Mapping
+from pathlib import Path
+
+from trialbox import constants as c
+
+log = logging.getLogger("trialbox.local")
+
+PR_SET_PDEATHSIG = 1
+SUPERVISE_S = 0.1  # how often the supervisor looks for a stopped worker
+STOP_WAIT_S = 3.0  # after SIGTERM, before SIGKILL, when the twin stops
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child before exec
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
+class WorkerPool:
+    """`size` worker processes, kept at that size until `stop`."""
+
+    def __init__(self, env: Mapping[str, str], log_dir: Path, size: int) -> None:
+        self.env = dict(env)
+        self.log_dir = log_dir
+        self.size = size
+        self.started = 0  # workers ever started (each one's name: local-<n>)
+        self.replaced = 0  # workers started in place of one that stopped
+        self._procs: list[subprocess.Popen[bytes]] = []
+        self._lock = threading.Lock()
+        self._stopping = threading.Event()
+        self._changed = threading.Event()
+        self._thread = threading.Thread(target=self._supervise, daemon=True, name="twin-pool")
+
+    def start(self) -> WorkerPool:
+        self._thread.start()
+        self.wait_for(self.size)
+        return self
+
+    def grow(self, by: int = 1) -> None:
+        """`by` more workers, started by the supervisor."""
+        with self._lock:
+            self.size += by
+        self._changed.set()
+        self.wait_for(self.size)
+
+    def pids(self) -> list[int]:
+        """The live workers' pids."""
+        with self._lock:
+            return [p.pid for p in self._procs if p.poll() is None]
+
+    def wait_for(self, count: int, timeout: float = 30) -> None:
+        deadline = time.monotonic() + timeout
+        while len(self.pids()) < count:
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"the twin's pool did not reach {count} worker(s)")
+            time.sleep(0.02)
+
+    def kill(self, sig: int = signal.SIGKILL) -> list[int]:
+        """Signal every live worker (a test's lost tasks); the supervisor replaces them."""
+        pids = self.pids()
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, sig)
+        return pids
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._changed.set()
+        self._thread.join(timeout=10)
+        with self._lock:
+            procs = list(self._procs)
+        for proc in procs:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)  # finish or hand back the job in hand
+        deadline = time.monotonic() + STOP_WAIT_S
+        for proc in procs:
+            try:
+                proc.wait(timeout=max(0.0, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+    def _supervise(self) -> None:
+        while not self._stopping.is_set():
+            with self._lock:
+                for proc in [p for p in self._procs if p.poll() is not None]:
+                    log.warning("twin worker %d stopped (%s); replacing it", proc.pid, proc.poll())
+                    self._procs.remove(proc)
+                    self.replaced += 1
+                while len(self._procs) < self.size:
+                    self._procs.append(self._spawn())
+            self._changed.wait(SUPERVISE_S)
+            self._changed.clear()
+
+    def _spawn(self) -> subprocess.Popen[bytes]:
+        name = f"local-{self.started}"
+        self.started += 1
+        self.log_dir.mkdir(parents=True, exist_ok=True)
+        with (self.log_dir / f"worker-{name}.log").open("ab") as stderr:
+            return subprocess.Popen(
+                [sys.executable, "-m", "trialbox.worker"],
+                env=self.env | {c.ENV_WORKER_NAME: name},
+                stdin=subprocess.DEVNULL,
+                stdout=stderr,
+                stderr=stderr,
+                preexec_fn=_die_with_parent,  # the forking thread (the supervisor) lives on
+            )
