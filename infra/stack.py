@@ -108,9 +108,18 @@ class TrialboxStack(Stack):
         report = {job_key("*", "report.json"): "each request's raw run report"}
         result = {job_key("*", "result.json"): "each request's scored result"}
         trace = {f"{keys.TRACES_PREFIX}*": "each request's trace"}
+        checkpoints = {
+            f"{keys.CHECKPOINTS_PREFIX}*": "workspace snapshots, content-addressed, by sha256"
+        }
         grant_objects(dispatcher.role, traces, reads=payloads, puts={})
-        grant_objects(prepare.role, traces, reads=payloads, puts=job)
-        grant_objects(worker, traces, reads=job, puts=report)
+        grant_objects(
+            prepare.role,
+            traces,
+            reads=payloads | checkpoints,
+            puts=job,
+            not_found="a base checkpoint that does not exist rejects the request (404)",
+        )
+        grant_objects(worker, traces, reads=job | checkpoints, puts=report | checkpoints)
         grant_objects(scorer.role, traces, reads=job | report, puts=result)
         grant_objects(recorder.role, traces, reads=result, puts=trace)
         tasksets = {"*": "task sets are content-addressed files: Prepare reads any it is named"}

@@ -12,6 +12,7 @@ TRACES_PREFIX = "traces/"
 JOBS_PREFIX = "jobs/"
 PAYLOADS_PREFIX = "payloads/"
 TASKSETS_PREFIX = "tasksets/"
+CHECKPOINTS_PREFIX = "checkpoints/"
 
 
 def sha256_hex(data: bytes) -> str:
@@ -26,6 +27,12 @@ def taskset_key(taskset: str, version: str) -> str:
 def payload_key(content_sha256: str) -> str:
     """A request too large for a queue message, in the traces bucket, by its content hash."""
     return f"{PAYLOADS_PREFIX}{content_sha256}.json"
+
+
+def checkpoint_key(checkpoint: str) -> str:
+    """A workspace snapshot (a tar.gz) in the traces bucket, by its sha256: the same workspace
+    is stored once, and a reader checks what it got against the key."""
+    return f"{CHECKPOINTS_PREFIX}{checkpoint}.tar.gz"
 
 
 def job_key(request_id: str, name: str) -> str:

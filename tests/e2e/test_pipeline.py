@@ -72,3 +72,43 @@ def test_a_request_over_128_kib_travels_through_s3(client: Client) -> None:
         Bucket=client.aio.resources.traces_bucket, Key=keys.payload_key(big.content_sha256())
     )
     assert len(payload["Body"].read()) > 200_000
+
+
+def test_a_checkpoint_carries_a_workspace_to_a_later_request(client: Client) -> None:
+    """Turn 1 leaves files and asks for a checkpoint; turn 2 starts from it (the task's files,
+    then the checkpoint, then its own overlay) and is graded on what turn 1 left."""
+    write = ["python", "-c", f"open('solution.py', 'w').write({CORRECT!r}); open('n', 'w')"]
+    (first,) = client.run(
+        [request("e-ckpt-1", WRONG, commands=[write], grade=False, checkpoint=True)], timeout=120
+    )
+    assert first.status == Status.SUCCEEDED and first.checkpoint is not None
+    twin = client.aio._twin
+    assert twin is not None
+    stored = (
+        twin.client("s3")
+        .get_object(
+            Bucket=twin.output(c.OUTPUT_TRACES_BUCKET), Key=keys.checkpoint_key(first.checkpoint)
+        )["Body"]
+        .read()
+    )
+    assert keys.sha256_hex(stored) == first.checkpoint
+    second, overlaid = client.run(
+        [
+            request("e-ckpt-2", CORRECT, base_checkpoint=first.checkpoint)
+            .model_copy(update={"files": {}}),
+            request("e-ckpt-3", WRONG, base_checkpoint=first.checkpoint,
+                    commands=[["test", "-e", "n"]]),
+        ],
+        timeout=120,
+    )  # fmt: skip
+    assert (second.status, second.reward, second.checkpoint) == (Status.SUCCEEDED, 1.0, None)
+    assert overlaid.reward == 0.5  # the request's own files win over the checkpoint's
+    assert overlaid.commands[0].exit_code == 0  # turn 1's other file is there
+
+
+def test_a_base_checkpoint_that_does_not_exist_is_rejected_by_prepare(client: Client) -> None:
+    (result,) = client.run([request("e-nockpt", CORRECT, base_checkpoint="0" * 64)], timeout=60)
+    assert (result.status, result.loss_mask) == (Status.REJECTED, True)
+    assert result.error is not None and result.error.startswith(
+        f"base_checkpoint: no checkpoint {'0' * 64}"
+    )

@@ -54,8 +54,8 @@ class Recorded:
     cli_traces: list[str]
 
 
-def _runner() -> Any:
-    real = job_runner(Runner())
+def _runner(store: ObjectStore) -> Any:
+    real = job_runner(Runner(), store)
 
     def run(job: JobSpec) -> RunReport:
         if job.request_id == BROKEN:
@@ -73,12 +73,13 @@ def _start_worker(twin: LocalTwin, name: str) -> Worker:
     def aws(service: str) -> Any:
         return twin_client(twin.endpoint_url, service, principals.WORKER)
 
+    jobs = ObjectStore(aws("s3"), twin.output(c.OUTPUT_TRACES_BUCKET))
     worker = Worker(
         sqs=aws("sqs"),
         sfn=aws("stepfunctions"),
-        jobs=ObjectStore(aws("s3"), twin.output(c.OUTPUT_TRACES_BUCKET)),
+        jobs=jobs,
         queue_url=twin.output(c.OUTPUT_WORK_QUEUE_URL),
-        run_job=_runner(),
+        run_job=_runner(jobs),
         heartbeat_s=HEARTBEAT_S,
         name=name,
         wait_s=1,
@@ -165,14 +166,19 @@ def _drive(twin: LocalTwin, tmp: Path) -> tuple[dict[str, ExecutionResult], int,
     invalid = {"request_id": "iam-invalid", "task": ADD_TASK, "limits": {"memory_mb": 0}}
     sqs.send_message(QueueUrl=requests_url, MessageBody=json.dumps(invalid))
     batch = [
-        request("iam-good", CORRECT),
+        request("iam-good", CORRECT, checkpoint=True),  # the worker stores a checkpoint
         request("iam-wrong", WRONG),
+        request("iam-nockpt", CORRECT, base_checkpoint="0" * 64),  # Prepare: 404
         request("iam-big", CORRECT + "# " + "x" * 200_000 + "\n"),  # through S3
         request("iam-noref", CORRECT, task=None, task_ref="nothing@1/add-two"),  # Prepare
         request(BROKEN, CORRECT),
     ]
     results = dict(zip([r.request_id for r in batch], sdk.run(batch, timeout=180), strict=True))
     (results["iam-invalid"],) = sdk.run([request("iam-invalid", CORRECT)], timeout=60)
+    # A turn from iam-good's checkpoint: Prepare finds it, the worker reads it.
+    checkpoint = results["iam-good"].checkpoint
+    (results["iam-turn"],) = sdk.run([request("iam-turn", WRONG, base_checkpoint=checkpoint)],
+                                     timeout=120)  # fmt: skip
     assert results["iam-good"].trace_uri is not None
     sdk.read_object(results["iam-good"].trace_uri)
     # The same request id with other content: the SDK refuses it.

@@ -225,11 +225,14 @@ def test_each_role_reaches_only_its_own_objects(template: Template) -> None:
         return found
 
     assert grants("PoolWorkerTaskRole") == {
-        "read": {"/jobs/*/job.json"},
-        "put": {"/jobs/*/report.json"},
+        "read": {"/jobs/*/job.json", "/checkpoints/*"},
+        "put": {"/jobs/*/report.json", "/checkpoints/*"},
     }
     assert grants("DispatcherRole") == {"read": {"/payloads/*"}, "put": set()}
-    assert grants("PrepareRole") == {"read": {"/payloads/*"}, "put": {"/jobs/*/job.json"}}
+    assert grants("PrepareRole") == {
+        "read": {"/payloads/*", "/checkpoints/*"},
+        "put": {"/jobs/*/job.json"},
+    }
     assert grants("ScorerRole") == {
         "read": {"/jobs/*/job.json", "/jobs/*/report.json"},
         "put": {"/jobs/*/result.json"},

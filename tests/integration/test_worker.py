@@ -8,8 +8,12 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+import pytest
+
 from tests.integration.conftest import Aws
 from tests.sandbox.conftest import ADD_TASK, CORRECT
+from trialbox import keys
+from trialbox.errors import SandboxError
 from trialbox.models import RunReport, Status, Task
 from trialbox.models.jobs import ExecutionDone, JobSpec
 from trialbox.sandbox.runner import Runner
@@ -77,7 +81,7 @@ def test_the_worker_runs_the_job_and_answers_the_token(aws: Aws) -> None:
     uri = job(aws, "w-1")
     arn = start(aws, machine, "w-1", uri)
     deadline = time.monotonic() + 10
-    the_worker = worker(aws, job_runner(Runner()))
+    the_worker = worker(aws, job_runner(Runner(), aws.traces))
     while not the_worker.poll_once():
         assert time.monotonic() < deadline, "no work message arrived"
     done = wait_for(aws, arn)
@@ -169,7 +173,7 @@ def test_a_stop_request_finishes_the_current_job_and_loses_nothing(aws: Aws) -> 
     uri = job(aws, "w-4")
     arn = start(aws, machine, "w-4", uri)
     started = threading.Event()
-    real = job_runner(Runner())
+    real = job_runner(Runner(), aws.traces)
 
     def slow(spec: JobSpec) -> RunReport:
         started.set()
@@ -202,7 +206,7 @@ class FlakyStore:
 def test_a_report_that_cannot_be_uploaded_is_a_typed_failure(aws: Aws) -> None:
     machine = waiting_machine(aws)
     arn = start(aws, machine, "w-5", job(aws, "w-5"))
-    the_worker = worker(aws, job_runner(Runner()))
+    the_worker = worker(aws, job_runner(Runner(), aws.traces))
     the_worker.jobs = FlakyStore(aws.traces)  # type: ignore[assignment]
     deadline = time.monotonic() + 10
     while not the_worker.poll_once():
@@ -213,7 +217,7 @@ def test_a_report_that_cannot_be_uploaded_is_a_typed_failure(aws: Aws) -> None:
 
 def test_a_failing_aws_call_does_not_end_the_worker_loop(aws: Aws) -> None:
     machine = waiting_machine(aws)
-    the_worker = worker(aws, job_runner(Runner()))
+    the_worker = worker(aws, job_runner(Runner(), aws.traces))
     polls = 0
     real_receive = aws.sqs.receive_message
 
@@ -244,7 +248,7 @@ def test_a_worker_told_to_stop_hands_a_long_job_back_after_its_grace(aws: Aws) -
     machine = waiting_machine(aws)
     arn = start(aws, machine, "w-7", job(aws, "w-7"))
     started, release = threading.Event(), threading.Event()
-    real = job_runner(Runner())
+    real = job_runner(Runner(), aws.traces)
 
     def long_job(spec: JobSpec) -> RunReport:
         started.set()
@@ -347,3 +351,23 @@ def test_a_residue_check_that_fails_counts_as_residue(aws: Aws) -> None:
 
     the_worker, _ = recycling_worker(aws, "rf", 2, 100, broken)
     assert the_worker.jobs_done == 1
+
+
+def test_a_checkpoint_is_stored_by_its_hash_and_a_corrupt_one_is_a_sandbox_failure(
+    aws: Aws,
+) -> None:
+    run = job_runner(Runner(), aws.traces)
+    task = Task.model_validate(ADD_TASK)
+    first = JobSpec(request_id="c-1", task=task, grade=False, checkpoint=True,
+                    commands=[["touch", "left.txt"]], limits=task.limits)  # fmt: skip
+    checkpoint = run(first).checkpoint
+    assert checkpoint is not None
+    stored = aws.traces.get_bytes(aws.traces.uri(keys.checkpoint_key(checkpoint)))
+    assert keys.sha256_hex(stored) == checkpoint
+    second = first.model_copy(update={"base_checkpoint": checkpoint, "checkpoint": False,
+                                      "commands": [["test", "-e", "left.txt"]]})  # fmt: skip
+    report = run(second)
+    assert report.commands[0].exit_code == 0 and report.checkpoint is None
+    aws.traces.put_bytes(keys.checkpoint_key(checkpoint), stored[:-1], "application/gzip")
+    with pytest.raises(SandboxError, match="does not match its sha256"):
+        run(second)

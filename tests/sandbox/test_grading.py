@@ -167,6 +167,44 @@ def test_checkpoint_stores_links_without_following_them(runner: Runner, tmp_path
     assert members["solution.py"].isfile()
 
 
+def test_a_restored_checkpoint_keeps_its_links_as_links_and_grading_ignores_them(
+    runner: Runner, tmp_path: Path
+) -> None:
+    """Turn 1 plants a link to a secret and a link where the tests go; turn 2, restored from
+    that checkpoint, reads nothing through them and is graded as usual."""
+    task = Task.model_validate(ADD_TASK)
+    plant = [["sh", "-c", "ln -s /etc/shadow stolen.txt && ln -s /etc tests"]]
+    first = Sample(task_id=task.task_id, sample_id="t1", files={}, commands=plant)
+    saved = tmp_path / "t1.tar.gz"
+    runner.run(task, first, grade=False, checkpoint_to=saved)
+    second = Sample(
+        task_id=task.task_id,
+        sample_id="t2",
+        files={"solution.py": CORRECT},
+        commands=[["sh", "-c", "readlink stolen.txt; cat stolen.txt"]],
+    )
+    report = runner.run(task, second, base_checkpoint=saved.read_bytes())
+    (agent, _) = report.commands
+    assert agent.stdout == "/etc/shadow\n" and agent.exit_code != 0  # no shadow in the sandbox
+    assert score(task.grading, report).reward == 1.0
+
+
+def test_a_checkpoint_larger_than_the_workspace_is_the_policys_failure(
+    runner: Runner, tmp_path: Path
+) -> None:
+    task = Task.model_validate(ADD_TASK)
+    big = ["python", "-c", "open('blob', 'wb').write(bytes(3 << 20))"]
+    first = Sample(task_id=task.task_id, sample_id="big", files={}, commands=[big])
+    saved = tmp_path / "big.tar.gz"
+    runner.run(task, first, grade=False, checkpoint_to=saved)
+    tight = task.limits.model_copy(update={"disk_mb": 2})
+    second = Sample(task_id=task.task_id, sample_id="tight", files={"solution.py": CORRECT})
+    report = runner.run(task, second, limits=tight, base_checkpoint=saved.read_bytes())
+    assert report.status == Status.SUCCEEDED and not report.commands
+    assert any("do not fit the 2 MiB workspace" in note for note in report.notes)
+    assert score(task.grading, report).reward == 0.0
+
+
 def test_agent_command_results_are_reported_and_do_not_skip_grading(grade: Grade) -> None:
     report, result = grade(
         {"solution.py": CORRECT}, [["sh", "-c", "echo out; echo err >&2; exit 4"]]

@@ -358,12 +358,17 @@ REFUSED_REQUEST_FIELDS = [
         "multi-turn episodes are not built yet; send each turn as its own request",
     ),
     ("turn", 2, "multi-turn episodes are not built yet; send each turn as its own request"),
-    (
-        "base_checkpoint",
-        "s3://bucket/checkpoints/c1.tar",
-        "checkpoints are not built yet; send the files the turn starts from",
-    ),
 ]
+
+
+def test_a_base_checkpoint_is_a_sha256_and_anything_else_is_refused() -> None:
+    body = {"request_id": "r1", "task_ref": "s@v/t", "checkpoint": True}
+    good = ExecutionRequest.model_validate(body | {"base_checkpoint": "ab" * 32})
+    assert (good.base_checkpoint, good.checkpoint) == ("ab" * 32, True)
+    for bad in ("s3://bucket/checkpoints/c1.tar", "AB" * 32, "ab" * 31, "../" + "a" * 61):
+        with pytest.raises(ValidationError) as exc:
+            ExecutionRequest.model_validate(body | {"base_checkpoint": bad})
+        assert errors(exc)[0][0] == ("base_checkpoint",)
 
 
 @pytest.mark.parametrize(("field", "value", "reason"), REFUSED_REQUEST_FIELDS)

@@ -7,7 +7,7 @@ from pydantic import Field
 
 from trialbox.models.common import Files, StrictModel
 from trialbox.models.limits import Limits
-from trialbox.models.sample import Argv, ExecutionRequest, RequestId, Sample
+from trialbox.models.sample import Argv, CheckpointId, ExecutionRequest, RequestId, Sample
 from trialbox.models.task import Task
 
 
@@ -38,6 +38,8 @@ class JobSpec(StrictModel):
     files: Files = Field(default_factory=dict)
     commands: list[Argv] = Field(default_factory=list)
     grade: bool = True
+    base_checkpoint: CheckpointId | None = None
+    checkpoint: bool = False
     limits: Limits
     taskset_sha256: str | None = None
     queued_at: float | None = Field(default=None, description="epoch s: Prepare queued the job")

@@ -94,4 +94,5 @@ class RunReport(StrictModel):
     grading: GradingReport | None
     notes: list[str] = Field(default_factory=list)
     error: str | None = Field(default=None, description="why the sandbox failed, if it did")
+    checkpoint: str | None = Field(default=None, description="the workspace after the commands")
     provenance: Provenance | None

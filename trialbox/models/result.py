@@ -64,6 +64,9 @@ class ExecutionResult(StrictModel):
     error: str | None = None
     commands: list[CommandResult] = Field(default_factory=list)
     tests: list[TestRecord] = Field(default_factory=list)
+    checkpoint: str | None = Field(
+        default=None, description="the workspace after the commands, if the request asked"
+    )
     attempts: int = Field(default=1, description="Execute attempts: 1 + lost-sandbox retries")
     timings: Timings = Field(default_factory=Timings)
     provenance: Provenance | None = None

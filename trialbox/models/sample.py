@@ -88,8 +88,16 @@ UNSUPPORTED_REQUEST_FIELDS = {
     "reply_to": "results are read from the executions table (Client.as_completed / gather)",
     "episode_id": "multi-turn episodes are not built yet; send each turn as its own request",
     "turn": "multi-turn episodes are not built yet; send each turn as its own request",
-    "base_checkpoint": "checkpoints are not built yet; send the files the turn starts from",
 }
+
+CHECKPOINT_PATTERN = r"^[0-9a-f]{64}$"
+CheckpointId = Annotated[
+    str,
+    Field(
+        pattern=CHECKPOINT_PATTERN,
+        description="a checkpoint: the sha256 of its archive, as a result's `checkpoint` gives it",
+    ),
+]
 
 
 class ExecutionRequest(StrictModel):
@@ -104,6 +112,15 @@ class ExecutionRequest(StrictModel):
     files: Files = Field(default_factory=dict)
     commands: list[Argv] = Field(default_factory=list, max_length=MAX_COMMANDS)
     grade: bool = True
+    base_checkpoint: CheckpointId | None = Field(
+        default=None,
+        description="start from this workspace: the task's files, then it, then `files`",
+    )
+    checkpoint: bool = Field(
+        default=False,
+        description="snapshot the workspace after the commands; the result's `checkpoint` "
+        "names it, for a later request's `base_checkpoint`",
+    )
     limits: LimitOverrides = Field(default_factory=LimitOverrides)
     tags: dict[str, str] = Field(default_factory=dict)
     metadata: Metadata = None

@@ -8,10 +8,11 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from botocore.exceptions import ClientError
 from pydantic import ValidationError
 
 from trialbox.errors import RequestRejected
-from trialbox.keys import job_key, taskset_key
+from trialbox.keys import checkpoint_key, job_key, taskset_key
 from trialbox.models import ExecutionRequest, Task, TaskRef
 from trialbox.models.jobs import JobRef, JobSpec, RolloutInput
 from trialbox.pipeline.record import validation_message
@@ -31,6 +32,8 @@ class Preparer:
     def __call__(self, rollout: RolloutInput) -> JobRef:
         request = self._request(rollout)
         task, taskset_sha = self._task(request)
+        if request.base_checkpoint is not None:
+            self._check_checkpoint(request.base_checkpoint)
         limits = request.limits.tighten(task.limits)
         job = JobSpec(
             request_id=request.request_id,
@@ -39,6 +42,8 @@ class Preparer:
             files=request.files,
             commands=request.commands,
             grade=request.grade,
+            base_checkpoint=request.base_checkpoint,
+            checkpoint=request.checkpoint,
             limits=limits,
             taskset_sha256=taskset_sha,
             queued_at=time.time(),
@@ -56,6 +61,17 @@ class Preparer:
             timeout_s=self.heartbeat_s + int(worst) + self.margin_s,
             heartbeat_s=self.heartbeat_s,
         )
+
+    def _check_checkpoint(self, checkpoint: str) -> None:
+        try:
+            self.jobs.s3.head_object(Bucket=self.jobs.bucket, Key=checkpoint_key(checkpoint))
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") not in ("404", "NoSuchKey"):
+                raise
+            raise RequestRejected(
+                f"base_checkpoint: no checkpoint {checkpoint}; a checkpoint is what a result's "
+                "`checkpoint` names, after a request with checkpoint=true"
+            ) from exc
 
     def _request(self, rollout: RolloutInput) -> ExecutionRequest:
         if rollout.request is not None:

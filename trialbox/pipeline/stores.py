@@ -34,6 +34,10 @@ class ObjectStore:
         )
         return self.uri(key)
 
+    def put_bytes(self, key: str, body: bytes, content_type: str) -> str:
+        self.s3.put_object(Bucket=self.bucket, Key=key, Body=body, ContentType=content_type)
+        return self.uri(key)
+
     def get_bytes(self, uri: str) -> bytes:
         bucket, key = parse_s3_uri(uri)
         return bytes(self.s3.get_object(Bucket=bucket, Key=key)["Body"].read())

@@ -225,6 +225,10 @@ class BadCheckpoint(ValueError):
     """A checkpoint that cannot be restored as it is: the message says why."""
 
 
+class CheckpointTooLarge(BadCheckpoint):
+    """A sound checkpoint larger than the workspace it is restored into."""
+
+
 def checkpoint(root: Path) -> bytes:
     """A tar.gz of the workspace. Links are stored as links, never followed."""
     buffer = io.BytesIO()
@@ -266,7 +270,7 @@ def restore(root: Path, data: bytes, uid: int, gid: int, max_bytes: int) -> None
                 parts = _member_parts(member.name)
                 total += member.size if member.isreg() else 0
                 if total > max_bytes:
-                    raise BadCheckpoint(f"more than {max_bytes} bytes of files")
+                    raise CheckpointTooLarge(f"more than {max_bytes} bytes of files")
                 _restore_member(tar, member, root_fd, parts, uid, gid)
     except (tarfile.TarError, EOFError, gzip.BadGzipFile, zlib.error) as exc:
         raise BadCheckpoint(f"not a checkpoint archive ({type(exc).__name__}: {exc})") from exc

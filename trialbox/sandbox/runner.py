@@ -146,8 +146,11 @@ class Runner:
         limits: Limits | None = None,
         grade: bool = True,
         checkpoint_to: Path | None = None,
+        base_checkpoint: bytes | None = None,
     ) -> RunReport:
-        """Agent phase, then grading. Never raises for the sandbox's own failures: the report
+        """Agent phase, then grading. The workspace is the task's files, then `base_checkpoint`
+        (fs.checkpoint's archive), then the sample's files. `checkpoint_to` receives the
+        workspace after the commands. Never raises for the sandbox's own failures: the report
         then has status `sandbox_error` and says why."""
         limits, notes = (limits or task.limits).effective()
         grading_timeout = task.grading_timeout_s if grade else None
@@ -155,7 +158,7 @@ class Runner:
         try:
             with self.slots.acquire() as slot:
                 grading = self._run_in_slot(
-                    slot, task, sample, limits, grade, commands, checkpoint_to
+                    slot, task, sample, limits, grade, commands, checkpoint_to, base_checkpoint
                 )
         except WorkspaceOverflow as exc:
             why = str(exc)
@@ -197,6 +200,7 @@ class Runner:
         grade: bool,
         commands: list[CommandResult],
         checkpoint_to: Path | None,
+        base_checkpoint: bytes | None = None,
     ) -> tuple[GradingReport, Status] | None:
         uid = slot.agent_uid
         self.backend.prepare_dir(slot.work_dir, limits.disk_mb, uid, uid, 0o700)
@@ -211,7 +215,11 @@ class Runner:
         if sum(len(file_bytes(c)) for c in sample.files.values()) > limits.disk_mb * MiB:
             raise overflow
         try:
+            if base_checkpoint is not None:
+                fs.restore(slot.work_dir, base_checkpoint, uid, uid, limits.disk_mb * MiB)
             fs.write_files(slot.work_dir, sample.files, uid, uid)
+        except fs.CheckpointTooLarge as exc:
+            raise overflow from exc
         except OSError as exc:
             if exc.errno in DISK_FULL and self.backend.caps_workspace:
                 raise overflow from exc

@@ -65,6 +65,7 @@ def score(spec: GradingSpec, report: RunReport, request_id: str | None = None) -
         error=report.error,
         commands=report.commands,
         tests=grading.tests if grading else [],
+        checkpoint=report.checkpoint,
         provenance=report.provenance,
     )
 

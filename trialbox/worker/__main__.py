@@ -23,12 +23,13 @@ def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     settings = WorkerSettings.from_env()
     runner = Runner()
+    jobs = ObjectStore(boto3.client("s3"), settings.traces_bucket)
     worker = Worker(
         sqs=boto3.client("sqs"),
         sfn=boto3.client("stepfunctions"),
-        jobs=ObjectStore(boto3.client("s3"), settings.traces_bucket),
+        jobs=jobs,
         queue_url=settings.work_queue_url,
-        run_job=job_runner(runner),
+        run_job=job_runner(runner, jobs),
         heartbeat_s=settings.heartbeat_s,
         name=settings.name or socket.gethostname(),
         recycle_after_jobs=settings.recycle_after_jobs,

@@ -1,15 +1,52 @@
-"""How a worker runs one job: the sandbox runner, with the job's limits."""
+"""How a worker runs one job: the sandbox runner, with the job's limits, from its base
+checkpoint if it names one, saving the workspace after the commands if it asks."""
 
 from __future__ import annotations
 
-from trialbox.models import RunReport
+import tempfile
+from pathlib import Path
+
+from trialbox.errors import SandboxError
+from trialbox.keys import checkpoint_key, sha256_hex
+from trialbox.models import RunReport, Status
 from trialbox.models.jobs import JobSpec
+from trialbox.pipeline.stores import ObjectStore
 from trialbox.sandbox.runner import Runner
 from trialbox.worker.loop import RunJob
 
 
-def job_runner(runner: Runner) -> RunJob:
+def load_checkpoint(store: ObjectStore, checkpoint: str) -> bytes:
+    """A checkpoint's archive, checked against its content address."""
+    data = store.get_bytes(store.uri(checkpoint_key(checkpoint)))
+    if sha256_hex(data) != checkpoint:
+        raise SandboxError(f"checkpoint {checkpoint} does not match its sha256: it is corrupt")
+    return data
+
+
+def save_checkpoint(store: ObjectStore, data: bytes) -> str:
+    """Store an archive under its content address; its id."""
+    checkpoint = sha256_hex(data)
+    store.put_bytes(checkpoint_key(checkpoint), data, "application/gzip")
+    return checkpoint
+
+
+def job_runner(runner: Runner, store: ObjectStore) -> RunJob:
     def run(job: JobSpec) -> RunReport:
-        return runner.run(job.task, job.sample(), limits=job.limits, grade=job.grade)
+        base = None if job.base_checkpoint is None else load_checkpoint(store, job.base_checkpoint)
+        with tempfile.TemporaryDirectory(prefix="trialbox-checkpoint-") as scratch:
+            saved = Path(scratch, "workspace.tar.gz") if job.checkpoint else None
+            report = runner.run(
+                job.task,
+                job.sample(),
+                limits=job.limits,
+                grade=job.grade,
+                checkpoint_to=saved,
+                base_checkpoint=base,
+            )
+            if saved is None or report.status == Status.SANDBOX_ERROR or not saved.exists():
+                return report
+            return report.model_copy(
+                update={"checkpoint": save_checkpoint(store, saved.read_bytes())}
+            )
 
     return run
