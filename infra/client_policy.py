@@ -20,6 +20,7 @@ from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from infra.nag import acknowledge, logical_id
+from infra.sessions import CLIENT_ACTIONS, WHY, session_queue_prefix
 from trialbox import keys
 
 
@@ -34,6 +35,8 @@ class ClientPolicy(Construct):
         traces: s3.IBucket,
         table: dynamodb.ITable,
         rollout: sfn.IStateMachine,
+        work: sqs.IQueue,
+        session_queues: str,
     ) -> None:
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
@@ -77,6 +80,23 @@ class ClientPolicy(Construct):
                 _allow(
                     "ReadTraces", "s3:GetObject", traces.arn_for_objects(f"{keys.TRACES_PREFIX}*")
                 ),
+                # session(task=ref): the task (a worker hosts it without its hidden tests).
+                _allow(
+                    "ReadTasksets",
+                    "s3:GetObject",
+                    tasksets.arn_for_objects(f"{keys.TASKSETS_PREFIX}*"),
+                ),
+                # session: its own queues, and the open on the pool's work queue.
+                iam.PolicyStatement(
+                    sid="SessionQueues", actions=CLIENT_ACTIONS, resources=[session_queues]
+                ),
+                _allow("OpenSessions", "sqs:SendMessage", work.queue_arn),
+                # a call's result too large for a message: its trace file.
+                _allow(
+                    "ReadSessionTraces",
+                    "s3:GetObject",
+                    traces.arn_for_objects(f"{keys.SESSIONS_PREFIX}*"),
+                ),
             ],
         )
         tasksets_id, traces_id = logical_id(tasksets), logical_id(traces)
@@ -93,6 +113,11 @@ class ClientPolicy(Construct):
                 f"AwsSolutions-IAM5[Resource::<{traces_id}.Arn>/{keys.TRACES_PREFIX}*]": (
                     "each result's trace, one key per request id"
                 ),
+                f"AwsSolutions-IAM5[Resource::<{traces_id}.Arn>/{keys.SESSIONS_PREFIX}*]": (
+                    "each session's trace, a file per call"
+                ),
+                "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:sqs:<AWS::Region>:"
+                f"<AWS::AccountId>:{session_queue_prefix(stack.stack_name)}*]": WHY,
                 "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:states:<AWS::Region>:"
                 '<AWS::AccountId>:execution:{"Fn::Select":[6,{"Fn::Split":[":",'
                 f'{{"Ref":"{rollout_id}"}}]}}]}}:*]': (

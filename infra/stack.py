@@ -14,6 +14,12 @@ from infra.nag import acknowledge, grant_objects, logical_id
 from infra.network import Network
 from infra.orchestration import Orchestration
 from infra.pool import Pool
+from infra.sessions import (
+    WORKER_ACTIONS,
+    grant_session_queues,
+    session_queue_prefix,
+    session_queues_arn,
+)
 from infra.storage import Storage
 from trialbox import __version__, keys
 from trialbox import constants as c
@@ -119,7 +125,10 @@ class TrialboxStack(Stack):
             puts=job,
             not_found="a base checkpoint that does not exist rejects the request (404)",
         )
-        grant_objects(worker, traces, reads=job | checkpoints, puts=report | checkpoints)
+        sessions = {f"{keys.SESSIONS_PREFIX}*": "each session's trace, a file per call"}
+        grant_objects(worker, traces, reads=job | checkpoints, puts=report | checkpoints | sessions)
+        session_prefix = session_queue_prefix(config.stack_name)
+        grant_session_queues(worker, self, session_prefix, WORKER_ACTIONS)
         grant_objects(scorer.role, traces, reads=job | report, puts=result)
         grant_objects(recorder.role, traces, reads=result, puts=trace)
         tasksets = {"*": "task sets are content-addressed files: Prepare reads any it is named"}
@@ -155,6 +164,8 @@ class TrialboxStack(Stack):
             traces=storage.traces,
             table=storage.executions,
             rollout=orchestration.rollout,
+            work=pool.work.queue,
+            session_queues=session_queues_arn(self, session_prefix),
         )
 
         # Every paging alarm in the stack, wherever it is built, goes to the topic (an aspect).
@@ -168,6 +179,7 @@ class TrialboxStack(Stack):
         outputs = {
             c.OUTPUT_REQUESTS_QUEUE_URL: intake.requests.queue.queue_url,
             c.OUTPUT_WORK_QUEUE_URL: pool.work.queue.queue_url,
+            c.OUTPUT_SESSION_QUEUE_PREFIX: session_prefix,
             c.OUTPUT_TASKSETS_BUCKET: storage.tasksets.bucket_name,
             c.OUTPUT_TRACES_BUCKET: storage.traces.bucket_name,
             c.OUTPUT_EXECUTIONS_TABLE: storage.executions.table_name,

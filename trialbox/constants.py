@@ -17,11 +17,13 @@ ENV_WORKER_NAME = "TRIALBOX_WORKER_NAME"  # optional: the host name otherwise
 # ...and the SDK (with the buckets, the table and the rollout ARN above).
 ENV_ENDPOINT_URL = "TRIALBOX_ENDPOINT_URL"
 ENV_REQUESTS_QUEUE_URL = "TRIALBOX_REQUESTS_QUEUE_URL"
+ENV_SESSION_QUEUE_PREFIX = "TRIALBOX_SESSION_QUEUE_PREFIX"
 ENV_POOL_CAPACITY = "TRIALBOX_POOL_CAPACITY"  # optional: jobs the pool runs at once
 
 # Stack outputs, by the names the SDK reads.
 OUTPUT_REQUESTS_QUEUE_URL = "RequestsQueueUrl"
 OUTPUT_WORK_QUEUE_URL = "WorkQueueUrl"
+OUTPUT_SESSION_QUEUE_PREFIX = "SessionQueuePrefix"  # every session's queues are named so
 OUTPUT_TASKSETS_BUCKET = "TasksetsBucketName"
 OUTPUT_TRACES_BUCKET = "TracesBucketName"
 OUTPUT_EXECUTIONS_TABLE = "ExecutionsTableName"

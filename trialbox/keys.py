@@ -13,6 +13,7 @@ JOBS_PREFIX = "jobs/"
 PAYLOADS_PREFIX = "payloads/"
 TASKSETS_PREFIX = "tasksets/"
 CHECKPOINTS_PREFIX = "checkpoints/"
+SESSIONS_PREFIX = "sessions/"
 
 
 def sha256_hex(data: bytes) -> str:
@@ -33,6 +34,11 @@ def checkpoint_key(checkpoint: str) -> str:
     """A workspace snapshot (a tar.gz) in the traces bucket, by its sha256: the same workspace
     is stored once, and a reader checks what it got against the key."""
     return f"{CHECKPOINTS_PREFIX}{checkpoint}.tar.gz"
+
+
+def session_call_key(session_id: str, seq: int) -> str:
+    """A session's trace, a file per call: the call and its result, for replay."""
+    return f"{SESSIONS_PREFIX}{session_id}/{seq:06d}.json"
 
 
 def job_key(request_id: str, name: str) -> str:

@@ -89,6 +89,34 @@ def write_files(root: Path, files: dict[str, FileContent], uid: int, gid: int) -
         os.close(root_fd)
 
 
+class NotAFile(ValueError):
+    """A path that names something other than a regular file, or one too large to read."""
+
+
+def read_file(root: Path, rel: str, max_bytes: int) -> bytes:
+    """A regular file's bytes under `root`; no component is followed through a link
+    (OSError ELOOP/ENOTDIR/ENOENT when one is in the way)."""
+    parts = PurePosixPath(rel).parts
+    if not parts or PurePosixPath(rel).is_absolute() or ".." in parts:
+        raise NotAFile(f"{rel}: not a path inside the workspace")
+    fd = os.open(root, DIR_FLAGS)
+    try:
+        for part in parts[:-1]:
+            next_fd = os.open(part, DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = next_fd
+        file_fd = os.open(parts[-1], READ_FLAGS, dir_fd=fd)
+    finally:
+        os.close(fd)
+    with os.fdopen(file_fd, "rb") as stream:
+        info = os.fstat(stream.fileno())
+        if not stat.S_ISREG(info.st_mode):
+            raise NotAFile(f"{rel}: not a regular file")
+        if info.st_size > max_bytes:
+            raise NotAFile(f"{rel}: {info.st_size} bytes, more than the {max_bytes} read at once")
+        return stream.read(max_bytes + 1)[:max_bytes]
+
+
 def _replace_file(dir_fd: int, name: str, data: bytes, mode: int, uid: int, gid: int) -> None:
     try:
         info = os.stat(name, dir_fd=dir_fd, follow_symlinks=False)

@@ -87,7 +87,10 @@ class SlotPool:
             ) from exc
 
     @contextlib.contextmanager
-    def acquire(self) -> Iterator[Slot]:
+    def acquire(self, job: bool = True) -> Iterator[Slot]:
+        """A free slot, held until the body ends. `job`: count it among the slots the next
+        wipe check inspects (`used`); a session's slot is held across jobs, and checked once
+        it is given back."""
         self._ensure_dirs()
         deadline = time.monotonic() + self.config.slot_wait_s
         order = list(range(self.config.slots))
@@ -99,7 +102,8 @@ class SlotPool:
                     continue
                 try:
                     slot = self.slot(index)
-                    self.used.add(index)
+                    if job:
+                        self.used.add(index)
                     dirty = self._dirty_marker(index)
                     if dirty.exists():  # its last holder died holding it
                         self.sweep(slot)

@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import shlex
+
+from trialbox.models.limits import Limits
 from trialbox.models.report import CommandResult, RunReport, Status, TestOutcome
 
 MAX_FEEDBACK_CHARS = 2000
@@ -94,3 +97,22 @@ def _graded(report: RunReport, passed: int, expected: int, untrusted: list[str])
         if tail:
             lines.append(tail)
     return "\n".join(lines)
+
+
+def command_feedback(commands: list[CommandResult], limits: Limits) -> str:
+    """A session call's text for the model: each command, how it ended, its output's tail."""
+    parts = []
+    for command in commands:
+        if command.timed_out:
+            ended = f"timed out after {_seconds(limits.timeout_s)} s"
+        elif command.oom_killed:
+            ended = f"killed: memory limit {limits.memory_mb} MiB"
+        else:
+            ended = f"exit {command.exit_code}"
+        lines = [f"$ {shlex.join(command.argv)}  ({ended}, {command.wall_s:.2f} s)"]
+        for name, text in (("stdout", command.stdout), ("stderr", command.stderr)):
+            if text.strip():
+                lines.append(f"[{name}]\n{_tail(text)}")
+        parts.append("\n".join(lines))
+    text = "\n".join(parts)
+    return text if len(text) <= MAX_FEEDBACK_CHARS else "..." + text[-(MAX_FEEDBACK_CHARS - 3) :]

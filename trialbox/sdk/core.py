@@ -12,7 +12,7 @@ import asyncio
 import logging
 import time
 from collections import deque
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Generator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self
 from urllib.parse import urlparse
@@ -29,16 +29,22 @@ from trialbox.errors import (
     WaitTimeout,
 )
 from trialbox.models import ExecutionRequest, ExecutionResult, Status, Task, result_for
+from trialbox.models.common import FileContent
+from trialbox.models.limits import LimitOverrides
 from trialbox.sdk import groups
 from trialbox.sdk.aws import Aws, service
 from trialbox.sdk.handles import AsyncHandle
 from trialbox.sdk.resources import Resources, default_concurrency
+from trialbox.sdk.sessions import AsyncSession, SessionIO
 from trialbox.sdk.tasksets import TaskSetRef, tasks_body, taskset_ref
 from trialbox.settings import ClientSettings
 from trialbox.stack_version import check_stack_version
 
 if TYPE_CHECKING:
     from trialbox.local.twin import LocalTwin
+
+DEFAULT_TTL_S = 1800.0  # a session ends server-side this long after it opens
+DEFAULT_IDLE_RELEASE_S = 30.0  # idle this long, its slot is freed (restored on the next call)
 
 log = logging.getLogger("trialbox.sdk")
 LOOPBACK = ("127.0.0.1", "localhost", "::1")
@@ -111,6 +117,8 @@ class AsyncClient:
         self._poll_failures = 0
         self._send_failures = 0
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._sessions: SessionIO | None = None
+        self._open_sessions: set[AsyncSession] = set()
 
     # --- construction ------------------------------------------------------------------------
 
@@ -304,6 +312,32 @@ class AsyncClient:
             for p in plan
         ]
 
+    # --- sessions ----------------------------------------------------------------------------
+
+    def session(
+        self,
+        task: Task | str,
+        *,
+        run_id: str | None = None,
+        episode_id: str | None = None,
+        tags: dict[str, str] | None = None,
+        limits: LimitOverrides | dict[str, Any] | None = None,
+        ttl_s: float = DEFAULT_TTL_S,
+        idle_release_s: float = DEFAULT_IDLE_RELEASE_S,
+        files: dict[str, FileContent] | None = None,
+    ) -> _OpeningSession:
+        """A session on `task` (a task ref, `ref.task(task_id)`, or an inline Task): use with
+        `async with`, or `await` it. Its hidden tests reach only `grade()`."""
+        self._check_open()
+        return _OpeningSession(
+            self, task, run_id, episode_id, tags or {}, limits, ttl_s, idle_release_s, files
+        )
+
+    def _session_io(self) -> SessionIO:
+        if self._sessions is None:
+            self._sessions = SessionIO(self)
+        return self._sessions
+
     async def read_object(self, uri: str) -> bytes:
         """An `s3://bucket/key` object: a trace or a report."""
         return await asyncio.to_thread(self._aws.read_object, uri)
@@ -449,6 +483,10 @@ class AsyncClient:
         """Stop the pump; unresolved handles raise ClientClosed (a sent request still runs);
         a local twin stops."""
         self._closed = True
+        for session in list(self._open_sessions):  # their workers free the slots at once
+            await session.close()
+        if self._sessions is not None:
+            self._sessions.close()
         if self._pump is not None:
             self._pump.cancel()
             await asyncio.gather(self._pump, return_exceptions=True)
@@ -480,3 +518,52 @@ def _cancelled(handle: AsyncHandle) -> ExecutionResult:
 
 def _unsendable(request_id: str, exc: Exception) -> TrialboxError:
     return TrialboxError(f"request {request_id} cannot be sent: {exc}")
+
+
+class _OpeningSession:
+    """`AsyncClient.session(...)`: awaitable (an open session) and an async context manager
+    (closed at exit)."""
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        task: Task | str,
+        run_id: str | None,
+        episode_id: str | None,
+        tags: dict[str, str],
+        limits: LimitOverrides | dict[str, Any] | None,
+        ttl_s: float,
+        idle_release_s: float,
+        files: dict[str, FileContent] | None,
+    ) -> None:
+        self._args = (client, task, run_id, episode_id, tags, limits, ttl_s, idle_release_s, files)
+        self._session: AsyncSession | None = None
+
+    async def open(self) -> AsyncSession:
+        client, task, run_id, episode_id, tags, limits, ttl_s, idle_release_s, files = self._args
+        if isinstance(task, str):
+            task_ref: str | None = task
+            resolved = await client._session_io().task(task)
+        else:
+            task_ref, resolved = None, task
+        overrides = LimitOverrides.model_validate(limits or {})
+        session = AsyncSession(
+            client, resolved, task_ref, limits=overrides, ttl_s=ttl_s,
+            idle_release_s=idle_release_s, run_id=run_id, episode_id=episode_id, tags=tags,
+            files=files,
+        )  # fmt: skip
+        await session.open()
+        client._open_sessions.add(session)
+        session.on_close = client._open_sessions.discard
+        self._session = session
+        return session
+
+    def __await__(self) -> Generator[Any, None, AsyncSession]:
+        return self.open().__await__()
+
+    async def __aenter__(self) -> AsyncSession:
+        return await self.open()
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self._session is not None:
+            await self._session.close()

@@ -28,6 +28,8 @@ class Resources:
     tasksets_bucket: str
     rollout_arn: str | None = None  # cancel stops the execution when known
     capacity: int | None = None  # the pool's jobs at once, when the stack says
+    work_queue_url: str | None = None  # sessions open there
+    session_queue_prefix: str | None = None  # sessions' own queues are named with it
 
     @classmethod
     def from_outputs(cls, outputs: dict[str, str]) -> Resources:
@@ -51,6 +53,8 @@ class Resources:
             tasksets_bucket=outputs[c.OUTPUT_TASKSETS_BUCKET],
             rollout_arn=outputs.get(c.OUTPUT_ROLLOUT_ARN),
             capacity=int(capacity) if capacity else None,
+            work_queue_url=outputs.get(c.OUTPUT_WORK_QUEUE_URL),
+            session_queue_prefix=outputs.get(c.OUTPUT_SESSION_QUEUE_PREFIX),
         )
 
     @classmethod
@@ -71,4 +75,6 @@ class Resources:
             tasksets_bucket=settings.required("tasksets_bucket"),
             rollout_arn=settings.rollout_arn,
             capacity=settings.pool_capacity,
+            work_queue_url=settings.work_queue_url,
+            session_queue_prefix=settings.session_queue_prefix,
         )

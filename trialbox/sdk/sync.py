@@ -11,10 +11,14 @@ from typing import Any, Self, TypeVar
 
 from trialbox.errors import TrialboxError, WaitTimeout
 from trialbox.models import ExecutionRequest, ExecutionResult, Task
+from trialbox.models.common import FileContent
+from trialbox.models.report import CommandResult
+from trialbox.models.sessions import CallResult
 from trialbox.sdk import groups
 from trialbox.sdk.core import AsyncClient, stack_resources
 from trialbox.sdk.handles import AsyncHandle
 from trialbox.sdk.resources import Resources
+from trialbox.sdk.sessions import AsyncSession
 from trialbox.sdk.tasksets import TaskSetRef
 
 T = TypeVar("T")
@@ -191,10 +195,72 @@ class Client:
     def read_object(self, uri: str) -> bytes:
         return self._loop.run(self._async.read_object(uri))
 
+    def session(self, task: Task | str, **kwargs: Any) -> Session:
+        """An open session (AsyncClient.session's arguments); close it, or use `with`."""
+        return Session(self._loop.run(self._async.session(task, **kwargs).open()), self._loop)
+
     def close(self) -> None:
         if self._loop.thread.is_alive():
             self._loop.run(self._async.aclose())
             self._loop.stop()
+
+    def __enter__(self) -> Self:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+
+class Session:
+    """The blocking face of an AsyncSession: the same calls, run on the client's loop."""
+
+    def __init__(self, inner: AsyncSession, loop: _Loop) -> None:
+        self.aio = inner
+        self._loop = loop
+
+    @property
+    def session_id(self) -> str:
+        return self.aio.session_id
+
+    @property
+    def checkpoint(self) -> str | None:
+        return self.aio.checkpoint
+
+    @property
+    def worker(self) -> str | None:
+        return self.aio.worker
+
+    @property
+    def failovers(self) -> int:
+        return self.aio.failovers
+
+    def step(
+        self,
+        files: dict[str, FileContent] | None = None,
+        commands: Sequence[Sequence[str]] = (),
+        timeout_s: float | None = None,
+    ) -> CallResult:
+        return self._loop.run(self.aio.step(files, commands, timeout_s))
+
+    def exec(
+        self, argv: Sequence[str], timeout_s: float | None = None
+    ) -> CommandResult | CallResult:
+        return self._loop.run(self.aio.exec(argv, timeout_s))
+
+    def write_files(self, files: dict[str, FileContent]) -> CallResult:
+        return self._loop.run(self.aio.write_files(files))
+
+    def read_file(self, path: str) -> bytes:
+        return self._loop.run(self.aio.read_file(path))
+
+    def fork(self, n: int) -> list[Session]:
+        return [Session(s, self._loop) for s in self._loop.run(self.aio.fork(n))]
+
+    def grade(self, timeout: float | None = None) -> ExecutionResult:
+        return self._loop.run(self.aio.grade(timeout))
+
+    def close(self) -> None:
+        self._loop.run(self.aio.close())
 
     def __enter__(self) -> Self:
         return self

@@ -17,6 +17,7 @@ from trialbox.sandbox.runner import Runner
 from trialbox.settings import WorkerSettings
 from trialbox.worker.loop import Worker
 from trialbox.worker.run import job_runner
+from trialbox.worker.sessions import SessionHost
 
 
 def main() -> int:
@@ -24,16 +25,19 @@ def main() -> int:
     settings = WorkerSettings.from_env()
     runner = Runner()
     jobs = ObjectStore(boto3.client("s3"), settings.traces_bucket)
+    sqs = boto3.client("sqs")
+    name = settings.name or socket.gethostname()
     worker = Worker(
-        sqs=boto3.client("sqs"),
+        sqs=sqs,
         sfn=boto3.client("stepfunctions"),
         jobs=jobs,
         queue_url=settings.work_queue_url,
         run_job=job_runner(runner, jobs),
         heartbeat_s=settings.heartbeat_s,
-        name=settings.name or socket.gethostname(),
+        name=name,
         recycle_after_jobs=settings.recycle_after_jobs,
         residue=runner.residue,
+        sessions=SessionHost(runner, sqs, jobs, name),
     )
     # ECS sends SIGTERM, then SIGKILL after the container's stop timeout: finish the job in
     # hand, or hand it back before the kill.

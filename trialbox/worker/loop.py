@@ -9,7 +9,7 @@ import threading
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import ValidationError
@@ -18,8 +18,12 @@ from trialbox.constants import ERROR_INTERRUPTED, ERROR_SANDBOX
 from trialbox.keys import job_key
 from trialbox.models import RunReport, Status
 from trialbox.models.jobs import ExecutionDone, JobSpec, WorkMessage
+from trialbox.models.sessions import SessionOpen
 from trialbox.pipeline.stores import ObjectStore
 from trialbox.settings import work_visibility_s
+
+if TYPE_CHECKING:
+    from trialbox.worker.sessions import SessionHost
 
 log = logging.getLogger("trialbox.worker")
 # The execution moved on (timed out, retried elsewhere, or ended): this token is dead.
@@ -58,6 +62,8 @@ class Worker:
     # What earlier jobs left where the next could see it (Runner.residue); anything found
     # ends the loop before another job is taken.
     residue: Callable[[], list[str]] | None = None
+    # Hosts the sessions a work message opens (trialbox.worker.sessions); None: jobs only.
+    sessions: SessionHost | None = None
     jobs_done: int = 0
 
     def shut_down(self, grace_s: float) -> None:
@@ -100,7 +106,12 @@ class Worker:
     def _after_job(self) -> None:
         """Recycle after `recycle_after_jobs`, or at once when the wipe left anything."""
         self.jobs_done += 1
-        if self.recycle_after_jobs is not None and self.jobs_done >= self.recycle_after_jobs:
+        holding = self.sessions is not None and self.sessions.held() > 0
+        if (
+            self.recycle_after_jobs is not None
+            and self.jobs_done >= self.recycle_after_jobs
+            and not holding  # a worker recycles only once it holds no session
+        ):
             log.info("%s: %d jobs done; exiting for a fresh task", self.name, self.jobs_done)
             self.stop.set()
             return
@@ -114,6 +125,10 @@ class Worker:
 
     def handle(self, message: dict[str, Any]) -> None:
         receipt = message["ReceiptHandle"]
+        if self.sessions is not None and '"session"' in message["Body"][:20]:
+            self._open_session(message["Body"])
+            self._delete(receipt)
+            return
         try:
             work = WorkMessage.model_validate_json(message["Body"])
         except ValidationError:
@@ -140,6 +155,15 @@ class Worker:
         else:
             self._answer(work, outcome, started_at)
         self._delete(receipt)
+
+    def _open_session(self, body: str) -> None:
+        assert self.sessions is not None
+        try:
+            opening = SessionOpen.model_validate_json(body)
+        except ValidationError:
+            log.error("dropping a session message that does not open one: %.200s", body)
+            return
+        self.sessions.open(opening.session)
 
     def _run(self, work: WorkMessage, lost: threading.Event) -> tuple[str, str]:
         """('success', report_uri) or ('failure', cause); nothing is uploaded for a job whose

@@ -1,0 +1,99 @@
+"""A session's workspace: one slot held across many tool calls. It is materialized like a
+job's (the task's files, then a checkpoint, then overlay files); each command runs in a fresh
+sandbox of the slot with the session's limits, and whatever a command left running is killed
+before the call returns (only files carry over, as in a checkpoint). `release` gives the slot
+back; the session's state is then only its last checkpoint."""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+
+from trialbox.models.common import FileContent, file_bytes
+from trialbox.models.limits import Limits
+from trialbox.models.report import CommandResult
+from trialbox.sandbox import fs, processes
+from trialbox.sandbox.runner import DISK_FULL, MiB, Runner, command_result
+from trialbox.sandbox.slots import Slot
+
+MAX_READ_BYTES = 4 * MiB
+
+
+class WorkspaceError(ValueError):
+    """A call the workspace cannot carry out (a file too large or missing, files that do not
+    fit): the policy's mistake, told back to it."""
+
+
+class SessionWorkspace:
+    def __init__(
+        self,
+        runner: Runner,
+        workspace: dict[str, FileContent],
+        limits: Limits,
+        checkpoint: bytes | None = None,
+        files: dict[str, FileContent] | None = None,
+    ) -> None:
+        self.runner = runner
+        self.limits, self.notes = limits.effective()
+        self._hold = contextlib.ExitStack()
+        self.slot: Slot = self._hold.enter_context(runner.slots.acquire(job=False))
+        try:
+            uid = self.slot.agent_uid
+            runner.backend.prepare_dir(self.slot.work_dir, self.limits.disk_mb, uid, uid, 0o700)
+            fs.write_files(self.slot.work_dir, workspace, uid, uid)
+            if checkpoint is not None:
+                fs.restore(self.slot.work_dir, checkpoint, uid, uid, self.capacity)
+            if files:
+                self.write(files)
+        except BaseException:
+            self._hold.close()
+            raise
+
+    @property
+    def capacity(self) -> int:
+        return self.limits.disk_mb * MiB
+
+    def exec(self, argv: list[str], timeout_s: float | None = None) -> CommandResult:
+        """One command; a timeout or OOM is this call's result, the workspace goes on."""
+        limits = self.limits
+        if timeout_s is not None:
+            limits = limits.model_copy(update={"timeout_s": min(timeout_s, limits.timeout_s)})
+        spec = self.runner._agent_spec(argv, self.slot, limits)
+        try:
+            outcome = self.runner.backend.run(self.slot, spec)
+        finally:
+            processes.kill_all((self.slot.agent_uid,))
+        return command_result("exec", argv, outcome)
+
+    def write(self, files: dict[str, FileContent]) -> None:
+        if sum(len(file_bytes(c)) for c in files.values()) > self.capacity:
+            raise WorkspaceError(f"the files do not fit the {self.limits.disk_mb} MiB workspace")
+        uid = self.slot.agent_uid
+        try:
+            fs.write_files(self.slot.work_dir, files, uid, uid)
+        except OSError as exc:
+            if exc.errno in DISK_FULL:
+                raise WorkspaceError(
+                    f"the workspace is full ({self.limits.disk_mb} MiB): {exc.strerror}"
+                ) from exc
+            raise
+
+    def read(self, path: str) -> bytes:
+        """A regular file's bytes, never through a link."""
+        try:
+            return fs.read_file(self.slot.work_dir, path, MAX_READ_BYTES)
+        except fs.NotAFile as exc:
+            raise WorkspaceError(str(exc)) from exc
+        except OSError as exc:
+            if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
+                raise WorkspaceError(f"{path}: no such file in the workspace") from exc
+            raise
+
+    def checkpoint(self) -> bytes:
+        return fs.checkpoint(self.slot.work_dir)
+
+    def release(self) -> None:
+        """Kill what runs, give the slot back (idempotent)."""
+        with contextlib.suppress(Exception):
+            processes.kill_all((self.slot.agent_uid,))
+        self._hold.close()

@@ -1,0 +1,386 @@
+"""Sessions: one workspace that evolves over many tool calls, then a grade (DESIGN section 3).
+
+A session has two SQS queues of its own, made by the client: calls go to its inbox, the
+hosting worker's replies come back on its outbox. Opening one sends a message on the pool's
+work queue; a worker with a free slot takes it. No call goes through a state machine or a
+function; a grade is one ordinary execution, from the session's last checkpoint.
+
+Failover: a worker says `alive` as soon as it receives a call and every second while it
+runs. Silence for FAILOVER_S means the worker is lost: the client reopens the session on the
+work queue from its last checkpoint (durable before any reply named it). A call the lost
+worker had not started is sent again; one it had started returns `sandbox_error` with
+`loss_mask` (its effects, if any, are not in the checkpoint). Either way the session goes on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import json
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from typing import TYPE_CHECKING, Any
+
+from trialbox import keys
+from trialbox.errors import TrialboxError
+from trialbox.models import ExecutionRequest, ExecutionResult, Status, Task
+from trialbox.models.common import FileContent
+from trialbox.models.limits import LimitOverrides
+from trialbox.models.report import CommandResult
+from trialbox.models.sample import TaskRef
+from trialbox.models.sessions import (
+    FAILOVER_S,
+    MAX_TTL_S,
+    Call,
+    CallResult,
+    Reply,
+    SessionOpen,
+    SessionSpec,
+)
+from trialbox.sdk.aws import call
+
+if TYPE_CHECKING:
+    from trialbox.sdk.core import AsyncClient
+
+OPEN_TIMEOUT_S = 300.0  # a worker takes the open (a pool scaling out from zero takes minutes)
+REPLY_WAIT_S = 1  # the outbox's long poll: short, so that silence is noticed
+TAG_EXPIRES = "trialbox:expires_at"
+IO_THREADS = 256  # blocking SQS calls of concurrent sessions (long polls, mostly)
+
+
+class SessionError(TrialboxError):
+    """The session cannot go on: it could not be opened, or it ended (closed or expired)."""
+
+
+class SessionIO:
+    """The blocking calls a session makes, on one executor shared by a client's sessions."""
+
+    def __init__(self, client: AsyncClient) -> None:
+        self.client = client
+        self.aws = client._aws
+        self.executor = ThreadPoolExecutor(IO_THREADS, thread_name_prefix="trialbox-session")
+        self._tasks: dict[str, dict[str, Any]] = {}  # task set key -> its tasks by id
+
+    async def run(self, fn: Any, **kwargs: Any) -> Any:
+        loop = asyncio.get_running_loop()
+        return await loop.run_in_executor(self.executor, lambda: call(fn, **kwargs))
+
+    async def task(self, ref: str) -> Task:
+        parsed = TaskRef.parse(ref)
+        key = keys.taskset_key(parsed.taskset, parsed.version)
+        if key not in self._tasks:
+            answer = await self.run(
+                self.aws.s3.get_object, Bucket=self.aws.resources.tasksets_bucket, Key=key
+            )
+            body = await asyncio.to_thread(answer["Body"].read)
+            rows = (json.loads(line) for line in body.decode().splitlines() if line.strip())
+            self._tasks[key] = {row["task_id"]: row for row in rows if isinstance(row, dict)}
+        raw = self._tasks[key].get(parsed.task_id)
+        if raw is None:
+            raise SessionError(f"task_ref: no task {parsed.task_id!r} in {parsed.taskset}")
+        return Task.model_validate(raw)
+
+    def close(self) -> None:
+        self.executor.shutdown(wait=False, cancel_futures=True)
+
+
+class AsyncSession:
+    """A session on asyncio; `Client.session` gives the blocking face of the same object."""
+
+    def __init__(
+        self,
+        client: AsyncClient,
+        task: Task,
+        task_ref: str | None,
+        *,
+        limits: LimitOverrides,
+        ttl_s: float,
+        idle_release_s: float,
+        run_id: str | None,
+        episode_id: str | None,
+        tags: dict[str, str],
+        files: dict[str, FileContent] | None = None,
+        checkpoint: str | None = None,
+    ) -> None:
+        if not 1 <= ttl_s <= MAX_TTL_S:
+            raise SessionError(f"ttl_s must be between 1 and {MAX_TTL_S} s, got {ttl_s}")
+        if idle_release_s <= 0:
+            raise SessionError(f"idle_release_s must be positive, got {idle_release_s}")
+        self.client = client
+        self.io: SessionIO = client._session_io()
+        self.task = task
+        self.task_ref = task_ref
+        self.overrides = limits
+        self.session_id = uuid.uuid4().hex
+        self.expires_at = time.time() + ttl_s
+        self.idle_release_s = idle_release_s
+        self.run_id, self.episode_id, self.tags = run_id, episode_id, tags
+        self.checkpoint = checkpoint
+        self.seq = 0  # calls answered (or settled by a failover)
+        self.worker: str | None = None
+        self.failovers = 0
+        self.closed = False
+        self._files = files or {}
+        self._inbox = self._outbox = ""
+        self.on_close: Callable[[AsyncSession], None] | None = None
+
+    # --- lifetime -------------------------------------------------------------------------
+
+    async def open(self) -> AsyncSession:
+        resources = self.client.resources
+        if not (resources.work_queue_url and resources.session_queue_prefix):
+            raise SessionError(
+                "this deployment names no work queue or session queue prefix: deploy this "
+                "version's stack (its outputs name them)"
+            )
+        prefix = resources.session_queue_prefix + self.session_id
+        tags = {TAG_EXPIRES: str(int(self.expires_at))}
+        attributes = {
+            "MessageRetentionPeriod": str(max(60, min(1_209_600, int(self.ttl_left()) + 60)))
+        }
+        sqs = self.io.aws.sqs
+        made = await asyncio.gather(
+            *(
+                self.io.run(sqs.create_queue, QueueName=f"{prefix}-{end}", Attributes=attributes,
+                            tags=tags)
+                for end in ("in", "out")
+            )
+        )  # fmt: skip
+        self._inbox, self._outbox = (answer["QueueUrl"] for answer in made)
+        try:
+            await self._open_on_a_worker(self._files, settled=0)
+        except BaseException:
+            await self._delete_queues()
+            raise
+        self._files = {}
+        return self
+
+    def ttl_left(self) -> float:
+        return self.expires_at - time.time()
+
+    async def close(self) -> None:
+        """End the session: the worker frees its slot, the queues go. Idempotent."""
+        if self.closed:
+            return
+        self.closed = True
+        if self.on_close is not None:
+            self.on_close(self)
+        try:
+            if self.ttl_left() > 0:
+                await self._call(Call(seq=self.seq + 1, op="close"), timeout=30)
+        except TrialboxError:
+            pass  # the worker is gone or the session expired: nothing is held
+        finally:
+            await self._delete_queues()
+
+    async def __aenter__(self) -> AsyncSession:
+        if not self._inbox:
+            await self.open()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # --- calls ----------------------------------------------------------------------------
+
+    async def step(
+        self,
+        files: dict[str, FileContent] | None = None,
+        commands: Sequence[Sequence[str]] = (),
+        timeout_s: float | None = None,
+    ) -> CallResult:
+        """Write `files`, then run each command (each with the session's per-command limit,
+        or `timeout_s` if lower). `feedback` is the text for the model's next turn."""
+        return await self._next(
+            op="exec", files=files or {}, commands=[list(c) for c in commands], timeout_s=timeout_s
+        )
+
+    async def exec(
+        self, argv: Sequence[str], timeout_s: float | None = None
+    ) -> CommandResult | CallResult:
+        """One command: its result (a CallResult instead if the platform failed the call)."""
+        result = await self.step(commands=[argv], timeout_s=timeout_s)
+        return result.commands[0] if result.commands else result
+
+    async def write_files(self, files: dict[str, FileContent]) -> CallResult:
+        return await self._next(op="exec", files=files)
+
+    async def read_file(self, path: str) -> bytes:
+        result = await self._next(op="read", path=path)
+        if result.content is None:
+            raise SessionError(result.error or f"{path}: could not be read")
+        return base64.b64decode(result.content)
+
+    async def fork(self, n: int) -> list[AsyncSession]:
+        """`n` new sessions, each from this one's current workspace (its last checkpoint)."""
+        forks = [self._child() for _ in range(n)]
+        opened = list(await asyncio.gather(*(f.open() for f in forks)))
+        for fork in opened:
+            self.client._open_sessions.add(fork)
+            fork.on_close = self.client._open_sessions.discard
+        return opened
+
+    async def grade(self, timeout: float | None = None) -> ExecutionResult:
+        """The hidden tests on the current workspace: one execution through the pipeline,
+        with the reward rules of any other. Grading the same state again returns the same
+        result (the request id is the session's and its call count's)."""
+        request = ExecutionRequest(
+            request_id=f"{self.session_id}-grade-{self.seq}",
+            run_id=self.run_id,
+            task_ref=self.task_ref,
+            task=None if self.task_ref else self.task,
+            base_checkpoint=self.checkpoint,
+            limits=self.overrides,
+            tags=self.tags,
+        )
+        (result,) = await self.client.run([request], timeout)
+        return result
+
+    # --- the protocol -----------------------------------------------------------------------
+
+    def _child(self) -> AsyncSession:
+        return AsyncSession(
+            self.client,
+            self.task,
+            self.task_ref,
+            limits=self.overrides,
+            ttl_s=max(1.0, self.ttl_left()),
+            idle_release_s=self.idle_release_s,
+            run_id=self.run_id,
+            episode_id=self.episode_id,
+            tags=self.tags,
+            checkpoint=self.checkpoint,
+        )
+
+    async def _next(self, **fields: Any) -> CallResult:
+        if self.closed:
+            raise SessionError(f"session {self.session_id} is closed")
+        if self.ttl_left() <= 0:
+            raise SessionError(f"session {self.session_id} expired (its TTL passed)")
+        return await self._call(Call(seq=self.seq + 1, **fields))
+
+    async def _call(self, request: Call, timeout: float | None = None) -> CallResult:
+        body = request.model_dump_json(exclude_defaults=True)
+        await self.io.run(self.io.aws.sqs.send_message, QueueUrl=self._inbox, MessageBody=body)
+        started = False
+        heard = time.monotonic()
+        deadline = None if timeout is None else heard + timeout
+        while True:
+            for reply in await self._replies():
+                if reply.seq != request.seq or reply.kind == "opened":
+                    continue  # a stale reply (an earlier call's, or a lost worker's)
+                heard = time.monotonic()
+                if reply.kind == "alive":
+                    started = True
+                elif reply.kind == "result":
+                    return await self._settle(reply)
+            now = time.monotonic()
+            if deadline is not None and now > deadline:
+                raise SessionError(f"session {self.session_id}: no answer within {timeout} s")
+            if now - heard > FAILOVER_S:
+                if self.ttl_left() <= 0:
+                    raise SessionError(f"session {self.session_id} expired (its TTL passed)")
+                await self._failover(request.seq if started else request.seq - 1)
+                if started:
+                    return self._lost(request)
+                await self.io.run(
+                    self.io.aws.sqs.send_message, QueueUrl=self._inbox, MessageBody=body
+                )
+                heard = time.monotonic()
+
+    async def _settle(self, reply: Reply) -> CallResult:
+        result = reply.result
+        if result is None and reply.result_uri is not None:
+            raw = await asyncio.to_thread(self.io.aws.read_object, reply.result_uri)
+            result = CallResult.model_validate(json.loads(raw)["result"])
+        if result is None:
+            raise SessionError(f"session {self.session_id}: a reply without a result")
+        self.seq = max(self.seq, result.seq)
+        self.checkpoint = result.checkpoint or self.checkpoint
+        self.worker = reply.worker
+        return result
+
+    def _lost(self, request: Call) -> CallResult:
+        self.seq = request.seq
+        error = (
+            "the worker running this call was lost; the session goes on from the last checkpoint"
+        )
+        return CallResult(
+            session_id=self.session_id,
+            seq=request.seq,
+            op=request.op,
+            status=Status.SANDBOX_ERROR,
+            loss_mask=True,
+            error=error,
+            feedback=f"sandbox error (not your code): {error}",
+            checkpoint=self.checkpoint,
+        )
+
+    async def _failover(self, settled: int) -> None:
+        self.failovers += 1
+        await self._open_on_a_worker({}, settled)
+
+    async def _open_on_a_worker(self, files: dict[str, FileContent], settled: int) -> None:
+        spec = SessionSpec(
+            session_id=self.session_id,
+            task_id=self.task.task_id,
+            workspace=self.task.workspace,
+            limits=self.overrides.tighten(self.task.limits),
+            checkpoint=self.checkpoint,
+            files=files,
+            seq=settled,
+            expires_at=self.expires_at,
+            idle_release_s=self.idle_release_s,
+            inbox_url=self._inbox,
+            outbox_url=self._outbox,
+            run_id=self.run_id,
+            episode_id=self.episode_id,
+            tags=self.tags,
+        )
+        body = SessionOpen(session=spec).model_dump_json(exclude_defaults=True)
+        await self.io.run(
+            self.io.aws.sqs.send_message,
+            QueueUrl=self.client.resources.work_queue_url,
+            MessageBody=body,
+        )
+        deadline = time.monotonic() + min(OPEN_TIMEOUT_S, max(1.0, self.ttl_left()))
+        while time.monotonic() < deadline:
+            for reply in await self._replies():
+                if reply.kind == "opened":
+                    self.worker, self.checkpoint, self.seq = reply.worker, reply.checkpoint, settled
+                    return
+                if reply.kind == "failed" and reply.seq == 0:
+                    raise SessionError(f"session {self.session_id} could not open: {reply.error}")
+        raise SessionError(
+            f"session {self.session_id}: no worker took it within {OPEN_TIMEOUT_S:.0f} s "
+            "(is the pool running, with a free slot?)"
+        )
+
+    async def _replies(self) -> list[Reply]:
+        sqs = self.io.aws.sqs
+        answer = await self.io.run(
+            sqs.receive_message,
+            QueueUrl=self._outbox,
+            MaxNumberOfMessages=10,
+            WaitTimeSeconds=REPLY_WAIT_S,
+        )
+        messages = answer.get("Messages", [])
+        if messages:
+            await self.io.run(
+                sqs.delete_message_batch,
+                QueueUrl=self._outbox,
+                Entries=[
+                    {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]}
+                    for i, m in enumerate(messages)
+                ],
+            )
+        return [Reply.model_validate_json(m["Body"]) for m in messages]
+
+    async def _delete_queues(self) -> None:
+        for url in (self._inbox, self._outbox):
+            if url:
+                with contextlib.suppress(TrialboxError):  # gone: the worker ended it at the TTL
+                    await self.io.run(self.io.aws.sqs.delete_queue, QueueUrl=url)

@@ -1,0 +1,276 @@
+"""A worker hosts sessions: each on a thread of its own, reading calls from the session's
+inbox queue and answering on its outbox. After every call that ran, the workspace is
+checkpointed (content-addressed: an unchanged workspace stores nothing new) before the reply
+goes, so a reply always names a durable checkpoint. Idle for `idle_release_s`, the slot is
+freed; the next call restores the last checkpoint. At the TTL the host ends the session and
+deletes its queues, whether or not the trainer is still there.
+
+While a call runs, the host sends `alive` every ALIVE_S (the first on receipt: the client
+knows the call started). A client that hears nothing for FAILOVER_S takes the worker for
+lost and reopens the session elsewhere from its last checkpoint."""
+
+from __future__ import annotations
+
+import base64
+import contextlib
+import logging
+import threading
+import time
+from collections import OrderedDict
+from typing import Any
+
+from pydantic import ValidationError
+
+from trialbox.keys import session_call_key, sha256_hex
+from trialbox.models import Status
+from trialbox.models.result import reward_for
+from trialbox.models.sessions import ALIVE_S, Call, CallResult, Reply, SessionSpec
+from trialbox.pipeline.stores import ObjectStore
+from trialbox.sandbox.runner import Runner
+from trialbox.sandbox.session import SessionWorkspace, WorkspaceError
+from trialbox.scoring.feedback import command_feedback
+from trialbox.worker.run import load_checkpoint, save_checkpoint
+
+log = logging.getLogger("trialbox.worker.sessions")
+
+POLL_S = 20  # the inbox's long poll, at most
+KEPT_REPLIES = 8  # answered calls kept for a re-sent seq
+MAX_REPLY_CHARS = 200_000  # SQS takes 256 KiB; a larger result is read from its trace file
+
+
+class SessionHost:
+    def __init__(self, runner: Runner, sqs: Any, store: ObjectStore, name: str) -> None:
+        self.runner = runner
+        self.sqs = sqs
+        self.store = store
+        self.name = name
+        self.stopping = threading.Event()
+        self._sessions: dict[str, HostedSession] = {}
+        self._lock = threading.Lock()
+
+    def open(self, spec: SessionSpec) -> None:
+        session = HostedSession(self, spec)
+        with self._lock:
+            if spec.session_id in self._sessions:  # a duplicate open: the first one serves
+                return
+            self._sessions[spec.session_id] = session
+        threading.Thread(target=session.serve, daemon=True, name=spec.session_id).start()
+
+    def held(self) -> int:
+        with self._lock:
+            return len(self._sessions)
+
+    def stop(self) -> None:
+        self.stopping.set()
+
+    def _ended(self, session_id: str) -> None:
+        with self._lock:
+            self._sessions.pop(session_id, None)
+
+
+class HostedSession:
+    def __init__(self, host: SessionHost, spec: SessionSpec) -> None:
+        self.host = host
+        self.spec = spec
+        self.answered = spec.seq
+        self.checkpoint = spec.checkpoint
+        self.workspace: SessionWorkspace | None = None
+        self.replies: OrderedDict[int, CallResult] = OrderedDict()
+        self.last_call = time.monotonic()
+        self.closed = False
+
+    # --- the thread -----------------------------------------------------------------------
+
+    def serve(self) -> None:
+        try:
+            self._open()
+            while not self.closed and not self.host.stopping.is_set():
+                left = self.spec.expires_at - time.time()
+                if left <= 0:
+                    self._expire()
+                    return
+                self._poll(left)
+                idle = time.monotonic() - self.last_call
+                if self.workspace is not None and idle >= self.spec.idle_release_s:
+                    self._release()
+        except Exception as exc:
+            log.exception("%s: the session failed", self.spec.session_id)
+            self._tell("failed", error=f"{type(exc).__name__}: {exc}")
+        finally:
+            self._release()
+            self.host._ended(self.spec.session_id)
+
+    def _open(self) -> None:
+        self.workspace = self._workspace(self.checkpoint, self.spec.files)
+        self._save()
+        self._tell("opened", seq=self.answered, checkpoint=self.checkpoint)
+
+    def _poll(self, left: float) -> None:
+        wait = min(POLL_S, left)
+        if self.workspace is not None:
+            wait = min(
+                wait, max(0.0, self.spec.idle_release_s - (time.monotonic() - self.last_call))
+            )
+        answer = self.host.sqs.receive_message(
+            QueueUrl=self.spec.inbox_url, MaxNumberOfMessages=1, WaitTimeSeconds=int(wait)
+        )
+        for message in answer.get("Messages", []):
+            # Deleted on receipt: a call never runs twice, even if this worker dies mid-call.
+            self.host.sqs.delete_message(
+                QueueUrl=self.spec.inbox_url, ReceiptHandle=message["ReceiptHandle"]
+            )
+            try:
+                call = Call.model_validate_json(message["Body"])
+            except ValidationError as exc:
+                log.error(
+                    "%s: dropping a message that is not a call: %s", self.spec.session_id, exc
+                )
+                continue
+            self._handle(call)
+
+    def _handle(self, call: Call) -> None:
+        if call.seq <= self.answered:
+            kept = self.replies.get(call.seq)
+            if kept is not None:  # a re-sent call: its recorded result, never a second run
+                trace = self.host.store.uri(session_call_key(self.spec.session_id, call.seq))
+                self._reply(kept, trace)
+            return
+        self.last_call = time.monotonic()
+        self._tell("alive", seq=call.seq)
+        done = threading.Event()
+        ticker = threading.Thread(target=self._alive, args=(call.seq, done), daemon=True)
+        ticker.start()
+        try:
+            result = self._run(call)
+        finally:
+            done.set()
+            ticker.join()
+        self.answered = call.seq
+        self.replies[call.seq] = result
+        while len(self.replies) > KEPT_REPLIES:
+            self.replies.popitem(last=False)
+        self.last_call = time.monotonic()
+        trace = self.host.store.put_json(
+            session_call_key(self.spec.session_id, call.seq),
+            {"call": call.model_dump(mode="json"), "result": result.model_dump(mode="json")},
+        )
+        self._reply(result, trace)
+        if call.op == "close":
+            self.closed = True
+
+    def _alive(self, seq: int, done: threading.Event) -> None:
+        while not done.wait(ALIVE_S):
+            with contextlib.suppress(Exception):
+                self._tell("alive", seq=seq)
+
+    # --- one call -------------------------------------------------------------------------
+
+    def _run(self, call: Call) -> CallResult:
+        base = {
+            "session_id": self.spec.session_id,
+            "seq": call.seq,
+            "op": call.op,
+            "worker": self.host.name,
+        }
+        if call.op == "close":
+            self._release()
+            return CallResult(**base, status=Status.SUCCEEDED, checkpoint=self.checkpoint)
+        restored_s = None
+        try:
+            if self.workspace is None:
+                started = time.monotonic()
+                self.workspace = self._workspace(self.checkpoint, {})
+                restored_s = time.monotonic() - started
+            workspace = self.workspace
+            if call.op == "read":
+                data = workspace.read(call.path or "")
+                return CallResult(
+                    **base,
+                    status=Status.SUCCEEDED,
+                    restored_s=restored_s,
+                    content=base64.b64encode(data).decode(),
+                    checkpoint=self.checkpoint,
+                )
+            if call.files:
+                workspace.write(call.files)
+            commands = [workspace.exec(argv, call.timeout_s) for argv in call.commands]
+        except WorkspaceError as exc:
+            status = Status.SUCCEEDED  # the policy's mistake, told back: the session goes on
+            return CallResult(
+                **base,
+                status=status,
+                error=str(exc),
+                feedback=str(exc),
+                restored_s=restored_s,
+                checkpoint=self.checkpoint,
+            )
+        except Exception as exc:
+            log.exception("%s: call %d failed", self.spec.session_id, call.seq)
+            self._release()  # the next call starts again from the last checkpoint
+            error = f"{type(exc).__name__}: {exc}"
+            return CallResult(
+                **base,
+                status=Status.SANDBOX_ERROR,
+                loss_mask=True,
+                error=error,
+                feedback=f"sandbox error (not your code): {error}",
+                checkpoint=self.checkpoint,
+            )
+        self._save()
+        status = next(
+            (c.status for c in commands if c.status != Status.SUCCEEDED), Status.SUCCEEDED
+        )
+        _, loss_mask = reward_for(status, None)
+        return CallResult(
+            **base,
+            status=status,
+            loss_mask=loss_mask,
+            commands=commands,
+            feedback=command_feedback(commands, workspace.limits),
+            checkpoint=self.checkpoint,
+            restored_s=restored_s,
+        )
+
+    # --- state ----------------------------------------------------------------------------
+
+    def _workspace(self, checkpoint: str | None, files: dict[str, Any]) -> SessionWorkspace:
+        data = None if checkpoint is None else load_checkpoint(self.host.store, checkpoint)
+        spec = self.spec
+        return SessionWorkspace(self.host.runner, spec.workspace, spec.limits, data, files)
+
+    def _save(self) -> None:
+        """Make the workspace durable before the reply names it (stored once per content)."""
+        assert self.workspace is not None
+        data = self.workspace.checkpoint()
+        if sha256_hex(data) != self.checkpoint:
+            self.checkpoint = save_checkpoint(self.host.store, data)
+
+    def _release(self) -> None:
+        if self.workspace is not None:
+            workspace, self.workspace = self.workspace, None
+            workspace.release()
+
+    def _expire(self) -> None:
+        log.info("%s: TTL reached; ending it", self.spec.session_id)
+        self._release()
+        for url in (self.spec.inbox_url, self.spec.outbox_url):
+            with contextlib.suppress(Exception):
+                self.host.sqs.delete_queue(QueueUrl=url)
+
+    def _reply(self, result: CallResult, trace: str | None = None) -> None:
+        fields: dict[str, Any] = {"seq": result.seq, "checkpoint": result.checkpoint}
+        if len(result.model_dump_json()) > MAX_REPLY_CHARS and trace is not None:
+            self._tell("result", result_uri=trace, **fields)
+        else:
+            self._tell("result", result=result, **fields)
+
+    def _tell(self, kind: str, **fields: Any) -> None:
+        reply = Reply.model_validate(
+            {"kind": kind, "session_id": self.spec.session_id, "worker": self.host.name} | fields
+        )
+        self._send(reply)
+
+    def _send(self, reply: Reply) -> None:
+        self.host.sqs.send_message(
+            QueueUrl=self.spec.outbox_url, MessageBody=reply.model_dump_json()
+        )
