@@ -29,7 +29,7 @@ from trialbox.local.services import CREDENTIALS
 from trialbox.local.services import client as twin_client
 from trialbox.local.template import load_template
 from trialbox.local.twin import LocalTwin
-from trialbox.models import ExecutionResult, RunReport
+from trialbox.models import ExecutionResult, RunReport, Task
 from trialbox.models.jobs import JobSpec
 from trialbox.pipeline.stores import ObjectStore
 from trialbox.runs import RunJob
@@ -37,6 +37,7 @@ from trialbox.sandbox.runner import Runner
 from trialbox.sdk import Client, Resources
 from trialbox.worker.loop import Worker
 from trialbox.worker.run import job_runner
+from trialbox.worker.sessions import SessionHost
 
 WRONG = "def add(a, b):\n    return 3\n"
 HARNESS = "iam-harness"  # the test's own calls: setting scenes up, no principal's
@@ -74,8 +75,9 @@ def _start_worker(twin: LocalTwin, name: str) -> Worker:
         return twin_client(twin.endpoint_url, service, principals.WORKER)
 
     jobs = ObjectStore(aws("s3"), twin.output(c.OUTPUT_TRACES_BUCKET))
+    sqs = aws("sqs")
     worker = Worker(
-        sqs=aws("sqs"),
+        sqs=sqs,
         sfn=aws("stepfunctions"),
         jobs=jobs,
         queue_url=twin.output(c.OUTPUT_WORK_QUEUE_URL),
@@ -83,6 +85,7 @@ def _start_worker(twin: LocalTwin, name: str) -> Worker:
         heartbeat_s=HEARTBEAT_S,
         name=name,
         wait_s=1,
+        sessions=SessionHost(Runner(), sqs, jobs, name),
     )
     threading.Thread(target=worker.serve, daemon=True, name=name).start()
     return worker
@@ -157,6 +160,22 @@ def _cli_run(twin: LocalTwin, tmp: Path) -> tuple[int, list[str]]:
     return code, sorted(p.name for p in traces.glob("*.json"))
 
 
+def _session_calls(sdk: Client, results: dict[str, ExecutionResult]) -> None:
+    """A session on a pushed task (the SDK reads the task set), with a result too large for
+    a message (read from its trace file) and a grade; a second one outlives its TTL, so that
+    its worker deletes its queues."""
+    ref = sdk.push_tasks([Task.model_validate(ADD_TASK)], name="iam-session")
+    loud = ["python", "-c", "import sys; print('x' * 70000); print('y' * 70000, file=sys.stderr)"]
+    with sdk.session(ref.task("add-two"), ttl_s=120) as session:
+        big = session.step(files={"solution.py": CORRECT}, commands=[loud, loud])
+        assert big.commands[0].stdout_truncated and session.read_file("solution.py")
+        results["iam-session-grade"] = session.grade(timeout=120)
+    short = sdk.session(Task.model_validate(ADD_TASK), ttl_s=3)
+    short.exec(["true"])
+    time.sleep(5)  # the TTL passes: the worker ends the session and deletes its queues
+    short.close()
+
+
 def _drive(twin: LocalTwin, tmp: Path) -> tuple[dict[str, ExecutionResult], int, list[str]]:
     sdk = _sdk(twin)
     sqs = twin_client(twin.endpoint_url, "sqs", HARNESS)
@@ -179,6 +198,7 @@ def _drive(twin: LocalTwin, tmp: Path) -> tuple[dict[str, ExecutionResult], int,
     checkpoint = results["iam-good"].checkpoint
     (results["iam-turn"],) = sdk.run([request("iam-turn", WRONG, base_checkpoint=checkpoint)],
                                      timeout=120)  # fmt: skip
+    _session_calls(sdk, results)
     assert results["iam-good"].trace_uri is not None
     sdk.read_object(results["iam-good"].trace_uri)
     # The same request id with other content: the SDK refuses it.

@@ -34,6 +34,9 @@ ACTIONS: dict[tuple[str, str], tuple[str, ...]] = {
     ("sqs", "ChangeMessageVisibilityBatch"): ("sqs:ChangeMessageVisibility",),
     ("sqs", "GetQueueAttributes"): ("sqs:GetQueueAttributes",),
     ("sqs", "GetQueueUrl"): ("sqs:GetQueueUrl",),
+    # A CreateQueue that tags the queue (the SDK's always does) needs TagQueue too.
+    ("sqs", "CreateQueue"): ("sqs:CreateQueue", "sqs:TagQueue"),
+    ("sqs", "DeleteQueue"): ("sqs:DeleteQueue",),
     ("s3", "PutObject"): ("s3:PutObject",),
     ("s3", "GetObject"): ("s3:GetObject",),
     ("s3", "HeadObject"): ("s3:GetObject",),
@@ -165,7 +168,7 @@ def resources(call: Call, tokens: dict[str, str]) -> list[str]:
     """The ARNs a call acts on. `tokens`: task token -> the state machine that issued it."""
     p = call.params
     if call.service == "sqs":
-        if call.operation == "GetQueueUrl":
+        if call.operation in ("GetQueueUrl", "CreateQueue"):
             return [f"arn:aws:sqs:{REGION}:{ACCOUNT}:{p['QueueName']}"]
         return [queue_arn(p["QueueUrl"])]
     if call.service == "s3":

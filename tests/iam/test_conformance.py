@@ -85,6 +85,7 @@ def test_the_run_took_every_path_and_every_principal_called(recorded: Recorded) 
         "iam-noref": (Status.REJECTED, None),
         "iam-nockpt": (Status.REJECTED, None),
         "iam-turn": (Status.SUCCEEDED, 0.5),
+        "iam-session-grade": (Status.SUCCEEDED, 1.0),
         BROKEN: (Status.SANDBOX_ERROR, None),
         "iam-invalid": (Status.REJECTED, None),
         "iam-norecord": (Status.SANDBOX_ERROR, None),

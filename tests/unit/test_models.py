@@ -21,6 +21,7 @@ from trialbox.models import (
     TaskRef,
     reward_for,
 )
+from trialbox.models.sample import EPISODES
 
 HIDDEN = {"tests/test_a.py": "def test_x():\n    pass\n"}
 GRADING = {"command": ["pytest"]}
@@ -352,12 +353,8 @@ REFUSED_REQUEST_FIELDS = [
         "https://sqs.us-east-1.amazonaws.com/0/replies",
         "results are read from the executions table (Client.as_completed / gather)",
     ),
-    (
-        "episode_id",
-        "e1",
-        "multi-turn episodes are not built yet; send each turn as its own request",
-    ),
-    ("turn", 2, "multi-turn episodes are not built yet; send each turn as its own request"),
+    ("episode_id", "e1", EPISODES),
+    ("turn", 2, EPISODES),
 ]
 
 

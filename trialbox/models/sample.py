@@ -82,12 +82,16 @@ class TaskRef(StrictModel):
         return f"{self.taskset}@{self.version}/{self.task_id}"
 
 
+EPISODES = (
+    "a multi-turn episode is a session (Client.session(episode_id=...)), or requests chained "
+    "by base_checkpoint; name the episode and turn in tags"
+)
 # In the design, not built yet: a request naming one is refused with the reason.
 UNSUPPORTED_REQUEST_FIELDS = {
     "priority": "every request runs at normal priority; remove the field",
     "reply_to": "results are read from the executions table (Client.as_completed / gather)",
-    "episode_id": "multi-turn episodes are not built yet; send each turn as its own request",
-    "turn": "multi-turn episodes are not built yet; send each turn as its own request",
+    "episode_id": EPISODES,
+    "turn": EPISODES,
 }
 
 CHECKPOINT_PATTERN = r"^[0-9a-f]{64}$"
