@@ -48,6 +48,7 @@ bench: setup
 	$(BIN)/python benchmarks/pipeline_throughput.py -n 100
 	$(BIN)/python benchmarks/wipe.py
 	$(BIN)/python benchmarks/sdk_cpu.py
+	$(BIN)/python benchmarks/session_calls.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
