@@ -23,6 +23,8 @@ _PUBLIC = {
     "AsyncHandle": "trialbox.sdk",
     "Client": "trialbox.sdk",
     "Handle": "trialbox.sdk",
+    "Session": "trialbox.sdk",
+    "AsyncSession": "trialbox.sdk",
     "Resources": "trialbox.sdk",
     "TaskSetRef": "trialbox.sdk",
     "ExecutionRequest": "trialbox.models",
@@ -36,6 +38,7 @@ _PUBLIC = {
     "MissingExtra": "trialbox.errors",
     "MissingResources": "trialbox.errors",
     "RequestIdReused": "trialbox.errors",
+    "SessionError": "trialbox.errors",
     "TrialboxError": "trialbox.errors",
     "WaitTimeout": "trialbox.errors",
 }
@@ -48,11 +51,21 @@ if TYPE_CHECKING:
         MissingExtra,
         MissingResources,
         RequestIdReused,
+        SessionError,
         TrialboxError,
         WaitTimeout,
     )
     from trialbox.models import ExecutionRequest, ExecutionResult, Limits, Status, Task
-    from trialbox.sdk import AsyncClient, AsyncHandle, Client, Handle, Resources, TaskSetRef
+    from trialbox.sdk import (
+        AsyncClient,
+        AsyncHandle,
+        AsyncSession,
+        Client,
+        Handle,
+        Resources,
+        Session,
+        TaskSetRef,
+    )
 
 
 def __getattr__(name: str) -> Any:
@@ -66,6 +79,8 @@ __all__ = [  # noqa: RUF022 (the groups above)
     "AsyncHandle",
     "Client",
     "Handle",
+    "Session",
+    "AsyncSession",
     "Resources",
     "TaskSetRef",
     "ExecutionRequest",
@@ -79,6 +94,7 @@ __all__ = [  # noqa: RUF022 (the groups above)
     "MissingExtra",
     "MissingResources",
     "RequestIdReused",
+    "SessionError",
     "TrialboxError",
     "WaitTimeout",
     "__version__",

@@ -99,6 +99,10 @@ class WaitTimeout(TrialboxError):
         )
 
 
+class SessionError(TrialboxError):
+    """A session cannot go on: no worker took it, it was closed, or its TTL passed."""
+
+
 class ClientClosed(TrialboxError):
     """The client was closed before this request's result arrived. A request that was sent
     still runs: a new client with the same request gets its result."""

@@ -3,15 +3,18 @@
 from trialbox.sdk.core import AsyncClient
 from trialbox.sdk.handles import AsyncHandle
 from trialbox.sdk.resources import Resources, default_concurrency
-from trialbox.sdk.sync import Client, Handle
+from trialbox.sdk.sessions import AsyncSession
+from trialbox.sdk.sync import Client, Handle, Session
 from trialbox.sdk.tasksets import TaskSetRef, request_id
 
 __all__ = [
     "AsyncClient",
     "AsyncHandle",
+    "AsyncSession",
     "Client",
     "Handle",
     "Resources",
+    "Session",
     "TaskSetRef",
     "default_concurrency",
     "request_id",

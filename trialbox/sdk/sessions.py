@@ -25,7 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from trialbox import keys
-from trialbox.errors import TrialboxError
+from trialbox.errors import SessionError, TrialboxError
 from trialbox.models import ExecutionRequest, ExecutionResult, Status, Task
 from trialbox.models.common import FileContent
 from trialbox.models.limits import LimitOverrides
@@ -49,10 +49,6 @@ OPEN_TIMEOUT_S = 300.0  # a worker takes the open (a pool scaling out from zero 
 REPLY_WAIT_S = 1  # the outbox's long poll: short, so that silence is noticed
 TAG_EXPIRES = "trialbox:expires_at"
 IO_THREADS = 256  # blocking SQS calls of concurrent sessions (long polls, mostly)
-
-
-class SessionError(TrialboxError):
-    """The session cannot go on: it could not be opened, or it ended (closed or expired)."""
 
 
 class SessionIO:
