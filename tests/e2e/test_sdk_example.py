@@ -12,7 +12,7 @@ from markdown_it import MarkdownIt
 
 ROOT = Path(__file__).resolve().parents[2]
 SDK_DOC = ROOT / "docs" / "sdk.md"
-EXAMPLES = ["sdk_quickstart.py", "sdk_async.py", "grpo_group.py"]
+EXAMPLES = ["sdk_quickstart.py", "sdk_async.py", "grpo_group.py", "multi_turn_agent.py"]
 ANY_ORDER = {"sdk_quickstart.py"}  # it prints results as they arrive
 
 

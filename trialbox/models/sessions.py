@@ -32,6 +32,11 @@ class SessionSpec(StrictModel):
     checkpoint: CheckpointId | None = Field(default=None, description="restore this first")
     files: Files = Field(default_factory=dict)
     seq: int = Field(default=0, ge=0, description="calls already answered (a restore's)")
+    epoch: int = Field(
+        default=0,
+        ge=0,
+        description="failovers so far: a call of a later one tells a superseded host to step aside",
+    )
     expires_at: float = Field(description="epoch s: the TTL; the host ends the session then")
     idle_release_s: float = Field(gt=0, description="checkpoint and free the slot when idle")
     inbox_url: str
@@ -56,6 +61,7 @@ class Call(StrictModel):
     already gets its recorded reply again, and never runs twice."""
 
     seq: int = Field(ge=1)
+    epoch: int = Field(default=0, ge=0, description="the session's failovers when it was sent")
     op: Op
     commands: list[Argv] = Field(default_factory=list, max_length=MAX_STEP_COMMANDS)
     files: Files = Field(default_factory=dict)

@@ -93,15 +93,16 @@ class Runner:
         """What the slots claimed since the last call left where the next job could see it,
         and any process of any slot uid (the worker takes no job while this is not empty)."""
         used, self.slots.used = self.slots.used, set()
-        slots = [self.slots.slot(i) for i in range(self.config.slots)]
-        uids = tuple(uid for slot in slots if slot.index in used for uid in slot.uids)
-        found = [*self.slots.release_failures, *self.backend.residue(uids)]
-        # The other slots' uids run nothing, unless another runner on this machine holds
-        # the slot (the twin's workers share one): its processes are its own.
-        with self.slots.idle([s.index for s in slots if s.index not in used]) as idle:
-            unused = tuple(uid for slot in idle for uid in slot.uids)
-            found += [f"process {pid}" for pid in processes.processes_of(unused)]
-        return found
+        # Only slots no runner holds now: one another runner on this machine holds (the
+        # twin's workers share one), or a session of this one, has processes of its own.
+        with self.slots.idle(list(range(self.config.slots))) as idle:
+            uids = tuple(uid for slot in idle if slot.index in used for uid in slot.uids)
+            unused = tuple(uid for slot in idle if slot.index not in used for uid in slot.uids)
+            return [
+                *self.slots.release_failures,
+                *self.backend.residue(uids),
+                *(f"process {pid}" for pid in processes.processes_of(unused)),
+            ]
 
     def _sandbox_path(self, host: Path) -> str:
         return SANDBOX_WORKDIR if self.backend.name == "bwrap" else str(host)

@@ -97,3 +97,4 @@ class SessionWorkspace:
         with contextlib.suppress(Exception):
             processes.kill_all((self.slot.agent_uid,))
         self._hold.close()
+        self.runner.slots.used.add(self.slot.index)  # the next wipe check inspects it

@@ -166,7 +166,7 @@ class AsyncSession:
             self.on_close(self)
         try:
             if self.ttl_left() > 0:
-                await self._call(Call(seq=self.seq + 1, op="close"), timeout=30)
+                await self._call(Call(seq=self.seq + 1, op="close"), timeout=30, failover=False)
         except TrialboxError:
             pass  # the worker is gone or the session expired: nothing is held
         finally:
@@ -258,34 +258,47 @@ class AsyncSession:
             raise SessionError(f"session {self.session_id} expired (its TTL passed)")
         return await self._call(Call(seq=self.seq + 1, **fields))
 
-    async def _call(self, request: Call, timeout: float | None = None) -> CallResult:
-        body = request.model_dump_json(exclude_defaults=True)
-        await self.io.run(self.io.aws.sqs.send_message, QueueUrl=self._inbox, MessageBody=body)
+    async def _call(
+        self, request: Call, timeout: float | None = None, failover: bool = True
+    ) -> CallResult:
+        """Send the call; its result. On a lost worker (silence, or its session thread
+        failed): reopen elsewhere and send it again if it had not started, or return it as
+        `sandbox_error` if it had. Without `failover`, a lost worker is a SessionError."""
+        request = request.model_copy(update={"epoch": self.failovers})
+        await self._send(request)
         started = False
         heard = time.monotonic()
         deadline = None if timeout is None else heard + timeout
         while True:
+            failed = False
             for reply in await self._replies():
-                if reply.seq != request.seq or reply.kind == "opened":
+                if reply.kind == "failed":
+                    failed = True  # the host's session thread died: as good as lost
+                if reply.seq != request.seq or reply.kind not in ("alive", "result"):
                     continue  # a stale reply (an earlier call's, or a lost worker's)
                 heard = time.monotonic()
                 if reply.kind == "alive":
                     started = True
-                elif reply.kind == "result":
+                else:
                     return await self._settle(reply)
             now = time.monotonic()
             if deadline is not None and now > deadline:
                 raise SessionError(f"session {self.session_id}: no answer within {timeout} s")
-            if now - heard > FAILOVER_S:
+            if failed or now - heard > FAILOVER_S:
+                if not failover:
+                    raise SessionError(f"session {self.session_id}: its worker was lost")
                 if self.ttl_left() <= 0:
                     raise SessionError(f"session {self.session_id} expired (its TTL passed)")
                 await self._failover(request.seq if started else request.seq - 1)
                 if started:
                     return self._lost(request)
-                await self.io.run(
-                    self.io.aws.sqs.send_message, QueueUrl=self._inbox, MessageBody=body
-                )
+                request = request.model_copy(update={"epoch": self.failovers})
+                await self._send(request)
                 heard = time.monotonic()
+
+    async def _send(self, request: Call) -> None:
+        body = request.model_dump_json(exclude_defaults=True)
+        await self.io.run(self.io.aws.sqs.send_message, QueueUrl=self._inbox, MessageBody=body)
 
     async def _settle(self, reply: Reply) -> CallResult:
         result = reply.result
@@ -328,6 +341,7 @@ class AsyncSession:
             checkpoint=self.checkpoint,
             files=files,
             seq=settled,
+            epoch=self.failovers,
             expires_at=self.expires_at,
             idle_release_s=self.idle_release_s,
             inbox_url=self._inbox,

@@ -31,6 +31,7 @@ GONE = ("TaskTimedOut", "InvalidToken", "TaskDoesNotExist")
 
 RunJob = Callable[[JobSpec], RunReport]
 RETRY_PAUSE_S = 1.0
+FULL_RETRY_S = 2  # a session open this worker has no room for waits this long for another
 MAX_CAUSE_CHARS = 32_000  # SendTaskFailure takes a cause of at most 32,768 characters
 
 
@@ -99,8 +100,8 @@ class Worker:
                     VisibilityTimeout=0,
                 )
                 continue
-            self.handle(message)
-            self._after_job()
+            if self.handle(message):
+                self._after_job()
         return bool(messages)
 
     def _after_job(self) -> None:
@@ -123,21 +124,21 @@ class Worker:
             log.error("%s: the wipe left %s; exiting for a fresh task", self.name, found[:20])
             self.stop.set()
 
-    def handle(self, message: dict[str, Any]) -> None:
+    def handle(self, message: dict[str, Any]) -> bool:
+        """One work message; whether it was a job this worker ran (a session open is not)."""
         receipt = message["ReceiptHandle"]
-        if self.sessions is not None and '"session"' in message["Body"][:20]:
-            self._open_session(message["Body"])
-            self._delete(receipt)
-            return
+        if '"session"' in message["Body"][:20]:
+            self._open_session(message["Body"], receipt)
+            return False
         try:
             work = WorkMessage.model_validate_json(message["Body"])
         except ValidationError:
             log.error("dropping a work message that is not a job: %.200s", message["Body"])
             self._delete(receipt)
-            return
+            return False
         if not self._beat(work.task_token):  # a stale redelivery: its execution moved on
             self._delete(receipt)
-            return
+            return False
         lost = threading.Event()
         done = threading.Event()
         beating = threading.Thread(
@@ -155,9 +156,15 @@ class Worker:
         else:
             self._answer(work, outcome, started_at)
         self._delete(receipt)
+        return True
 
-    def _open_session(self, body: str) -> None:
-        assert self.sessions is not None
+    def _open_session(self, body: str, receipt: str) -> None:
+        if self.sessions is None or self.sessions.full():  # for another worker
+            self.sqs.change_message_visibility(
+                QueueUrl=self.queue_url, ReceiptHandle=receipt, VisibilityTimeout=FULL_RETRY_S
+            )
+            return
+        self._delete(receipt)
         try:
             opening = SessionOpen.model_validate_json(body)
         except ValidationError:

@@ -14,6 +14,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import logging
+import math
 import threading
 import time
 from collections import OrderedDict
@@ -48,6 +49,10 @@ class SessionHost:
         self._sessions: dict[str, HostedSession] = {}
         self._lock = threading.Lock()
 
+    def full(self) -> bool:
+        """No room for another session: one slot stays for the pool's jobs."""
+        return self.held() >= max(1, self.runner.config.slots - 1)
+
     def open(self, spec: SessionSpec) -> None:
         session = HostedSession(self, spec)
         with self._lock:
@@ -78,6 +83,7 @@ class HostedSession:
         self.replies: OrderedDict[int, CallResult] = OrderedDict()
         self.last_call = time.monotonic()
         self.closed = False
+        self.restored_s: float | None = None  # a restore not yet reported by a call
 
     # --- the thread -----------------------------------------------------------------------
 
@@ -89,10 +95,10 @@ class HostedSession:
                 if left <= 0:
                     self._expire()
                     return
-                self._poll(left)
                 idle = time.monotonic() - self.last_call
                 if self.workspace is not None and idle >= self.spec.idle_release_s:
-                    self._release()
+                    self._release()  # durable already: every reply named a checkpoint
+                self._poll(left)
         except Exception as exc:
             log.exception("%s: the session failed", self.spec.session_id)
             self._tell("failed", error=f"{type(exc).__name__}: {exc}")
@@ -101,7 +107,10 @@ class HostedSession:
             self.host._ended(self.spec.session_id)
 
     def _open(self) -> None:
+        started = time.monotonic()
         self.workspace = self._workspace(self.checkpoint, self.spec.files)
+        if self.checkpoint is not None:  # a failover's or a fork's: its first call says so
+            self.restored_s = time.monotonic() - started
         self._save()
         self._tell("opened", seq=self.answered, checkpoint=self.checkpoint)
 
@@ -112,7 +121,9 @@ class HostedSession:
                 wait, max(0.0, self.spec.idle_release_s - (time.monotonic() - self.last_call))
             )
         answer = self.host.sqs.receive_message(
-            QueueUrl=self.spec.inbox_url, MaxNumberOfMessages=1, WaitTimeSeconds=int(wait)
+            QueueUrl=self.spec.inbox_url,
+            MaxNumberOfMessages=1,
+            WaitTimeSeconds=max(1, math.ceil(wait)),  # never a busy loop of empty receives
         )
         for message in answer.get("Messages", []):
             # Deleted on receipt: a call never runs twice, even if this worker dies mid-call.
@@ -129,6 +140,13 @@ class HostedSession:
             self._handle(call)
 
     def _handle(self, call: Call) -> None:
+        if call.epoch > self.spec.epoch:  # the client reopened it elsewhere: step aside
+            log.warning("%s: superseded by epoch %d", self.spec.session_id, call.epoch)
+            self.host.sqs.send_message(
+                QueueUrl=self.spec.inbox_url, MessageBody=call.model_dump_json()
+            )
+            self.closed = True
+            return
         if call.seq <= self.answered:
             kept = self.replies.get(call.seq)
             if kept is not None:  # a re-sent call: its recorded result, never a second run
@@ -150,11 +168,13 @@ class HostedSession:
         while len(self.replies) > KEPT_REPLIES:
             self.replies.popitem(last=False)
         self.last_call = time.monotonic()
-        trace = self.host.store.put_json(
-            session_call_key(self.spec.session_id, call.seq),
-            {"call": call.model_dump(mode="json"), "result": result.model_dump(mode="json")},
-        )
-        self._reply(result, trace)
+        key = session_call_key(self.spec.session_id, call.seq)
+        record = {"call": call.model_dump(mode="json"), "result": result.model_dump(mode="json")}
+        if len(result.model_dump_json()) > MAX_REPLY_CHARS:  # the reply points at the trace
+            self._reply(result, self.host.store.put_json(key, record))
+        else:  # the trace off the reply's path
+            self._reply(result)
+            self.host.store.put_json(key, record)
         if call.op == "close":
             self.closed = True
 
@@ -175,7 +195,7 @@ class HostedSession:
         if call.op == "close":
             self._release()
             return CallResult(**base, status=Status.SUCCEEDED, checkpoint=self.checkpoint)
-        restored_s = None
+        restored_s, self.restored_s = self.restored_s, None
         try:
             if self.workspace is None:
                 started = time.monotonic()
