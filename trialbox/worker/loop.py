@@ -66,6 +66,7 @@ class Worker:
     # Hosts the sessions a work message opens (trialbox.worker.sessions); None: jobs only.
     sessions: SessionHost | None = None
     jobs_done: int = 0
+    _hosted_exclusively: bool = False
 
     def shut_down(self, grace_s: float) -> None:
         """Take no new job; finish the current one, or hand it back after `grace_s`."""
@@ -78,11 +79,28 @@ class Worker:
         message comes back after its visibility timeout, or its heartbeat lapses and the
         state machine retries it on another sandbox."""
         while not self.stop.is_set():
+            if self._held_exclusively():
+                self.stop.wait(RETRY_PAUSE_S)
+                continue
             try:
                 self.poll_once()
             except Exception:
                 log.exception("%s: polling or answering failed; polling again", self.name)
                 self.stop.wait(RETRY_PAUSE_S)
+
+    def _held_exclusively(self) -> bool:
+        """Under the rlimit backend a task serves one sandbox user at a time: while it hosts
+        a session it takes no job and no other session, and once the session ends the wipe
+        check runs, as after a job."""
+        if self.sessions is None or not self.sessions.exclusive:
+            return False
+        if self.sessions.held():
+            self._hosted_exclusively = True
+            return True
+        if self._hosted_exclusively:
+            self._hosted_exclusively = False
+            self._after_job()
+        return self.stop.is_set()
 
     def poll_once(self) -> bool:
         answer = self.sqs.receive_message(

@@ -46,12 +46,17 @@ class SessionHost:
         self.store = store
         self.name = name
         self.stopping = threading.Event()
+        # rlimit (a Fargate task): sessions of one task would share its /tmp, /proc and IPC,
+        # so a task hosts one session at a time and nothing else meanwhile.
+        self.exclusive = runner.backend.name == "rlimit"
         self._sessions: dict[str, HostedSession] = {}
         self._lock = threading.Lock()
 
     def full(self) -> bool:
-        """No room for another session: one slot stays for the pool's jobs."""
-        return self.held() >= max(1, self.runner.config.slots - 1)
+        """No room for another session: one slot stays for the pool's jobs (under rlimit,
+        one session is the most)."""
+        most = 1 if self.exclusive else max(1, self.runner.config.slots - 1)
+        return self.held() >= most
 
     def open(self, spec: SessionSpec) -> None:
         session = HostedSession(self, spec)
