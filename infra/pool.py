@@ -3,18 +3,19 @@
 from __future__ import annotations
 
 import jsii
-from aws_cdk import AspectPriority, Aspects, Duration, IAspect, RemovalPolicy
+from aws_cdk import AspectPriority, Aspects, Duration, IAspect, RemovalPolicy, Stack
 from aws_cdk import aws_applicationautoscaling as autoscaling
 from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_ecs as ecs
+from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
 from constructs import Construct, IConstruct
 
 from infra.config import PoolConfig
 from infra.lambdas import ROOT, retention
-from infra.nag import acknowledge
+from infra.nag import acknowledge, logical_id
 from infra.queues import QueueWithDlq
 from trialbox.constants import ENV_RECYCLE_AFTER_JOBS, ENV_STOP_GRACE_S, ENV_WORK_QUEUE_URL
 from trialbox.settings import STOP_GRACE_S, STOP_TIMEOUT_S, work_visibility_s
@@ -144,12 +145,30 @@ class Pool(Construct):
             "sqs:ChangeMessageVisibility",
             "sqs:DeleteMessage",
         )
+        # Scale-in protection while the task hosts a session (trialbox/worker/protection.py):
+        # the ECS agent's endpoint calls UpdateTaskProtection with the task role.
+        self.task_definition.task_role.add_to_principal_policy(
+            iam.PolicyStatement(
+                actions=["ecs:UpdateTaskProtection"],
+                resources=[
+                    Stack.of(self).format_arn(
+                        service="ecs",
+                        resource="task",
+                        resource_name=f"{self.cluster.cluster_name}/*",
+                    )
+                ],
+            )
+        )
         acknowledge(
             self.task_definition,
             {
                 "AwsSolutions-ECS2": "the worker's environment holds resource names only",
                 "AwsSolutions-IAM5[Resource::*]": (
                     "ecr:GetAuthorizationToken has no resource-level permissions (image pull)"
+                ),
+                "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ecs:<AWS::Region>:"
+                f"<AWS::AccountId>:task/<{logical_id(self.cluster)}>/*]": (
+                    "scale-in protection of the pool's own tasks, whose ids ECS assigns"
                 ),
             },
         )

@@ -48,6 +48,13 @@ UNUSED = [
         for action in ("sqs:ChangeMessageVisibility", "sqs:GetQueueUrl")
     ),
     Unused(
+        WORKER,
+        "ecs:UpdateTaskProtection",
+        "*",
+        "task scale-in protection goes through the ECS agent, which the twin does not have "
+        "(tests/unit/test_protection.py calls a stand-in)",
+    ),
+    Unused(
         STATE_MACHINES,
         "lambda:InvokeFunction",
         "arn:aws:lambda:*:function:*:*",

@@ -226,7 +226,7 @@ def test_each_role_reaches_only_its_own_objects(template: Template) -> None:
 
     assert grants("PoolWorkerTaskRole") == {
         "read": {"/jobs/*/job.json", "/checkpoints/*"},
-        "put": {"/jobs/*/report.json", "/checkpoints/*"},
+        "put": {"/jobs/*/report.json", "/checkpoints/*", "/sessions/*"},
     }
     assert grants("DispatcherRole") == {"read": {"/payloads/*"}, "put": set()}
     assert grants("PrepareRole") == {

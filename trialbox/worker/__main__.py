@@ -6,6 +6,7 @@ exits 0 and ECS starts a fresh task. Settings: `trialbox.settings.WorkerSettings
 from __future__ import annotations
 
 import logging
+import os
 import signal
 import socket
 import sys
@@ -16,6 +17,7 @@ from trialbox.pipeline.stores import ObjectStore
 from trialbox.sandbox.runner import Runner
 from trialbox.settings import WorkerSettings
 from trialbox.worker.loop import Worker
+from trialbox.worker.protection import TaskProtection
 from trialbox.worker.run import job_runner
 from trialbox.worker.sessions import SessionHost
 
@@ -37,7 +39,9 @@ def main() -> int:
         name=name,
         recycle_after_jobs=settings.recycle_after_jobs,
         residue=runner.residue,
-        sessions=SessionHost(runner, sqs, jobs, name),
+        sessions=SessionHost(
+            runner, sqs, jobs, name, TaskProtection(os.environ.get("ECS_AGENT_URI"))
+        ),
     )
     # ECS sends SIGTERM, then SIGKILL after the container's stop timeout: finish the job in
     # hand, or hand it back before the kill.

@@ -30,6 +30,7 @@ from trialbox.pipeline.stores import ObjectStore
 from trialbox.sandbox.runner import Runner
 from trialbox.sandbox.session import SessionWorkspace, WorkspaceError
 from trialbox.scoring.feedback import command_feedback
+from trialbox.worker.protection import TaskProtection
 from trialbox.worker.run import load_checkpoint, save_checkpoint
 
 log = logging.getLogger("trialbox.worker.sessions")
@@ -40,8 +41,16 @@ MAX_REPLY_CHARS = 200_000  # SQS takes 256 KiB; a larger result is read from its
 
 
 class SessionHost:
-    def __init__(self, runner: Runner, sqs: Any, store: ObjectStore, name: str) -> None:
+    def __init__(
+        self,
+        runner: Runner,
+        sqs: Any,
+        store: ObjectStore,
+        name: str,
+        protection: TaskProtection | None = None,
+    ) -> None:
         self.runner = runner
+        self.protection = protection or TaskProtection(None)
         self.sqs = sqs
         self.store = store
         self.name = name
@@ -64,6 +73,7 @@ class SessionHost:
             if spec.session_id in self._sessions:  # a duplicate open: the first one serves
                 return
             self._sessions[spec.session_id] = session
+        self._protect()
         threading.Thread(target=session.serve, daemon=True, name=spec.session_id).start()
 
     def held(self) -> int:
@@ -76,6 +86,12 @@ class SessionHost:
     def _ended(self, session_id: str) -> None:
         with self._lock:
             self._sessions.pop(session_id, None)
+        self._protect()
+
+    def _protect(self) -> None:
+        with self._lock:
+            expiries = [s.spec.expires_at for s in self._sessions.values()]
+        self.protection.update(len(expiries), max(expiries, default=None))
 
 
 class HostedSession:
