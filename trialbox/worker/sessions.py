@@ -70,8 +70,13 @@ class SessionHost:
     def open(self, spec: SessionSpec) -> None:
         session = HostedSession(self, spec)
         with self._lock:
-            if spec.session_id in self._sessions:  # a duplicate open: the first one serves
-                return
+            hosted = self._sessions.get(spec.session_id)
+            if hosted is not None:
+                if spec.epoch <= hosted.spec.epoch:  # a duplicate open: the first one serves
+                    return
+                # The client took this host for lost (it was only slow) and reopened: the new
+                # epoch serves from the checkpoint, the old one steps aside.
+                hosted.closed = True
             self._sessions[spec.session_id] = session
         self._protect()
         threading.Thread(target=session.serve, daemon=True, name=spec.session_id).start()
@@ -83,9 +88,10 @@ class SessionHost:
     def stop(self) -> None:
         self.stopping.set()
 
-    def _ended(self, session_id: str) -> None:
+    def _ended(self, session: HostedSession) -> None:
         with self._lock:
-            self._sessions.pop(session_id, None)
+            if self._sessions.get(session.spec.session_id) is session:
+                del self._sessions[session.spec.session_id]
         self._protect()
 
     def _protect(self) -> None:
@@ -125,7 +131,7 @@ class HostedSession:
             self._tell("failed", error=f"{type(exc).__name__}: {exc}")
         finally:
             self._release()
-            self.host._ended(self.spec.session_id)
+            self.host._ended(self)
 
     def _open(self) -> None:
         started = time.monotonic()
