@@ -17,7 +17,15 @@ from infra.config import PoolConfig
 from infra.lambdas import ROOT, retention
 from infra.nag import acknowledge, logical_id
 from infra.queues import QueueWithDlq
-from trialbox.constants import ENV_RECYCLE_AFTER_JOBS, ENV_STOP_GRACE_S, ENV_WORK_QUEUE_URL
+from trialbox.constants import (
+    DIMENSION_POOL,
+    ENV_POOL_NAME,
+    ENV_RECYCLE_AFTER_JOBS,
+    ENV_STOP_GRACE_S,
+    ENV_WORK_QUEUE_URL,
+    METRIC_HELD_SESSIONS,
+    METRICS_NAMESPACE,
+)
 from trialbox.settings import STOP_GRACE_S, STOP_TIMEOUT_S, work_visibility_s
 
 # The worker runs as root and keeps only what its file and process work needs (Fargate can add
@@ -127,6 +135,8 @@ class Pool(Construct):
                 ENV_RECYCLE_AFTER_JOBS: str(config.recycle_after_jobs),
                 # Hand a running job back with time left to answer before the SIGKILL.
                 ENV_STOP_GRACE_S: str(STOP_GRACE_S),
+                # The HeldSessions metric's Pool dimension (trialbox/worker/metrics.py).
+                ENV_POOL_NAME: Stack.of(self).stack_name,
                 **environment,
             },
             stop_timeout=Duration.seconds(STOP_TIMEOUT_S),
@@ -204,8 +214,10 @@ class Pool(Construct):
         scaling = self.service.auto_scale_task_count(
             min_capacity=config.min_workers, max_capacity=config.max_workers
         )
-        # Out on jobs waiting for a worker; in only when no job is waiting or running, because
-        # a job being run is invisible in the queue and scale-in stops an arbitrary task.
+        # Out on jobs waiting for a worker; in only when no job is waiting or running and no
+        # session is held, because a job being run is invisible in the queue, a session's
+        # host is busy between its calls, and scale-in stops an arbitrary task (a session's
+        # host also protects itself: trialbox/worker/protection.py).
         minute = Duration.minutes(1)
         waiting = self.work.queue.metric_approximate_number_of_messages_visible(period=minute)
         running = self.work.queue.metric_approximate_number_of_messages_not_visible(period=minute)
@@ -222,11 +234,18 @@ class Pool(Construct):
             adjustment_type=step,
             cooldown=SCALE_OUT_COOLDOWN,
         )
+        held = cloudwatch.Metric(
+            namespace=METRICS_NAMESPACE,
+            metric_name=METRIC_HELD_SESSIONS,
+            dimensions_map={DIMENSION_POOL: Stack.of(self).stack_name},
+            statistic="Maximum",
+            period=minute,
+        )
         scaling.scale_on_metric(
             "Idle",
             metric=cloudwatch.MathExpression(
-                expression="waiting + running",
-                using_metrics={"waiting": waiting, "running": running},
+                expression="waiting + running + FILL(held, 0)",
+                using_metrics={"waiting": waiting, "running": running, "held": held},
                 period=minute,
             ),
             scaling_steps=[{"upper": 0, "change": -1}, {"lower": 1, "change": 0}],

@@ -47,6 +47,9 @@ LOST_SANDBOX_RETRIES = 2
 # Custom metrics (Powertools EMF; each function's `service` dimension is trialbox-<name>).
 METRICS_NAMESPACE = "Trialbox"
 METRIC_SANDBOX_ERROR = "SandboxError"  # per result the recorder writes: 1 if sandbox_error, else 0
+METRIC_HELD_SESSIONS = "HeldSessions"  # per pool worker, each minute: the sessions it hosts
+DIMENSION_POOL = "Pool"  # its value: the stack's name (the worker's TRIALBOX_POOL_NAME)
+ENV_POOL_NAME = "TRIALBOX_POOL_NAME"
 
 # The executions table.
 TABLE_KEY = "request_id"

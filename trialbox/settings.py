@@ -86,6 +86,8 @@ class WorkerSettings(EnvSettings):
     )
     stop_grace_s: float = Field(default=STOP_GRACE_S, gt=0, alias=c.ENV_STOP_GRACE_S)
     name: str | None = Field(default=None, alias=c.ENV_WORKER_NAME)  # the host name if unset
+    # The pool's name in its metrics (HeldSessions); unset (the twin): no metrics.
+    pool_name: str | None = Field(default=None, alias=c.ENV_POOL_NAME)
 
 
 class ClientSettings(EnvSettings):

@@ -16,6 +16,7 @@ from aws_cdk.assertions import Match, Template
 from tests.infra.conftest import ROOT, definition, only, resources
 from trialbox import constants as c
 from trialbox.settings import work_visibility_s
+from trialbox.worker.metrics import held_sessions_line
 
 
 @pytest.fixture(scope="module")
@@ -196,12 +197,32 @@ def test_pool_scales_in_only_when_no_job_waits_or_runs(template: Template) -> No
         a["Properties"]
         for a in resources(template, "AWS::CloudWatch::Alarm").values()
         if any(
-            m.get("Expression") == "waiting + running" for m in a["Properties"].get("Metrics", [])
+            m.get("Expression") == "waiting + running + FILL(held, 0)"
+            for m in a["Properties"].get("Metrics", [])
         )
     ]
     assert (idle["ComparisonOperator"], idle["Threshold"]) == ("LessThanOrEqualToThreshold", 0)
     names = {m["MetricStat"]["Metric"]["MetricName"] for m in idle["Metrics"] if "MetricStat" in m}
-    assert names == {"ApproximateNumberOfMessagesVisible", "ApproximateNumberOfMessagesNotVisible"}
+    assert names == {
+        "ApproximateNumberOfMessagesVisible",
+        "ApproximateNumberOfMessagesNotVisible",
+        c.METRIC_HELD_SESSIONS,
+    }
+    # The held-sessions metric is the one the workers write: its namespace, and a Pool
+    # dimension whose value the task definition gives the worker.
+    stats = [m["MetricStat"]["Metric"] for m in idle["Metrics"] if "MetricStat" in m]
+    (held,) = [m for m in stats if m["MetricName"] == c.METRIC_HELD_SESSIONS]
+    (task,) = resources(template, "AWS::ECS::TaskDefinition").values()
+    (container,) = task["Properties"]["ContainerDefinitions"]
+    env = {e["Name"]: e["Value"] for e in container["Environment"]}
+    assert held["Namespace"] == c.METRICS_NAMESPACE
+    assert held["Dimensions"] == [{"Name": c.DIMENSION_POOL, "Value": env[c.ENV_POOL_NAME]}]
+    line = json.loads(held_sessions_line(env[c.ENV_POOL_NAME], 3))
+    (directive,) = line["_aws"]["CloudWatchMetrics"]
+    assert directive["Namespace"] == held["Namespace"] and directive["Dimensions"] == [
+        [c.DIMENSION_POOL]
+    ]
+    assert (line[c.DIMENSION_POOL], line[c.METRIC_HELD_SESSIONS]) == (env[c.ENV_POOL_NAME], 3)
 
 
 def test_each_role_reaches_only_its_own_objects(template: Template) -> None:

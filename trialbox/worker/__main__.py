@@ -17,6 +17,7 @@ from trialbox.pipeline.stores import ObjectStore
 from trialbox.sandbox.runner import Runner
 from trialbox.settings import WorkerSettings
 from trialbox.worker.loop import Worker
+from trialbox.worker.metrics import report_held_sessions
 from trialbox.worker.protection import TaskProtection
 from trialbox.worker.run import job_runner
 from trialbox.worker.sessions import SessionHost
@@ -46,6 +47,8 @@ def main() -> int:
     # ECS sends SIGTERM, then SIGKILL after the container's stop timeout: finish the job in
     # hand, or hand it back before the kill.
     signal.signal(signal.SIGTERM, lambda *_: worker.shut_down(settings.stop_grace_s))
+    if settings.pool_name and worker.sessions is not None:
+        report_held_sessions(settings.pool_name, worker.sessions.held, worker.stop)
     worker.serve()
     return 0
 
