@@ -246,11 +246,23 @@ def test_grading_memory_hog_is_oom(grade: Grade) -> None:
     assert result.feedback == "grading killed: memory limit 128 MiB"
 
 
-def test_tests_outside_expected_never_count(grade: Grade) -> None:
-    files = {"solution.py": WRONG, "tests/test_mine.py": "def test_free():\n    pass\n"}
-    _, result = grade(files)
+def test_the_agents_own_test_modules_never_run_at_grading(grade: Grade) -> None:
+    """Collected beside the hidden tests and before them, an agent's test module could stub
+    them out (a meta_path hook, a planted sys.modules entry): it stays out of the tree."""
+    stub = (
+        "import sys, types\n"
+        "fake = types.ModuleType('test_add')\n"
+        "fake.test_small = fake.test_negative = lambda: None\n"
+        "sys.modules['test_add'] = sys.modules['tests.test_add'] = fake\n"
+        "def test_free():\n    pass\n"
+    )
+    files = {"solution.py": WRONG, "tests/test_000.py": stub, "checks/mine_test.py": stub}
+    report, result = grade(files)
     assert result.reward == 0.5
-    assert outcomes(result)["tests/test_mine.py::test_free"] == "passed"
+    assert not [t for t in outcomes(result) if "test_free" in t]
+    assert report.grading is not None
+    left_out = {n.path for n in report.grading.neutralized}
+    assert {"tests/test_000.py", "checks/mine_test.py"} <= left_out
 
 
 def test_null_expected_tests_count_only_hidden_collected_tests(grade: Grade) -> None:

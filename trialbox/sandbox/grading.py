@@ -65,11 +65,21 @@ class HijackFilter:
             return "python startup hook"
         if name.endswith((".pyc", ".pyo")):
             return "bytecode"
+        if _is_test_module(name) and rel not in self.trusted:
+            # The trusted ini's python_files: pytest would collect it next to the hidden
+            # tests, in their process, before them (a module that stubs out the tests
+            # collected after it needs neither their names nor the answer).
+            return "a test module (the hidden tests are the only tests)"
         module = name.split(".", 1)[0]
         # A starter file the task itself named (say `queue.py`) is the agent's to edit.
         if name.endswith((".py", ".so")) and module in self.protected and rel not in self.trusted:
             return f"shadows the module {module!r}"
         return None
+
+
+def _is_test_module(name: str) -> bool:
+    """A file the grader's pytest would collect: `python_files = test_*.py *_test.py`."""
+    return name.endswith(".py") and (name.startswith("test_") or name.endswith("_test.py"))
 
 
 def _is_regular(path: Path) -> bool:
