@@ -146,12 +146,6 @@ def test_read_file_size_cap_and_a_large_read_through_the_trace(client: Client) -
             s.read_file("over")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="reading a directory is a sandbox_error with loss_mask and drops the slot: "
-    "fs.read_file opens it and os.fdopen raises IsADirectoryError before the S_ISREG check, "
-    "which SessionWorkspace.read does not catch",
-)
 def test_reading_a_directory_is_the_policys_mistake(client: Client) -> None:
     with client.session(TASK) as s:
         assert run(s, "mkdir d").exit_code == 0
@@ -160,11 +154,6 @@ def test_reading_a_directory_is_the_policys_mistake(client: Client) -> None:
         assert result.error is not None and "not a regular file" in result.error
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a read path with a NUL or a 300-byte component is a sandbox_error with loss_mask "
-    "(ValueError / ENAMETOOLONG escape SessionWorkspace.read); Call.path is never validated",
-)
 @pytest.mark.parametrize("path", ["a\x00b", "a" * 300], ids=["nul", "name_too_long"])
 def test_a_bad_read_path_is_the_policys_mistake(client: Client, path: str) -> None:
     with client.session(TASK) as s:
@@ -281,12 +270,6 @@ def test_a_file_deeper_than_64_directories_survives_an_idle_release(client: Clie
         assert after.commands[0].stdout == "deep\n"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a deleted starter file comes back after an idle release: SessionWorkspace writes "
-    "the task's files, then restores the checkpoint over them (sandbox/session.py:43-45; the "
-    "same for a job's base_checkpoint in runner._run_in_slot)",
-)
 def test_a_deleted_starter_file_stays_deleted_after_an_idle_release(client: Client) -> None:
     with client.session(TASK, idle_release_s=IDLE_S) as s:
         assert run(s, "rm solution.py && echo x > other.py").exit_code == 0
@@ -308,12 +291,6 @@ BIG_STARTER = Task.model_validate(
 )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a workspace that fit does not fit once restored: the task's starter files are "
-    "written before the checkpoint, so deleting one and filling the disk makes every later "
-    "call a sandbox_error (ENOSPC, loss_mask) and grades a correct solution 0",
-)
 def test_a_full_workspace_that_deleted_a_starter_file_restores_and_grades(client: Client) -> None:
     with client.session(BIG_STARTER, idle_release_s=IDLE_S, limits=SMALL) as s:
         s.write_files({"solution.py": CORRECT})
@@ -338,28 +315,21 @@ def test_a_full_workspace_restores_and_grades(client: Client) -> None:
         assert s.grade(timeout=120).reward == 1.0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a sparse file larger than the disk (truncate -s) is checkpointed at its full "
-    "apparent size; restore then raises CheckpointTooLarge, so every later call is a "
-    "sandbox_error with loss_mask and the session never recovers (fs.checkpoint/fs.restore)",
-)
 def test_a_sparse_file_does_not_brick_the_session(client: Client) -> None:
+    """A file whose apparent size exceeds the disk (truncate -s) could never be restored: the
+    call says so and is undone (the previous checkpoint stands), and the session goes on."""
     with client.session(TASK, idle_release_s=IDLE_S, limits=SMALL) as s:
-        assert run(s, "truncate -s 64M sparse && echo kept > keep.txt").exit_code == 0
+        s.write_files({"keep.txt": "kept\n"})
+        sparse = s.step(commands=[["sh", "-c", "truncate -s 64M sparse && echo x > later.txt"]])
+        assert (sparse.status, sparse.loss_mask) == (Status.SUCCEEDED, False)
+        assert sparse.error is not None and "the call is undone" in sparse.error
         time.sleep(RELEASED_S)
-        after = s.step(commands=[["cat", "keep.txt"]])
+        after = s.step(commands=[["sh", "-c", "cat keep.txt; ls"]])
         assert (after.status, after.loss_mask) == (Status.SUCCEEDED, False)
-        assert after.commands[0].stdout == "kept\n"
+        assert "sparse" not in after.commands[0].stdout and "later.txt" not in after.feedback
+        assert after.commands[0].stdout.startswith("kept\n")
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a write_files that fails on a full disk has already unlinked and half-written the "
-    "files before it: the live workspace loses solution.py while the reply names the old "
-    "checkpoint, and the next call checkpoints the damage (fs._replace_file, "
-    "SessionWorkspace.write, worker/sessions.py WorkspaceError path skips nothing)",
-)
 def test_a_failed_write_leaves_the_workspace_as_it_was(client: Client) -> None:
     with client.session(TASK, limits=SMALL) as s:
         s.write_files({"solution.py": CORRECT, "notes.txt": "important\n"})
@@ -439,15 +409,6 @@ sys.modules["test_add"] = m
 """
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="REWARD HACK: a test module the policy plants next to the hidden tests "
-    "(tests/test_000.py) is collected first, in the same pytest process, and replaces the "
-    "hidden tests (a sys.meta_path loader that stubs every test_* function, or a fake "
-    "sys.modules entry): a wrong add() scores 1.0 with no flag. HijackFilter "
-    "(sandbox/grading.py) keeps agent test files and the plugin watches neither sys.modules "
-    "nor sys.meta_path",
-)
 @pytest.mark.parametrize("hack", [UNIVERSAL_HACK, FAKE_MODULE], ids=["meta_path", "sys_modules"])
 def test_a_planted_test_module_cannot_fake_the_hidden_tests(client: Client, hack: str) -> None:
     with client.session(TASK) as s:
@@ -509,17 +470,13 @@ def test_command_outputs_timeouts_and_missing_binaries_are_the_commands_own(
         assert run(s, "echo still here").stdout == "still here\n"
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="one argument over the kernel's 128 KiB MAX_ARG_STRLEN makes Popen raise E2BIG: "
-    "the call is a sandbox_error with loss_mask (worker/sessions.py generic except), so a "
-    "policy can mask any turn at will; argv arguments are not capped (models/sample.py)",
-)
-def test_a_huge_argument_is_the_commands_failure_not_a_sandbox_error(client: Client) -> None:
+def test_a_huge_argument_is_refused_before_it_is_sent(client: Client) -> None:
+    """One argument over the kernel's 128 KiB MAX_ARG_STRLEN would fail the exec (E2BIG) as
+    a sandbox_error with loss_mask, a way to mask any turn: it is refused up front."""
     with client.session(TASK) as s:
-        result = s.step(commands=[["echo", "y" * 200_000]])
-        assert (result.status, result.loss_mask) == (Status.SUCCEEDED, False)
-        assert result.commands and result.commands[0].exit_code != 0
+        with pytest.raises(ValidationError, match="at most 131071 bytes each"):
+            s.step(commands=[["echo", "y" * 200_000]])
+        assert s.step(commands=[["echo", "y" * 100_000]]).commands[0].exit_code == 0
 
 
 def test_a_daemon_started_by_a_command_dies_with_the_call(client: Client) -> None:
@@ -575,12 +532,6 @@ def test_a_session_past_its_ttl_refuses_calls_and_its_queues_go(client: Client) 
         s.close()
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="idle_release_s=inf passes the client's check (sdk/sessions.py:106) but "
-    "serializes as null; the worker drops the open as invalid and the user waits the whole "
-    "TTL (up to 300 s) for 'no worker took it'. nan fails later as a raw pydantic error",
-)
 @pytest.mark.parametrize("idle", [float("inf"), float("nan")], ids=["inf", "nan"])
 def test_a_non_finite_idle_release_is_refused_up_front(client: Client, idle: float) -> None:
     started = time.monotonic()
@@ -589,18 +540,11 @@ def test_a_non_finite_idle_release_is_refused_up_front(client: Client, idle: flo
     assert time.monotonic() - started < 2
 
 
-@pytest.mark.xfail(strict=True, reason="fork(-1) silently returns [] instead of refusing")
 def test_a_negative_fork_count_is_refused(client: Client) -> None:
     with client.session(TASK) as s, pytest.raises((SessionError, ValueError)):
         s.fork(-1)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a session's calls travel on SQS as they are (no S3 offload as requests have): "
-    "files over ~750 KB fail with a raw AwsCallError 'Message must be shorter than 1048576 "
-    "bytes' (sdk/sessions.py _send and _open_on_a_worker), far below the workspace size",
-)
 @pytest.mark.parametrize("where", ["write_files", "open"])
 def test_a_two_megabyte_file_can_be_written_or_is_refused_clearly(
     client: Client, where: str
@@ -618,12 +562,6 @@ def test_a_two_megabyte_file_can_be_written_or_is_refused_clearly(
         assert "data.txt" in str(exc) or "too large" in str(exc)
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="two calls in flight on one session take the same seq (sdk/sessions.py _next: "
-    "seq=self.seq + 1): the worker runs the first and answers the second with the first's "
-    "recorded result, so the second call's commands never run and nothing says so",
-)
 def test_concurrent_calls_on_one_session_are_not_silently_merged(client: Client) -> None:
     with client.session(TASK) as s:
 
@@ -644,12 +582,6 @@ def test_concurrent_calls_on_one_session_are_not_silently_merged(client: Client)
         assert sorted(s.read_file("log").split()) == [b"A", b"B"]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a fork whose open fails part way leaks the forks that did open: "
-    "asyncio.gather raises at the first failure (sdk/sessions.py fork), the others are "
-    "never closed nor tracked by the client, and hold a worker slot until the TTL",
-)
 def test_a_fork_that_fails_part_way_leaves_no_session_open(
     client: Client, monkeypatch: pytest.MonkeyPatch
 ) -> None:

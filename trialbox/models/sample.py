@@ -22,6 +22,10 @@ from trialbox.models.task import Task
 
 MAX_COMMANDS = 64
 MAX_ARGV = 4096
+# Linux refuses to exec an argument over MAX_ARG_STRLEN (32 pages) with E2BIG, and all of
+# them together (with the environment) over ARG_MAX: refused here, never a sandbox failure.
+MAX_ARG_BYTES = 128 * 1024 - 1
+MAX_ARGV_BYTES = 1024 * 1024
 
 
 def _check_argv(argv: list[str]) -> list[str]:
@@ -31,6 +35,12 @@ def _check_argv(argv: list[str]) -> list[str]:
         raise ValueError(f"a command has at most {MAX_ARGV} arguments and no NUL characters")
     for index, arg in enumerate(argv):
         check_text(arg, f"argument {index}")
+    sizes = [len(arg.encode()) for arg in argv]
+    if max(sizes) > MAX_ARG_BYTES or sum(sizes) > MAX_ARGV_BYTES:
+        raise ValueError(
+            f"a command's arguments are at most {MAX_ARG_BYTES} bytes each and "
+            f"{MAX_ARGV_BYTES} in all (the kernel's exec limits); put large inputs in files"
+        )
     return argv
 
 

@@ -97,8 +97,8 @@ def read_file(root: Path, rel: str, max_bytes: int) -> bytes:
     """A regular file's bytes under `root`; no component is followed through a link
     (OSError ELOOP/ENOTDIR/ENOENT when one is in the way)."""
     parts = PurePosixPath(rel).parts
-    if not parts or PurePosixPath(rel).is_absolute() or ".." in parts:
-        raise NotAFile(f"{rel}: not a path inside the workspace")
+    if not parts or PurePosixPath(rel).is_absolute() or ".." in parts or "\0" in rel:
+        raise NotAFile(f"{rel!r}: not a path inside the workspace")
     fd = os.open(root, DIR_FLAGS)
     try:
         for part in parts[:-1]:
@@ -257,8 +257,11 @@ class CheckpointTooLarge(BadCheckpoint):
     """A sound checkpoint larger than the workspace it is restored into."""
 
 
-def checkpoint(root: Path) -> bytes:
-    """A tar.gz of the workspace. Links are stored as links, never followed."""
+def checkpoint(root: Path, max_bytes: int | None = None) -> bytes:
+    """A tar.gz of the workspace. Links are stored as links, never followed. More than
+    `max_bytes` of files (apparent sizes: a sparse file counts in full, as a restore would
+    write it) raises CheckpointTooLarge before that file is read."""
+    total = 0
     buffer = io.BytesIO()
     # mtime=0: the gzip header does not make two identical workspaces differ.
     with (
@@ -274,6 +277,12 @@ def checkpoint(root: Path) -> bytes:
                 tar.addfile(member)
             elif fd is not None:
                 member.size = info.st_size
+                total += info.st_size
+                if max_bytes is not None and total > max_bytes:
+                    raise CheckpointTooLarge(
+                        f"the workspace holds more than {max_bytes} bytes of files (a sparse "
+                        "file counts at its full size)"
+                    )
                 with os.fdopen(os.dup(fd), "rb") as stream:
                     tar.addfile(member, stream)
             elif link is not None:

@@ -149,18 +149,19 @@ class Runner:
         checkpoint_to: Path | None = None,
         base_checkpoint: bytes | None = None,
     ) -> RunReport:
-        """Agent phase, then grading. The workspace is the task's files, then `base_checkpoint`
-        (fs.checkpoint's archive), then the sample's files. `checkpoint_to` receives the
-        workspace after the commands. Never raises for the sandbox's own failures: the report
-        then has status `sandbox_error` and says why."""
+        """Agent phase, then grading. The workspace is the task's files, or `base_checkpoint`
+        (fs.checkpoint's archive: the whole workspace it saved), then the sample's files.
+        `checkpoint_to` receives the workspace after the commands. Never raises for the
+        sandbox's own failures: the report then has status `sandbox_error` and says why."""
         limits, notes = (limits or task.limits).effective()
         grading_timeout = task.grading_timeout_s if grade else None
         commands: list[CommandResult] = []
         try:
             with self.slots.acquire() as slot:
                 grading = self._run_in_slot(
-                    slot, task, sample, limits, grade, commands, checkpoint_to, base_checkpoint
-                )
+                    slot, task, sample, limits, grade, commands, checkpoint_to, base_checkpoint,
+                    notes,
+                )  # fmt: skip
         except WorkspaceOverflow as exc:
             why = str(exc)
             grading = (self._ungradable(task, why), Status.SUCCEEDED) if grade else None
@@ -201,12 +202,16 @@ class Runner:
         grade: bool,
         commands: list[CommandResult],
         checkpoint_to: Path | None,
-        base_checkpoint: bytes | None = None,
+        base_checkpoint: bytes | None,
+        notes: list[str],
     ) -> tuple[GradingReport, Status] | None:
         uid = slot.agent_uid
         self.backend.prepare_dir(slot.work_dir, limits.disk_mb, uid, uid, 0o700)
         # Nothing has run in the fresh workspace yet, so nothing there can be a planted link.
-        fs.write_files(slot.work_dir, task.workspace, uid, uid)
+        # A base checkpoint is the whole workspace it saved, starter files included (or
+        # deleted), so it replaces them.
+        if base_checkpoint is None:
+            fs.write_files(slot.work_dir, task.workspace, uid, uid)
         # The policy's own files overflowing its workspace are its failure, scored 0 like a
         # disk it filled from a command; never a sandbox_error, whose loss mask would teach
         # padding files as a way out of a 0 reward. A full host disk is a sandbox_error.
@@ -230,7 +235,10 @@ class Runner:
             commands.append(command_result("agent", argv, outcome))
         processes.kill_all((uid,))  # the agent's leftovers, before anything reads its files
         if checkpoint_to is not None:
-            checkpoint_to.write_bytes(fs.checkpoint(slot.work_dir))
+            try:
+                checkpoint_to.write_bytes(fs.checkpoint(slot.work_dir, limits.disk_mb * MiB))
+            except fs.CheckpointTooLarge as exc:  # it could never be restored: none is kept
+                notes.append(f"no checkpoint: {exc}")
         if not grade:
             return None
         return self._grade(slot, task, limits, commands)

@@ -40,8 +40,9 @@ class SessionWorkspace:
         try:
             uid = self.slot.agent_uid
             runner.backend.prepare_dir(self.slot.work_dir, self.limits.disk_mb, uid, uid, 0o700)
-            fs.write_files(self.slot.work_dir, workspace, uid, uid)
-            if checkpoint is not None:
+            if checkpoint is None:
+                fs.write_files(self.slot.work_dir, workspace, uid, uid)
+            else:  # the whole workspace it saved, starter files included (or deleted)
                 fs.restore(self.slot.work_dir, checkpoint, uid, uid, self.capacity)
             if files:
                 self.write(files)
@@ -84,13 +85,22 @@ class SessionWorkspace:
             return fs.read_file(self.slot.work_dir, path, MAX_READ_BYTES)
         except fs.NotAFile as exc:
             raise WorkspaceError(str(exc)) from exc
+        except IsADirectoryError as exc:
+            raise WorkspaceError(f"{path}: not a regular file (a directory)") from exc
         except OSError as exc:
             if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
                 raise WorkspaceError(f"{path}: no such file in the workspace") from exc
+            if exc.errno == errno.ENAMETOOLONG:
+                raise WorkspaceError(f"{path[:80]}...: a name too long") from exc
             raise
 
     def checkpoint(self) -> bytes:
-        return fs.checkpoint(self.slot.work_dir)
+        """Raises WorkspaceError when the files exceed the workspace (sparse files count in
+        full): such a state could never be restored."""
+        try:
+            return fs.checkpoint(self.slot.work_dir, self.capacity)
+        except fs.CheckpointTooLarge as exc:
+            raise WorkspaceError(f"{exc}; the call is undone") from exc
 
     def release(self) -> None:
         """Kill what runs, give the slot back (idempotent)."""

@@ -18,6 +18,7 @@ import asyncio
 import base64
 import contextlib
 import json
+import math
 import time
 import uuid
 from collections.abc import Callable, Sequence
@@ -48,7 +49,19 @@ if TYPE_CHECKING:
 OPEN_TIMEOUT_S = 300.0  # a worker takes the open (a pool scaling out from zero takes minutes)
 REPLY_WAIT_S = 1  # the outbox's long poll: short, so that silence is noticed
 TAG_EXPIRES = "trialbox:expires_at"
+MAX_MESSAGE_BYTES = 1000 * 1024  # SQS takes 1 MiB; the rest of the message is small
 IO_THREADS = 256  # blocking SQS calls of concurrent sessions (long polls, mostly)
+
+
+def _fits(body: str, what: str) -> str:
+    """A message SQS takes, or a SessionError saying what to do."""
+    size = len(body.encode())
+    if size > MAX_MESSAGE_BYTES:
+        raise SessionError(
+            f"{what} are too large for one session message ({size} bytes, at most "
+            f"{MAX_MESSAGE_BYTES}): write large files over several calls"
+        )
+    return body
 
 
 class SessionIO:
@@ -101,10 +114,10 @@ class AsyncSession:
         files: dict[str, FileContent] | None = None,
         checkpoint: str | None = None,
     ) -> None:
-        if not 1 <= ttl_s <= MAX_TTL_S:
+        if not 1 <= ttl_s <= MAX_TTL_S:  # nan too
             raise SessionError(f"ttl_s must be between 1 and {MAX_TTL_S} s, got {ttl_s}")
-        if idle_release_s <= 0:
-            raise SessionError(f"idle_release_s must be positive, got {idle_release_s}")
+        if not (idle_release_s > 0 and math.isfinite(idle_release_s)):
+            raise SessionError(f"idle_release_s must be a positive number, got {idle_release_s}")
         self.client = client
         self.io: SessionIO = client._session_io()
         self.task = task
@@ -122,6 +135,7 @@ class AsyncSession:
         self._files = files or {}
         self._inbox = self._outbox = ""
         self.on_close: Callable[[AsyncSession], None] | None = None
+        self._turn = asyncio.Lock()  # one call at a time: calls are numbered in order
 
     # --- lifetime -------------------------------------------------------------------------
 
@@ -166,7 +180,9 @@ class AsyncSession:
             self.on_close(self)
         try:
             if self.ttl_left() > 0:
-                await self._call(Call(seq=self.seq + 1, op="close"), timeout=30, failover=False)
+                async with self._turn:  # after the call in flight, if any
+                    close = Call(seq=self.seq + 1, op="close")
+                    await self._call(close, timeout=30, failover=False)
         except TrialboxError:
             pass  # the worker is gone or the session expired: nothing is held
         finally:
@@ -211,13 +227,20 @@ class AsyncSession:
         return base64.b64decode(result.content)
 
     async def fork(self, n: int) -> list[AsyncSession]:
-        """`n` new sessions, each from this one's current workspace (its last checkpoint)."""
+        """`n` new sessions, each from this one's current workspace (its last checkpoint).
+        If any cannot open, those that did are closed and the first error is raised."""
+        if n < 0:
+            raise SessionError(f"fork takes a count of sessions, 0 or more; got {n}")
         forks = [self._child() for _ in range(n)]
-        opened = list(await asyncio.gather(*(f.open() for f in forks)))
-        for fork in opened:
+        outcomes = await asyncio.gather(*(f.open() for f in forks), return_exceptions=True)
+        failed = [o for o in outcomes if isinstance(o, BaseException)]
+        if failed:
+            await asyncio.gather(*(f.close() for f in forks if f._inbox))
+            raise failed[0]
+        for fork in forks:
             self.client._open_sessions.add(fork)
             fork.on_close = self.client._open_sessions.discard
-        return opened
+        return forks
 
     async def grade(self, timeout: float | None = None) -> ExecutionResult:
         """The hidden tests on the current workspace: one execution through the pipeline,
@@ -252,11 +275,12 @@ class AsyncSession:
         )
 
     async def _next(self, **fields: Any) -> CallResult:
-        if self.closed:
-            raise SessionError(f"session {self.session_id} is closed")
-        if self.ttl_left() <= 0:
-            raise SessionError(f"session {self.session_id} expired (its TTL passed)")
-        return await self._call(Call(seq=self.seq + 1, **fields))
+        async with self._turn:  # a call sent while another runs waits for it
+            if self.closed:
+                raise SessionError(f"session {self.session_id} is closed")
+            if self.ttl_left() <= 0:
+                raise SessionError(f"session {self.session_id} expired (its TTL passed)")
+            return await self._call(Call(seq=self.seq + 1, **fields))
 
     async def _call(
         self, request: Call, timeout: float | None = None, failover: bool = True
@@ -297,7 +321,7 @@ class AsyncSession:
                 heard = time.monotonic()
 
     async def _send(self, request: Call) -> None:
-        body = request.model_dump_json(exclude_defaults=True)
+        body = _fits(request.model_dump_json(exclude_defaults=True), "a call's files")
         await self.io.run(self.io.aws.sqs.send_message, QueueUrl=self._inbox, MessageBody=body)
 
     async def _settle(self, reply: Reply) -> CallResult:
@@ -350,7 +374,8 @@ class AsyncSession:
             episode_id=self.episode_id,
             tags=self.tags,
         )
-        body = SessionOpen(session=spec).model_dump_json(exclude_defaults=True)
+        opening = SessionOpen(session=spec).model_dump_json(exclude_defaults=True)
+        body = _fits(opening, "the task's starter files and the session's files")
         await self.io.run(
             self.io.aws.sqs.send_message,
             QueueUrl=self.client.resources.work_queue_url,

@@ -241,8 +241,13 @@ class HostedSession:
             if call.files:
                 workspace.write(call.files)
             commands = [workspace.exec(argv, call.timeout_s) for argv in call.commands]
+            self._save()
         except WorkspaceError as exc:
-            status = Status.SUCCEEDED  # the policy's mistake, told back: the session goes on
+            # The policy's mistake, told back, and the session goes on; a call that may have
+            # changed the workspace is undone (the next call restores the last checkpoint).
+            if call.op == "exec":
+                self._release()
+            status = Status.SUCCEEDED
             return CallResult(
                 **base,
                 status=status,
@@ -263,7 +268,6 @@ class HostedSession:
                 feedback=f"sandbox error (not your code): {error}",
                 checkpoint=self.checkpoint,
             )
-        self._save()
         status = next(
             (c.status for c in commands if c.status != Status.SUCCEEDED), Status.SUCCEEDED
         )
