@@ -254,13 +254,15 @@ class BadCheckpoint(ValueError):
 
 
 class CheckpointTooLarge(BadCheckpoint):
-    """A sound checkpoint larger than the workspace it is restored into."""
+    """A workspace too large (or too deep) to checkpoint whole, or a checkpoint larger than
+    the workspace it is restored into."""
 
 
 def checkpoint(root: Path, max_bytes: int | None = None) -> bytes:
     """A tar.gz of the workspace. Links are stored as links, never followed. More than
     `max_bytes` of files (apparent sizes: a sparse file counts in full, as a restore would
-    write it) raises CheckpointTooLarge before that file is read."""
+    write it), or a directory deeper than MAX_DEPTH, raises CheckpointTooLarge: a checkpoint
+    is the whole workspace or none."""
     total = 0
     buffer = io.BytesIO()
     # mtime=0: the gzip header does not make two identical workspaces differ.
@@ -268,7 +270,9 @@ def checkpoint(root: Path, max_bytes: int | None = None) -> bytes:
         gzip.GzipFile(fileobj=buffer, mode="wb", mtime=0) as packed,
         tarfile.open(fileobj=packed, mode="w", format=tarfile.PAX_FORMAT) as tar,
     ):
-        for rel, info, fd, link, _ in walk_nofollow(root):
+        for rel, info, fd, link, left_out in walk_nofollow(root):
+            if left_out is not None:  # restored without it, the workspace would not be this one
+                raise CheckpointTooLarge(f"{rel}: {left_out}, beyond what a checkpoint keeps")
             member = tarfile.TarInfo(rel)
             member.mode = info.st_mode & 0o777
             member.mtime = int(info.st_mtime)
