@@ -38,6 +38,7 @@ import traceback
 import uuid
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
 from typing import Any
 
 from trialbox.models import ExecutionRequest, Limits, Status, Task
@@ -47,25 +48,9 @@ from trialbox.sandbox.runner import Runner
 from trialbox.sdk import Client
 from trialbox.sdk.sync import Session
 
-# The tests' ADD_TASK (tests/sandbox/conftest.py).
-ADD_TASK: dict[str, Any] = {
-    "task_id": "add-two",
-    "prompt": "Write add(a, b) in solution.py",
-    "workspace": {"solution.py": "def add(a, b):\n    raise NotImplementedError\n"},
-    "hidden_tests": {
-        "tests/test_add.py": (
-            "from solution import add\n"
-            "def test_small():\n    assert add(1, 2) == 3\n"
-            "def test_negative():\n    assert add(-1, -2) == -3\n"
-        )
-    },
-    "grading": {
-        "command": ["python", "-m", "pytest", "-q", "tests"],
-        "scorer": "tests_pass_fraction",
-        "expected_tests": ["tests/test_add.py::test_small", "tests/test_add.py::test_negative"],
-    },
-    "limits": {"timeout_s": 10, "memory_mb": 512},
-}
+# add-two, the examples' first task (the one examples/grpo_group.py grades).
+TASKS = Path(__file__).resolve().parents[1] / "examples" / "tasks.jsonl"
+ADD_TASK: dict[str, Any] = json.loads(TASKS.read_text().splitlines()[0])
 ARGV = ["python", "-c", "pass"]
 WORKERS = 2
 WARMUP = 3

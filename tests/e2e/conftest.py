@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from tests.sandbox.conftest import ADD_TASK
+from trialbox.local.twin import LocalTwin
 from trialbox.models import ExecutionRequest
 from trialbox.sdk import Client
 
@@ -21,3 +22,10 @@ def client() -> Iterator[Client]:
 def request(request_id: str, solution: str, **changes: Any) -> ExecutionRequest:
     body = {"request_id": request_id, "task": ADD_TASK, "files": {"solution.py": solution}}
     return ExecutionRequest.model_validate(body | changes)
+
+
+def twin_of(client: Client) -> LocalTwin:
+    """The local twin behind the module's client."""
+    twin = client.aio._twin
+    assert twin is not None
+    return twin

@@ -7,13 +7,10 @@ import json
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 
-import pytest
-
+from tests.e2e.conftest import twin_of
 from tests.sandbox.conftest import ADD_TASK, CORRECT
 from trialbox import constants as c
-from trialbox.local.twin import LocalTwin
 from trialbox.models import Status, Task
 from trialbox.models.sessions import Call, Reply
 from trialbox.sandbox.config import SandboxConfig
@@ -23,18 +20,6 @@ from trialbox.sdk import Client
 
 TASK = Task.model_validate(ADD_TASK)
 WRONG = "def add(a, b):\n    return 3\n"
-
-
-@pytest.fixture(scope="module")
-def client() -> Iterator[Client]:
-    with Client.local(workers=2) as local:
-        yield local
-
-
-def twin_of(client: Client) -> LocalTwin:
-    twin = client.aio._twin
-    assert twin is not None
-    return twin
 
 
 def test_the_workspace_carries_over_from_call_to_call(client: Client) -> None:

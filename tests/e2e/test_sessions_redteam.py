@@ -14,17 +14,16 @@ import json
 import tarfile
 import threading
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 from pydantic import ValidationError
 
+from tests.e2e.conftest import twin_of
 from tests.sandbox.conftest import ADD_TASK, CORRECT
 from trialbox.errors import SessionError
 from trialbox.keys import checkpoint_key
-from trialbox.local.twin import LocalTwin
 from trialbox.models import ExecutionRequest, Status, Task
 from trialbox.models.common import FileContent
 from trialbox.models.report import CommandResult
@@ -37,18 +36,6 @@ WRONG = "def add(a, b):\n    return 3\n"
 SMALL = {"disk_mb": 16, "memory_mb": 256}
 IDLE_S = 1.0
 RELEASED_S = 2.5  # idle longer than IDLE_S plus a poll: the slot is released
-
-
-@pytest.fixture(scope="module")
-def client() -> Iterator[Client]:
-    with Client.local(workers=2) as local:
-        yield local
-
-
-def twin_of(client: Client) -> LocalTwin:
-    twin = client.aio._twin
-    assert twin is not None
-    return twin
 
 
 def run(s: Session, script: str, timeout_s: float | None = None) -> CommandResult:
