@@ -187,3 +187,14 @@ def test_files_dir_is_copied_into_the_workspace(runner: Runner, tmp_path: Path) 
         ["sh", "-c", "cat pkg/data.txt; echo; ls -a"], Limits(), files_dir=tmp_path
     )
     assert result.stdout.split() == ["hello", ".", "..", "pkg"]
+
+
+def test_a_deadline_shorter_than_the_sandboxs_start_is_the_commands_timeout(
+    runner: Runner,
+) -> None:
+    """Killed at its deadline before the command started, it timed out; never a sandbox
+    failure, whose loss mask a policy could ask for with a tiny timeout (the red team's
+    timeout_s=0.001 gave sandbox_error about 1 time in 30)."""
+    for _ in range(40):
+        result = runner.exec(["true"], Limits(timeout_s=0.001))
+        assert (result.status, result.timed_out) == (Status.TIMEOUT, True)

@@ -181,7 +181,9 @@ class Backend(ABC):
         if read_fd is not None:
             with contextlib.suppress(OSError):
                 os.close(read_fd)
-        if not measured.started:
+        # Killed at its deadline before the command started (a deadline shorter than the
+        # sandbox's start-up): the command's timeout, never a sandbox failure with a loss mask.
+        if not measured.started and not timed_out:
             raise SandboxError(measured.error or "the sandbox failed to start the command")
         # The runner's own kills (deadline, OOM) are known to be SIGKILL. Any other signal death
         # shows as 128+N under bwrap, and its name stays unknown.
