@@ -37,7 +37,9 @@ class ClientPolicy(Construct):
         rollout: sfn.IStateMachine,
         work: sqs.IQueue,
         session_queues: str,
+        pool_tasks: tuple[str, str],
     ) -> None:
+        """`pool_tasks`: the ARN pattern of the pool's tasks, and cdk-nag's name for it."""
         super().__init__(scope, construct_id)
         stack = Stack.of(self)
         executions = stack.format_arn(
@@ -91,6 +93,8 @@ class ClientPolicy(Construct):
                     sid="SessionQueues", actions=CLIENT_ACTIONS, resources=[session_queues]
                 ),
                 _allow("OpenSessions", "sqs:SendMessage", work.queue_arn),
+                # a session's worker lost mid-call: was it stopped for running out of memory?
+                _allow("SessionWorkerFate", "ecs:DescribeTasks", pool_tasks[0]),
                 # a call's result too large for a message: its trace file.
                 _allow(
                     "ReadSessionTraces",
@@ -116,6 +120,9 @@ class ClientPolicy(Construct):
                 f"AwsSolutions-IAM5[Resource::<{traces_id}.Arn>/{keys.SESSIONS_PREFIX}*]": (
                     "each session's trace, a file per call"
                 ),
+                pool_tasks[
+                    1
+                ]: "a session's worker is one of the pool's tasks, whose ids ECS assigns",
                 "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:sqs:<AWS::Region>:"
                 f"<AWS::AccountId>:{session_queue_prefix(stack.stack_name)}*]": WHY,
                 "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:states:<AWS::Region>:"

@@ -155,18 +155,20 @@ class Pool(Construct):
             "sqs:ChangeMessageVisibility",
             "sqs:DeleteMessage",
         )
+        self.tasks_arn = Stack.of(self).format_arn(
+            service="ecs", resource="task", resource_name=f"{self.cluster.cluster_name}/*"
+        )
+        # cdk-nag's name for that wildcard (each grant on the pool's tasks acknowledges it).
+        self.tasks_finding = (
+            "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ecs:<AWS::Region>:"
+            f"<AWS::AccountId>:task/<{logical_id(self.cluster)}>/*]"
+        )
         # Scale-in protection while the task hosts a session (trialbox/worker/protection.py):
         # the ECS agent's endpoint calls UpdateTaskProtection with the task role.
         self.task_definition.task_role.add_to_principal_policy(
             iam.PolicyStatement(
                 actions=["ecs:UpdateTaskProtection"],
-                resources=[
-                    Stack.of(self).format_arn(
-                        service="ecs",
-                        resource="task",
-                        resource_name=f"{self.cluster.cluster_name}/*",
-                    )
-                ],
+                resources=[self.tasks_arn],
             )
         )
         acknowledge(
@@ -176,8 +178,7 @@ class Pool(Construct):
                 "AwsSolutions-IAM5[Resource::*]": (
                     "ecr:GetAuthorizationToken has no resource-level permissions (image pull)"
                 ),
-                "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:ecs:<AWS::Region>:"
-                f"<AWS::AccountId>:task/<{logical_id(self.cluster)}>/*]": (
+                self.tasks_finding: (
                     "scale-in protection of the pool's own tasks, whose ids ECS assigns"
                 ),
             },

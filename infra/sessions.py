@@ -1,13 +1,17 @@
 """Sessions' queues: each session has an inbox and an outbox of its own, made by the client
 (the SDK) when it opens the session and deleted when it closes, or by the hosting worker at
-the session's TTL. Their names share one prefix per stack, which the IAM grants name."""
+the session's TTL, or by the reaper when neither is left to. Their names share one prefix per
+stack, which the IAM grants name."""
 
 from __future__ import annotations
 
-from aws_cdk import ArnFormat, Stack
+from aws_cdk import ArnFormat, Duration, Stack
+from aws_cdk import aws_events as events
+from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
 from constructs import Construct
 
+from infra.lambdas import TrialboxFunction
 from infra.nag import acknowledge
 
 # The SDK's calls on a session's queues: create (tagged with its expiry), call, read replies,
@@ -46,3 +50,27 @@ def grant_session_queues(
         f"{prefix}*]"
     )
     acknowledge(role, {finding: WHY})
+
+
+REAPER_ACTIONS = ["sqs:ListQueueTags", "sqs:GetQueueAttributes", "sqs:DeleteQueue"]
+REAP_EVERY = Duration.minutes(1)
+
+
+def schedule_reaper(scope: Construct, reaper: TrialboxFunction, prefix: str) -> events.Rule:
+    """Run the reaper (trialbox.pipeline.reaper) every minute: it deletes the queues of sessions
+    past their TTL that neither their client nor their host ended."""
+    grant_session_queues(reaper.role, scope, prefix, REAPER_ACTIONS)
+    # ListQueues names no resource (IAM takes only "*"); the prefix narrows what it lists.
+    reaper.role.add_to_principal_policy(
+        iam.PolicyStatement(actions=["sqs:ListQueues"], resources=["*"])
+    )
+    acknowledge(
+        reaper.role,
+        {"AwsSolutions-IAM5[Resource::*]": "sqs:ListQueues takes no resource; X-Ray's neither"},
+    )
+    return events.Rule(
+        scope,
+        "ReaperSchedule",
+        schedule=events.Schedule.rate(REAP_EVERY),
+        targets=[targets.LambdaFunction(reaper.function, retry_attempts=0)],
+    )

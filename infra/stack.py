@@ -17,6 +17,7 @@ from infra.pool import Pool
 from infra.sessions import (
     WORKER_ACTIONS,
     grant_session_queues,
+    schedule_reaper,
     session_queue_prefix,
     session_queues_arn,
 )
@@ -104,6 +105,11 @@ class TrialboxStack(Stack):
             DISPATCHER_TIMEOUT,
         )
         intake.attach(dispatcher)
+        session_prefix = session_queue_prefix(config.stack_name)
+        reaper = function(
+            "reaper", buckets | {c.ENV_SESSION_QUEUE_PREFIX: session_prefix}, Duration.seconds(60)
+        )
+        schedule_reaper(self, reaper, session_prefix)
 
         # Each role reaches only the keys its step reads or writes (layout: trialbox.constants).
         # A sandbox worker can write reports, never job specs, results or traces.
@@ -127,7 +133,6 @@ class TrialboxStack(Stack):
         )
         sessions = {f"{keys.SESSIONS_PREFIX}*": "each session's trace, a file per call"}
         grant_objects(worker, traces, reads=job | checkpoints, puts=report | checkpoints | sessions)
-        session_prefix = session_queue_prefix(config.stack_name)
         grant_session_queues(worker, self, session_prefix, WORKER_ACTIONS)
         grant_objects(scorer.role, traces, reads=job | report, puts=result)
         grant_objects(recorder.role, traces, reads=result, puts=trace)
@@ -166,6 +171,7 @@ class TrialboxStack(Stack):
             rollout=orchestration.rollout,
             work=pool.work.queue,
             session_queues=session_queues_arn(self, session_prefix),
+            pool_tasks=(pool.tasks_arn, pool.tasks_finding),
         )
 
         # Every paging alarm in the stack, wherever it is built, goes to the topic (an aspect).
@@ -185,6 +191,7 @@ class TrialboxStack(Stack):
             c.OUTPUT_EXECUTIONS_TABLE: storage.executions.table_name,
             c.OUTPUT_ROLLOUT_ARN: orchestration.rollout.state_machine_arn,
             c.OUTPUT_POOL_CAPACITY: str(config.pool.max_workers),
+            c.OUTPUT_CLUSTER: pool.cluster.cluster_name,
             c.OUTPUT_CLIENT_POLICY_ARN: client_policy.policy.managed_policy_arn,
             c.OUTPUT_STACK_VERSION: __version__,  # the SDK refuses a stack of another major.minor
         }

@@ -19,6 +19,9 @@ ENV_ENDPOINT_URL = "TRIALBOX_ENDPOINT_URL"
 ENV_REQUESTS_QUEUE_URL = "TRIALBOX_REQUESTS_QUEUE_URL"
 ENV_SESSION_QUEUE_PREFIX = "TRIALBOX_SESSION_QUEUE_PREFIX"
 ENV_POOL_CAPACITY = "TRIALBOX_POOL_CAPACITY"  # optional: jobs the pool runs at once
+ENV_CLUSTER = (
+    "TRIALBOX_CLUSTER"  # optional: the pool's ECS cluster (why a session's worker stopped)
+)
 
 # Stack outputs, by the names the SDK reads.
 OUTPUT_REQUESTS_QUEUE_URL = "RequestsQueueUrl"
@@ -29,6 +32,7 @@ OUTPUT_TRACES_BUCKET = "TracesBucketName"
 OUTPUT_EXECUTIONS_TABLE = "ExecutionsTableName"
 OUTPUT_ROLLOUT_ARN = "RolloutStateMachineArn"
 OUTPUT_POOL_CAPACITY = "PoolMaxWorkers"  # jobs the pool runs at once, at most
+OUTPUT_CLUSTER = "PoolClusterName"  # the pool's ECS cluster: a lost worker's stop reason
 # The customer managed policy with what the SDK and `trialbox run --stack` call (a trainer's).
 OUTPUT_CLIENT_POLICY_ARN = "TrialboxClientPolicyArn"
 OUTPUT_STACK_VERSION = "TrialboxVersion"  # the trialbox version that synthesized the stack

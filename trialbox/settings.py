@@ -73,6 +73,7 @@ class FunctionSettings(EnvSettings):
     requests_dlq_url: str | None = Field(default=None, alias=c.ENV_REQUESTS_DLQ_URL)
     heartbeat_s: int = Field(default=HEARTBEAT_S, ge=5, alias=c.ENV_HEARTBEAT_S)
     execute_margin_s: int = Field(default=EXECUTE_MARGIN_S, ge=1, alias=c.ENV_EXECUTE_MARGIN_S)
+    session_queue_prefix: str | None = Field(default=None, alias=c.ENV_SESSION_QUEUE_PREFIX)
 
 
 class WorkerSettings(EnvSettings):
@@ -102,3 +103,4 @@ class ClientSettings(EnvSettings):
     pool_capacity: int | None = Field(default=None, ge=1, alias=c.ENV_POOL_CAPACITY)
     work_queue_url: str | None = Field(default=None, alias=c.ENV_WORK_QUEUE_URL)  # sessions
     session_queue_prefix: str | None = Field(default=None, alias=c.ENV_SESSION_QUEUE_PREFIX)
+    cluster: str | None = Field(default=None, alias=c.ENV_CLUSTER)  # a lost worker's fate

@@ -11,8 +11,10 @@ import time
 from tests.e2e.conftest import twin_of
 from tests.sandbox.conftest import ADD_TASK, CORRECT
 from trialbox import constants as c
+from trialbox.local.poller import SCHEDULE_CAP_S
 from trialbox.models import Status, Task
 from trialbox.models.sessions import Call, Reply
+from trialbox.pipeline.reaper import GRACE_S
 from trialbox.sandbox.config import SandboxConfig
 from trialbox.sandbox.processes import processes_of
 from trialbox.sandbox.slots import SlotPool
@@ -166,7 +168,7 @@ def test_a_killed_trainers_session_ends_at_its_ttl_and_leaves_nothing(client: Cl
     assert len(sqs.list_queues(QueueNamePrefix=prefix).get("QueueUrls", [])) == 2
     config = SandboxConfig.from_env()
     pool = SlotPool(config, lambda _: None, lambda _: None, lambda _: None)
-    deadline = time.monotonic() + 40
+    deadline = time.monotonic() + 20  # before the reaper's turn: the host ended it
     while sqs.list_queues(QueueNamePrefix=prefix).get("QueueUrls"):
         assert time.monotonic() < deadline, "the session's queues outlived its TTL"
         time.sleep(0.5)
@@ -174,3 +176,22 @@ def test_a_killed_trainers_session_ends_at_its_ttl_and_leaves_nothing(client: Cl
     assert processes_of(uids) == []  # the background sleep went with the slot
     with pool.idle(list(range(config.slots))) as idle:
         assert len(idle) == config.slots  # no slot held
+
+
+def test_a_session_whose_trainer_and_worker_both_died_leaves_no_queue(client: Client) -> None:
+    """Nobody is left to end it: the scheduled reaper deletes its queues after the TTL."""
+    twin = twin_of(client)
+    argv = [sys.executable, "-c", TRAINER, json.dumps(twin.outputs), twin.endpoint_url,
+            json.dumps(ADD_TASK)]  # fmt: skip
+    trainer = subprocess.run(argv, capture_output=True, text=True, timeout=120)
+    assert trainer.returncode == -9, trainer.stderr
+    assert twin.pool is not None
+    twin.pool.kill()  # the host goes too, before the TTL
+    prefix = twin.output(c.OUTPUT_SESSION_QUEUE_PREFIX) + trainer.stdout.strip()
+    sqs = twin.client("sqs")
+    assert len(sqs.list_queues(QueueNamePrefix=prefix).get("QueueUrls", [])) == 2
+    deadline = time.monotonic() + 6 + GRACE_S + SCHEDULE_CAP_S + 20
+    while sqs.list_queues(QueueNamePrefix=prefix).get("QueueUrls"):
+        assert time.monotonic() < deadline, "the reaper left the session's queues"
+        time.sleep(1)
+    twin.pool.wait_for(twin.workers)

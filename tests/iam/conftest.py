@@ -29,8 +29,9 @@ from trialbox.local.services import CREDENTIALS
 from trialbox.local.services import client as twin_client
 from trialbox.local.template import load_template
 from trialbox.local.twin import LocalTwin
-from trialbox.models import ExecutionResult, RunReport, Task
+from trialbox.models import ExecutionResult, RunReport, Status, Task
 from trialbox.models.jobs import JobSpec
+from trialbox.models.sessions import TAG_EXPIRES
 from trialbox.pipeline.stores import ObjectStore
 from trialbox.runs import RunJob
 from trialbox.sandbox.runner import Runner
@@ -176,9 +177,39 @@ def _session_calls(sdk: Client, results: dict[str, ExecutionResult]) -> None:
     short.close()
 
 
-def _drive(twin: LocalTwin, tmp: Path) -> tuple[dict[str, ExecutionResult], int, list[str]]:
+def _leftover_queues(twin: LocalTwin, sqs: Any) -> tuple[str, str]:
+    """Session queues nobody will end: one past its TTL (the reaper deletes it) and one made
+    by hand without the tag (the reaper reads its age and keeps it)."""
+    prefix = twin.output(c.OUTPUT_SESSION_QUEUE_PREFIX)
+    expired = sqs.create_queue(QueueName=f"{prefix}iam-expired-in",
+                               tags={TAG_EXPIRES: str(int(time.time()) - 3600)})  # fmt: skip
+    byhand = sqs.create_queue(QueueName=f"{prefix}iam-byhand-in")
+    return expired["QueueUrl"], byhand["QueueUrl"]
+
+
+def _lost_host(twin: LocalTwin, sdk: Client, workers: list[Worker]) -> None:
+    """From here the twin's own worker process (an ECS task in the twin) serves: a session's
+    host is SIGKILLed mid-call, so that the SDK asks ECS why it stopped."""
+    for worker in workers:
+        worker.stop.set()
+    time.sleep(2)  # their long polls (1 s) end
+    twin.add_worker()
+    assert twin.pool is not None
+    with sdk.session(Task.model_validate(ADD_TASK), ttl_s=120) as session:
+        session.exec(["true"])
+        threading.Timer(1.5, twin.pool.kill).start()
+        lost = session.exec(["sleep", "30"])
+        assert lost.status == Status.SANDBOX_ERROR and lost.loss_mask, lost
+        assert "ECS: Essential container in task exited" in (lost.error or ""), lost.error
+        assert session.exec(["true"]).status == Status.SUCCEEDED
+
+
+def _drive(
+    twin: LocalTwin, tmp: Path, workers: list[Worker]
+) -> tuple[dict[str, ExecutionResult], int, list[str]]:
     sdk = _sdk(twin)
     sqs = twin_client(twin.endpoint_url, "sqs", HARNESS)
+    expired, byhand = _leftover_queues(twin, sqs)
     s3 = twin_client(twin.endpoint_url, "s3", HARNESS)
     requests_url = twin.output(c.OUTPUT_REQUESTS_QUEUE_URL)
     # A body the dispatcher rejects itself (it writes the `rejected` result).
@@ -199,6 +230,12 @@ def _drive(twin: LocalTwin, tmp: Path) -> tuple[dict[str, ExecutionResult], int,
     (results["iam-turn"],) = sdk.run([request("iam-turn", WRONG, base_checkpoint=checkpoint)],
                                      timeout=120)  # fmt: skip
     _session_calls(sdk, results)
+    _lost_host(twin, sdk, workers)
+    deadline = time.monotonic() + 30
+    while expired in sqs.list_queues().get("QueueUrls", []):
+        assert time.monotonic() < deadline, "the reaper did not delete an expired session queue"
+        time.sleep(1)
+    assert byhand in sqs.list_queues()["QueueUrls"]
     assert results["iam-good"].trace_uri is not None
     sdk.read_object(results["iam-good"].trace_uri)
     # The same request id with other content: the SDK refuses it.
@@ -240,7 +277,7 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
         patch.setenv(ENV_REQUEST_LOG, str(log))
         with LocalTwin(workers=0, heartbeat_s=HEARTBEAT_S) as twin:
             workers = [_start_worker(twin, f"iam-{n}") for n in range(2)]
-            results, cli_exit, cli_traces = _drive(twin, tmp)
+            results, cli_exit, cli_traces = _drive(twin, tmp, workers)
             for worker in workers:
                 worker.stop.set()
             entries = [json.loads(line) for line in log.read_text().splitlines()]

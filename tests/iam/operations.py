@@ -37,6 +37,9 @@ ACTIONS: dict[tuple[str, str], tuple[str, ...]] = {
     # A CreateQueue that tags the queue (the SDK's always does) needs TagQueue too.
     ("sqs", "CreateQueue"): ("sqs:CreateQueue", "sqs:TagQueue"),
     ("sqs", "DeleteQueue"): ("sqs:DeleteQueue",),
+    ("sqs", "ListQueues"): ("sqs:ListQueues",),
+    ("sqs", "ListQueueTags"): ("sqs:ListQueueTags",),
+    ("ecs", "DescribeTasks"): ("ecs:DescribeTasks",),
     ("s3", "PutObject"): ("s3:PutObject",),
     ("s3", "GetObject"): ("s3:GetObject",),
     ("s3", "HeadObject"): ("s3:GetObject",),
@@ -168,6 +171,8 @@ def resources(call: Call, tokens: dict[str, str]) -> list[str]:
     """The ARNs a call acts on. `tokens`: task token -> the state machine that issued it."""
     p = call.params
     if call.service == "sqs":
+        if call.operation == "ListQueues":  # names no queue: IAM takes only "*"
+            return ["*"]
         if call.operation in ("GetQueueUrl", "CreateQueue"):
             return [f"arn:aws:sqs:{REGION}:{ACCOUNT}:{p['QueueName']}"]
         return [queue_arn(p["QueueUrl"])]
@@ -189,6 +194,8 @@ def resources(call: Call, tokens: dict[str, str]) -> list[str]:
         return [p.get("stateMachineArn") or p["executionArn"]]
     if call.service == "lambda":
         return [function_arn(p["FunctionName"], p.get("Qualifier"))]
+    if call.service == "ecs":  # DescribeTasks: the tasks named (ARNs, in the SDK's calls)
+        return [str(t) for t in p["tasks"]]
     if call.service == "cloudformation":
         return [f"arn:aws:cloudformation:{REGION}:{ACCOUNT}:stack/{p['StackName']}/*"]
     raise UnmappedOperation(f"{call.service}:{call.operation}: no resource rule")

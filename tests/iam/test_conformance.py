@@ -101,7 +101,7 @@ def test_the_run_took_every_path_and_every_principal_called(recorded: Recorded) 
     assert (recorded.cli_exit, len(recorded.cli_traces)) == (0, 2)
     callers = Counter(e["key"] for e in recorded.entries)
     functions = {k for k in callers if k.startswith(principals.FUNCTION_PREFIX)}
-    assert len(functions) == 4  # dispatcher, prepare, scorer, recorder
+    assert len(functions) == 5  # dispatcher, prepare, scorer, recorder, reaper
     for key in (principals.SDK, principals.WORKER, principals.STATE_MACHINES):
         assert callers[key] > 0, f"no call recorded from {key}"
 

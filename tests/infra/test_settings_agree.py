@@ -30,6 +30,7 @@ NEEDED = {
     "dispatcher": {"traces_bucket", "rollout_arn", "requests_dlq_url", "executions_table"},
     "recorder": {"traces_bucket", "executions_table"},
     "scorer": {"traces_bucket"},
+    "reaper": {"session_queue_prefix"},
 }
 
 

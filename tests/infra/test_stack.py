@@ -284,7 +284,7 @@ def test_lambdas_are_arm64_with_powertools_and_explicit_logs(template: Template)
         for k, f in resources(template, "AWS::Lambda::Function").items()
         if f["Properties"]["Handler"].startswith("functions.")
     }
-    assert len(functions) == 4
+    assert len(functions) == 5
     for function in functions.values():
         props = function["Properties"]
         assert props["Architectures"] == ["arm64"]

@@ -1,18 +1,27 @@
-"""The template's SQS event-source mappings, served with Lambda's semantics: batches, a real
-SQS event, partial batch response (only records not named in batchItemFailures are deleted),
-and the rest left to the visibility timeout. moto's own mapping would swallow messages."""
+"""The template's event sources for its functions.
+
+- SQS event-source mappings, served with Lambda's semantics: batches, a real SQS event,
+  partial batch response (only records not named in batchItemFailures are deleted), and the
+  rest left to the visibility timeout. moto's own mapping would swallow messages.
+- EventBridge schedules: the target invoked with a "Scheduled Event", at the rule's rate or
+  every SCHEDULE_CAP_S, whichever is sooner (a twin's sessions live seconds, not hours).
+"""
 
 from __future__ import annotations
 
 import json
 import logging
 import threading
+import time
+import uuid
 from typing import Any
 
 from trialbox.local.patches import Invoke
-from trialbox.local.resources import REGION, EventSourceMapping
+from trialbox.local.resources import ACCOUNT, REGION, EventSourceMapping, Schedule
 
 log = logging.getLogger("trialbox.local")
+
+SCHEDULE_CAP_S = 10.0
 
 
 def sqs_record(message: dict[str, Any], queue_arn: str) -> dict[str, Any]:
@@ -83,3 +92,37 @@ class Poller(threading.Thread):
                 ],
             )
         return len(messages)
+
+
+def scheduled_event(rule: str) -> dict[str, Any]:
+    return {
+        "version": "0",
+        "id": str(uuid.uuid4()),
+        "detail-type": "Scheduled Event",
+        "source": "aws.events",
+        "account": ACCOUNT,
+        "time": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "region": REGION,
+        "resources": [f"arn:aws:events:{REGION}:{ACCOUNT}:rule/{rule}"],
+        "detail": {},
+    }
+
+
+class Scheduler(threading.Thread):
+    def __init__(self, schedule: Schedule, invoke: Invoke) -> None:
+        super().__init__(daemon=True, name=f"schedule-{schedule.rule}")
+        self.schedule = schedule
+        self.invoke = invoke
+        self.stop = threading.Event()
+
+    def run(self) -> None:
+        every = min(self.schedule.every_s, SCHEDULE_CAP_S)
+        while not self.stop.wait(every):
+            event = json.dumps(scheduled_event(self.schedule.rule)).encode()
+            try:
+                ok, out = self.invoke(self.schedule.function, event)
+            except Exception:
+                log.exception("schedule %s failed; running it again later", self.schedule.rule)
+                continue
+            if not ok:  # EventBridge retries per the target's policy; the next run is as good
+                log.warning("%s failed: %.300s", self.schedule.function, out)

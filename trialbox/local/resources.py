@@ -29,11 +29,34 @@ class EventSourceMapping:
     report_batch_item_failures: bool
 
 
+@dataclass(frozen=True)
+class Schedule:
+    """An EventBridge rule's `rate(...)` schedule with a function target."""
+
+    rule: str
+    function: str
+    every_s: float
+
+
+RATE = re.compile(r"^rate\((\d+) (minute|minutes|hour|hours|day|days)\)$")
+RATE_UNIT_S = {"minute": 60, "hour": 3600, "day": 86400}
+
+
+def rate_s(expression: str) -> float:
+    """`rate(5 minutes)` in seconds (the twin runs no cron expressions)."""
+    match = RATE.match(expression)
+    if match is None:
+        raise ValueError(f"the twin runs rate(...) schedules only, not {expression!r}")
+    return int(match.group(1)) * RATE_UNIT_S[match.group(2).rstrip("s")]
+
+
 @dataclass
 class LocalStack:
     outputs: dict[str, str] = field(default_factory=dict)
     functions: dict[str, FunctionSpec] = field(default_factory=dict)
     mappings: list[EventSourceMapping] = field(default_factory=list)
+    schedules: list[Schedule] = field(default_factory=list)
+    task_definition: dict[str, Any] = field(default_factory=dict)  # the pool's: family, memory_mb
     state_machines: dict[str, str] = field(default_factory=dict)  # logical id -> arn
 
 
@@ -59,6 +82,8 @@ class Resolver:
         if kind == "AWS::Lambda::Function":
             arn = f"arn:aws:lambda:{REGION}:{ACCOUNT}:function:{logical}"
             return {"Ref": logical, "Arn": arn}
+        if kind == "AWS::ECS::Cluster":
+            return {"Ref": logical, "Arn": f"arn:aws:ecs:{REGION}:{ACCOUNT}:cluster/{logical}"}
         if kind == "AWS::StepFunctions::StateMachine":
             arn = f"arn:aws:states:{REGION}:{ACCOUNT}:stateMachine:{logical}"
             return {"Ref": arn, "Arn": arn, "Name": logical}
@@ -164,6 +189,25 @@ def create(template: dict[str, Any], clients: dict[str, Any]) -> LocalStack:
                 TimeToLiveSpecification={"AttributeName": ttl["AttributeName"], "Enabled": True},
             )
 
+    # The pool's cluster and task definition: the twin's workers run as its tasks
+    # (trialbox.local.tasks), so that ECS says why one stopped, as on AWS.
+    for logical in by_type.get("AWS::ECS::Cluster", []):
+        clients["ecs"].create_cluster(clusterName=resolver.physical[logical]["Ref"])
+    for logical in by_type.get("AWS::ECS::TaskDefinition", []):
+        props = resources[logical]["Properties"]
+        containers = [  # the whole task's memory each: the template sets it per task
+            {"name": c["Name"], "image": "trialbox-worker:local", "memory": int(props["Memory"])}
+            for c in props["ContainerDefinitions"]
+        ]
+        clients["ecs"].register_task_definition(  # "host": the twin's workers share its network
+            family=props["Family"],
+            containerDefinitions=containers,
+            networkMode="host",
+            cpu=str(props["Cpu"]),
+            memory=str(props["Memory"]),
+        )
+        stack.task_definition = {"family": props["Family"], "memory_mb": int(props["Memory"])}
+
     for logical in by_type.get("AWS::Lambda::Function", []):
         props = resources[logical]["Properties"]
         if not props["Handler"].startswith("functions."):
@@ -199,6 +243,18 @@ def create(template: dict[str, Any], clients: dict[str, Any]) -> LocalStack:
                 in props.get("FunctionResponseTypes", []),
             )
         )
+
+    arns = {resolver.physical[f]["Arn"]: f for f in stack.functions}
+    for logical in by_type.get("AWS::Events::Rule", []):
+        props = resources[logical]["Properties"]
+        if "ScheduleExpression" not in props or props.get("State") == "DISABLED":
+            continue
+        for target in props.get("Targets", []):
+            function = arns.get(resolver.resolve(target["Arn"]))
+            if function is not None:
+                stack.schedules.append(
+                    Schedule(logical, function, rate_s(props["ScheduleExpression"]))
+                )
 
     stack.outputs = {
         name: str(resolver.resolve(output["Value"]))

@@ -1,13 +1,13 @@
 """The twin's AWS side, in a process of its own: moto in server mode with state machines
 executing, the stack's resources and state machines from the synthesized template, the
-function processes and the event-source pollers. The pool workers stay with the caller, so
-moto's interpreter and the workers do not share one interpreter lock, as on AWS they share
-nothing.
+function processes, the event-source pollers and the schedules. The pool workers stay with
+the caller, so moto's interpreter and the workers do not share one interpreter lock, as on
+AWS they share nothing.
 
 Run as `python -m trialbox.local.services PORT HEARTBEAT_S LOG_DIR`: it prints one JSON line
-(`{"port": ..., "outputs": {...}}`) when ready and serves until its stdin closes, then exits at
-once, so it never outlives the caller. It is in its own session: a terminal's Ctrl-C goes to
-the caller, which decides what happens to the jobs in flight.
+(`{"port": ..., "outputs": {...}, "task": {...}}`) when ready and serves until its stdin
+closes, then exits at once, so it never outlives the caller. It is in its own session: a
+terminal's Ctrl-C goes to the caller, which decides what happens to the jobs in flight.
 """
 
 from __future__ import annotations
@@ -30,7 +30,7 @@ from trialbox import constants as c
 from trialbox.errors import TrialboxError
 from trialbox.local import patches, principals, requestlog
 from trialbox.local.functions import FunctionHost
-from trialbox.local.poller import Poller
+from trialbox.local.poller import Poller, Scheduler
 from trialbox.local.resources import REGION, create
 from trialbox.local.template import load_template
 
@@ -63,9 +63,8 @@ def serve(port: int, heartbeat_s: int, log_dir: Path, ready: IO[str], until: IO[
     endpoint = f"http://127.0.0.1:{port}"
     os.environ["MOTO_PORT"] = str(port)  # moto's interpreter calls services there
     requests.post(f"{endpoint}/moto-api/config", json=MOTO_CONFIG, timeout=10)
-    clients = {
-        s: client(endpoint, s, principals.SETUP) for s in ("s3", "sqs", "dynamodb", "stepfunctions")
-    }
+    services = ("s3", "sqs", "dynamodb", "stepfunctions", "ecs")
+    clients = {s: client(endpoint, s, principals.SETUP) for s in services}
     stack = create(load_template(), clients)
     env = CREDENTIALS | {
         "AWS_ENDPOINT_URL": endpoint,
@@ -87,8 +86,11 @@ def serve(port: int, heartbeat_s: int, log_dir: Path, ready: IO[str], until: IO[
     ]
     for poller in pollers:
         poller.start()
+    for schedule in stack.schedules:
+        Scheduler(schedule, functions.invoke).start()
     try:
-        ready.write(json.dumps({"port": port, "outputs": stack.outputs}) + "\n")
+        answer = {"port": port, "outputs": stack.outputs, "task": stack.task_definition}
+        ready.write(json.dumps(answer) + "\n")
         ready.flush()
     except BrokenPipeError:  # the caller stopped or died while we started
         return
@@ -103,6 +105,7 @@ class ServicesProcess:
         self.heartbeat_s = heartbeat_s
         self.log_dir = log_dir
         self.outputs: dict[str, str] = {}
+        self.task_definition: dict[str, Any] = {}  # the pool's: family, memory_mb
         self._process: subprocess.Popen[str] | None = None
 
     def start(self) -> None:
@@ -127,6 +130,7 @@ class ServicesProcess:
             raise TrialboxError(f"the local twin's services did not start:\n{tail}")
         ready = json.loads(line)
         self.port, self.outputs = ready["port"], ready["outputs"]
+        self.task_definition = ready["task"]
 
     def stop(self) -> None:
         process, self._process = self._process, None

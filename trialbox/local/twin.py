@@ -16,6 +16,7 @@ from typing import Any
 from trialbox import constants as c
 from trialbox.local import principals
 from trialbox.local.services import CREDENTIALS, ServicesProcess, client
+from trialbox.local.tasks import TaskShape, TwinTasks
 from trialbox.local.workers import WorkerPool
 from trialbox.sandbox.runner import Runner
 
@@ -24,8 +25,16 @@ STOP_GRACE_S = 2
 
 
 class LocalTwin:
-    def __init__(self, workers: int = 2, heartbeat_s: int = 60, port: int = 0) -> None:
+    def __init__(
+        self,
+        workers: int = 2,
+        heartbeat_s: int = 60,
+        port: int = 0,
+        worker_memory_mb: int | None = None,
+    ) -> None:
+        """`worker_memory_mb`: each worker's memory cgroup (the task definition's otherwise)."""
         self.workers = workers
+        self.worker_memory_mb = worker_memory_mb
         self.heartbeat_s = heartbeat_s
         self._dir = Path(tempfile.mkdtemp(prefix="trialbox-twin-"))
         self.services = ServicesProcess(port, heartbeat_s, self._dir / "logs")
@@ -51,7 +60,11 @@ class LocalTwin:
     def start(self) -> LocalTwin:
         Runner()  # fails fast, with the missing piece named, on an unset machine
         self.services.start()
-        self.pool = WorkerPool(self.worker_env(), self._dir / "logs", self.workers).start()
+        ecs = client(self.endpoint_url, "ecs", principals.SETUP)  # ECS's own doing
+        task = self.services.task_definition
+        shape = TaskShape(self.output(c.OUTPUT_CLUSTER), task["family"], task["memory_mb"])
+        tasks = TwinTasks(ecs, shape, self.worker_memory_mb)
+        self.pool = WorkerPool(self.worker_env(), self._dir / "logs", self.workers, tasks).start()
         return self
 
     def worker_env(self) -> dict[str, str]:

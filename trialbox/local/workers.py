@@ -2,7 +2,9 @@
 entrypoint, with the bwrap backend), signing as the pool's task role. A supervisor thread
 keeps N alive: a worker that exits or is killed is replaced, as ECS replaces a stopped task,
 and the job it held is lost the way a lost Fargate task's is (its heartbeat lapses and the
-state machine retries it elsewhere).
+state machine retries it elsewhere). Each worker is an ECS task in the twin's moto, in a
+memory cgroup of the task definition's size (trialbox.local.tasks): its name is the task's
+ARN, and its end is recorded with the reason ECS would give.
 
 Every worker is started by the supervisor thread with PR_SET_PDEATHSIG: when the caller dies,
 however it dies, its workers die with it (and their sandboxes with them: bwrap's
@@ -23,6 +25,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 from trialbox import constants as c
+from trialbox.local.tasks import TwinTask, TwinTasks
 
 log = logging.getLogger("trialbox.local")
 
@@ -39,13 +42,16 @@ def _die_with_parent() -> None:  # pragma: no cover - runs in the child before e
 class WorkerPool:
     """`size` worker processes, kept at that size until `stop`."""
 
-    def __init__(self, env: Mapping[str, str], log_dir: Path, size: int) -> None:
+    def __init__(self, env: Mapping[str, str], log_dir: Path, size: int, tasks: TwinTasks) -> None:
         self.env = dict(env)
+        self.tasks = tasks
+        self.reasons: list[str] = []  # why each stopped worker stopped, as ECS says it
         self.log_dir = log_dir
         self.size = size
-        self.started = 0  # workers ever started (each one's name: local-<n>)
+        self.started = 0  # workers ever started (each one's log: worker-local-<n>.log)
         self.replaced = 0  # workers started in place of one that stopped
         self._procs: list[subprocess.Popen[bytes]] = []
+        self._task: dict[int, TwinTask] = {}  # by worker pid
         self._lock = threading.Lock()
         self._stopping = threading.Event()
         self._changed = threading.Event()
@@ -99,12 +105,16 @@ class WorkerPool:
             except subprocess.TimeoutExpired:
                 proc.kill()
                 proc.wait()
+            self.tasks.stopped(self._task.pop(proc.pid), proc.returncode)
+        self.tasks.close()
 
     def _supervise(self) -> None:
         while not self._stopping.is_set():
             with self._lock:
                 for proc in [p for p in self._procs if p.poll() is not None]:
-                    log.warning("twin worker %d stopped (%s); replacing it", proc.pid, proc.poll())
+                    reason = self.tasks.stopped(self._task.pop(proc.pid), proc.returncode)
+                    log.warning("twin worker %d stopped (%s); replacing it", proc.pid, reason)
+                    self.reasons.append(reason)
                     self._procs.remove(proc)
                     self.replaced += 1
                 while len(self._procs) < self.size:
@@ -113,15 +123,23 @@ class WorkerPool:
             self._changed.clear()
 
     def _spawn(self) -> subprocess.Popen[bytes]:
-        name = f"local-{self.started}"
+        log_name = f"local-{self.started}"
         self.started += 1
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        with (self.log_dir / f"worker-{name}.log").open("ab") as stderr:
-            return subprocess.Popen(
+        task = self.tasks.start()
+
+        def before_exec() -> None:  # pragma: no cover - runs in the child
+            _die_with_parent()
+            task.join()
+
+        with (self.log_dir / f"worker-{log_name}.log").open("ab") as stderr:
+            proc = subprocess.Popen(
                 [sys.executable, "-m", "trialbox.worker"],
-                env=self.env | {c.ENV_WORKER_NAME: name},
+                env=self.env | {c.ENV_WORKER_NAME: task.arn},
                 stdin=subprocess.DEVNULL,
                 stdout=stderr,
                 stderr=stderr,
-                preexec_fn=_die_with_parent,  # the forking thread (the supervisor) lives on
+                preexec_fn=before_exec,  # the forking thread (the supervisor) lives on
             )
+        self._task[proc.pid] = task
+        return proc

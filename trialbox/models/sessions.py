@@ -19,6 +19,8 @@ MAX_TTL_S = 24 * 3600
 MAX_STEP_COMMANDS = 32
 ALIVE_S = 1.0  # a worker's sign of life while a call runs (the first on receipt)
 FAILOVER_S = 5.0  # a client hearing nothing this long during a call takes the worker for lost
+# A session queue's tag: when its session ends (epoch s). The reaper deletes queues past it.
+TAG_EXPIRES = "trialbox:expires_at"
 
 
 class SessionSpec(StrictModel):
@@ -103,3 +105,8 @@ class Reply(StrictModel):
         default=None, description="a result too large for a message: its trace file"
     )
     error: str | None = None
+    others: int = Field(
+        default=0,
+        ge=0,
+        description="alive: other calls and jobs running on the worker (0: this call alone)",
+    )

@@ -78,6 +78,23 @@ class Aws:
     def sfn(self) -> Any:
         return service(self.session, "stepfunctions", self.endpoint_url)
 
+    @functools.cached_property
+    def ecs(self) -> Any:
+        return service(self.session, "ecs", self.endpoint_url)
+
+    def stop_reason(self, task_arn: str) -> str | None:
+        """Why a pool task stopped (its stoppedReason and its containers' reasons), or None
+        while it runs (or when the stack names no cluster)."""
+        if not self.resources.cluster:
+            return None
+        answer = call(self.ecs.describe_tasks, cluster=self.resources.cluster, tasks=[task_arn])
+        for task in answer.get("tasks", []):
+            if task.get("lastStatus") == "STOPPED":
+                reasons = [task.get("stoppedReason")]
+                reasons += [c.get("reason") for c in task.get("containers", [])]
+                return "; ".join(r for r in reasons if r) or "stopped"
+        return None
+
     def put_taskset(self, key: str, body: bytes) -> None:
         call(self.s3.put_object, Bucket=self.resources.tasksets_bucket, Key=key, Body=body)
 

@@ -30,6 +30,7 @@ class Resources:
     capacity: int | None = None  # the pool's jobs at once, when the stack says
     work_queue_url: str | None = None  # sessions open there
     session_queue_prefix: str | None = None  # sessions' own queues are named with it
+    cluster: str | None = None  # the pool's ECS cluster: why a session's worker stopped
 
     @classmethod
     def from_outputs(cls, outputs: dict[str, str]) -> Resources:
@@ -55,6 +56,7 @@ class Resources:
             capacity=int(capacity) if capacity else None,
             work_queue_url=outputs.get(c.OUTPUT_WORK_QUEUE_URL),
             session_queue_prefix=outputs.get(c.OUTPUT_SESSION_QUEUE_PREFIX),
+            cluster=outputs.get(c.OUTPUT_CLUSTER),
         )
 
     @classmethod
@@ -77,4 +79,5 @@ class Resources:
             capacity=settings.pool_capacity,
             work_queue_url=settings.work_queue_url,
             session_queue_prefix=settings.session_queue_prefix,
+            cluster=settings.cluster,
         )

@@ -35,6 +35,7 @@ from trialbox.models.sample import TaskRef
 from trialbox.models.sessions import (
     FAILOVER_S,
     MAX_TTL_S,
+    TAG_EXPIRES,
     Call,
     CallResult,
     Reply,
@@ -48,9 +49,10 @@ if TYPE_CHECKING:
 
 OPEN_TIMEOUT_S = 300.0  # a worker takes the open (a pool scaling out from zero takes minutes)
 REPLY_WAIT_S = 1  # the outbox's long poll: short, so that silence is noticed
-TAG_EXPIRES = "trialbox:expires_at"
 MAX_MESSAGE_BYTES = 1000 * 1024  # SQS takes 1 MiB; the rest of the message is small
 IO_THREADS = 256  # blocking SQS calls of concurrent sessions (long polls, mostly)
+OOM_MARK = "OutOfMemoryError"  # ECS's reason for a container killed at its memory limit
+FATE_WAIT_S = 30.0  # ECS marks a task STOPPED within this after its container dies
 
 
 def _fits(body: str, what: str) -> str:
@@ -290,7 +292,8 @@ class AsyncSession:
         `sandbox_error` if it had. Without `failover`, a lost worker is a SessionError."""
         request = request.model_copy(update={"epoch": self.failovers})
         await self._send(request)
-        started = False
+        started = alone = False
+        host = self.worker
         heard = time.monotonic()
         deadline = None if timeout is None else heard + timeout
         while True:
@@ -302,7 +305,7 @@ class AsyncSession:
                     continue  # a stale reply (an earlier call's, or a lost worker's)
                 heard = time.monotonic()
                 if reply.kind == "alive":
-                    started = True
+                    started, alone, host = True, reply.others == 0, reply.worker
                 else:
                     return await self._settle(reply)
             now = time.monotonic()
@@ -313,9 +316,17 @@ class AsyncSession:
                     raise SessionError(f"session {self.session_id}: its worker was lost")
                 if self.ttl_left() <= 0:
                     raise SessionError(f"session {self.session_id} expired (its TTL passed)")
-                await self._failover(request.seq if started else request.seq - 1)
+                # Why the worker stopped, asked while the session reopens: only a call that
+                # ran alone on it can be blamed for its running out of memory.
+                fate = asyncio.ensure_future(self._stop_reason(host if alone else None))
+                try:
+                    await self._failover(request.seq if started else request.seq - 1)
+                except BaseException:
+                    fate.cancel()
+                    raise
                 if started:
-                    return self._lost(request)
+                    return self._lost(request, await fate)
+                fate.cancel()
                 request = request.model_copy(update={"epoch": self.failovers})
                 await self._send(request)
                 heard = time.monotonic()
@@ -336,11 +347,40 @@ class AsyncSession:
         self.worker = reply.worker
         return result
 
-    def _lost(self, request: Call) -> CallResult:
+    async def _stop_reason(self, worker: str | None) -> str | None:
+        """Why the lost worker's ECS task stopped, once ECS says (None: unknown)."""
+        if worker is None or ":task/" not in worker:
+            return None
+        deadline = time.monotonic() + FATE_WAIT_S
+        while True:
+            try:
+                reason: str | None = await self.io.run(self.io.aws.stop_reason, task_arn=worker)
+            except TrialboxError:  # e.g. an older client policy without ecs:DescribeTasks
+                return None
+            if reason is not None or time.monotonic() > deadline:
+                return reason
+            await asyncio.sleep(1)
+
+    def _lost(self, request: Call, stop_reason: str | None) -> CallResult:
         self.seq = request.seq
+        if stop_reason is not None and OOM_MARK in stop_reason:
+            # The call, alone on its worker, ran the whole worker out of memory: the
+            # policy's failure, scored. Its effects are gone with the worker.
+            error = f"the call ran its worker out of memory ({stop_reason})"
+            return CallResult(
+                session_id=self.session_id,
+                seq=request.seq,
+                op=request.op,
+                status=Status.OOM,
+                error=error,
+                feedback=(f"out of memory: {error}; the workspace is as it was before this call"),
+                checkpoint=self.checkpoint,
+            )
         error = (
             "the worker running this call was lost; the session goes on from the last checkpoint"
         )
+        if stop_reason:
+            error += f" (ECS: {stop_reason})"
         return CallResult(
             session_id=self.session_id,
             seq=request.seq,

@@ -8,7 +8,6 @@ from __future__ import annotations
 import logging
 import os
 import signal
-import socket
 import sys
 
 import boto3
@@ -16,6 +15,7 @@ import boto3
 from trialbox.pipeline.stores import ObjectStore
 from trialbox.sandbox.runner import Runner
 from trialbox.settings import WorkerSettings
+from trialbox.worker.identity import worker_name
 from trialbox.worker.loop import Worker
 from trialbox.worker.metrics import report_held_sessions
 from trialbox.worker.protection import TaskProtection
@@ -29,7 +29,7 @@ def main() -> int:
     runner = Runner()
     jobs = ObjectStore(boto3.client("s3"), settings.traces_bucket)
     sqs = boto3.client("sqs")
-    name = settings.name or socket.gethostname()
+    name = worker_name(settings.name)
     worker = Worker(
         sqs=sqs,
         sfn=boto3.client("stepfunctions"),

@@ -3,6 +3,7 @@ raw report; answer the task token; delete the message only after the callback.""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import threading
@@ -165,7 +166,8 @@ class Worker:
         beating.start()
         started_at = time.time()
         try:
-            outcome = self._run(work, lost)
+            with self.sessions.working() if self.sessions else contextlib.nullcontext():
+                outcome = self._run(work, lost)
         finally:
             done.set()
             beating.join()

@@ -18,6 +18,7 @@ import math
 import threading
 import time
 from collections import OrderedDict
+from collections.abc import Iterator
 from typing import Any
 
 from pydantic import ValidationError
@@ -60,6 +61,25 @@ class SessionHost:
         self.exclusive = runner.backend.name == "rlimit"
         self._sessions: dict[str, HostedSession] = {}
         self._lock = threading.Lock()
+        self._working = 0  # session calls and jobs running on this worker now
+
+    @contextlib.contextmanager
+    def working(self) -> Iterator[None]:
+        """Around a call or a job: while it runs, the worker's other work is counted in each
+        call's `alive`, so that a worker that ran out of memory is blamed on a call only when
+        it was the one thing running."""
+        with self._lock:
+            self._working += 1
+        try:
+            yield
+        finally:
+            with self._lock:
+                self._working -= 1
+
+    def others(self) -> int:
+        """Work running besides the caller's own."""
+        with self._lock:
+            return max(0, self._working - 1)
 
     def full(self) -> bool:
         """No room for another session: one slot stays for the pool's jobs (under rlimit,
@@ -181,15 +201,16 @@ class HostedSession:
                 self._reply(kept, trace)
             return
         self.last_call = time.monotonic()
-        self._tell("alive", seq=call.seq)
         done = threading.Event()
         ticker = threading.Thread(target=self._alive, args=(call.seq, done), daemon=True)
-        ticker.start()
-        try:
-            result = self._run(call)
-        finally:
-            done.set()
-            ticker.join()
+        with self.host.working():
+            self._tell("alive", seq=call.seq, others=self.host.others())
+            ticker.start()
+            try:
+                result = self._run(call)
+            finally:
+                done.set()
+                ticker.join()
         self.answered = call.seq
         self.replies[call.seq] = result
         while len(self.replies) > KEPT_REPLIES:
@@ -208,7 +229,7 @@ class HostedSession:
     def _alive(self, seq: int, done: threading.Event) -> None:
         while not done.wait(ALIVE_S):
             with contextlib.suppress(Exception):
-                self._tell("alive", seq=seq)
+                self._tell("alive", seq=seq, others=self.host.others())
 
     # --- one call -------------------------------------------------------------------------
 

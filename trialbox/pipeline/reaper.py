@@ -1,0 +1,56 @@
+"""The reaper: ends what a session leaves behind when nobody else can. The hosting worker ends
+a session at its TTL and the client at its close; when both died (a trainer SIGKILLed and its
+session's task lost), the session's two queues would stay. A scheduled function deletes every
+session queue whose `trialbox:expires_at` tag (set when the queue is made) is past, and an
+untagged one (made by hand with the prefix) once it is older than the longest TTL."""
+
+from __future__ import annotations
+
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from trialbox.models.sessions import MAX_TTL_S, TAG_EXPIRES
+
+log = logging.getLogger("trialbox.reaper")
+
+GRACE_S = 30  # past the TTL: the host worker ends its own sessions first
+
+
+@dataclass
+class Reaped:
+    deleted: list[str] = field(default_factory=list)
+    kept: int = 0
+
+
+def expiry(sqs: Any, url: str) -> float:
+    """When the queue's session ends (epoch s)."""
+    tags = sqs.list_queue_tags(QueueUrl=url).get("Tags", {})
+    try:
+        return float(tags[TAG_EXPIRES])
+    except (KeyError, ValueError):
+        attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["CreatedTimestamp"])
+        return float(attributes["Attributes"]["CreatedTimestamp"]) + MAX_TTL_S
+
+
+def reap(sqs: Any, prefix: str, now: float | None = None) -> Reaped:
+    """Delete the session queues (named `prefix`...) whose session ended GRACE_S ago."""
+    now = time.time() if now is None else now
+    reaped = Reaped()
+    for page in sqs.get_paginator("list_queues").paginate(QueueNamePrefix=prefix):
+        for url in page.get("QueueUrls", []):
+            try:
+                if expiry(sqs, url) + GRACE_S > now:
+                    reaped.kept += 1
+                    continue
+                sqs.delete_queue(QueueUrl=url)
+            except ClientError as exc:  # deleted meanwhile (its host or client ended it)
+                if "NonExistentQueue" not in str(exc):
+                    raise
+                continue
+            log.info("deleted %s: its session's TTL passed", url)
+            reaped.deleted.append(url)
+    return reaped
