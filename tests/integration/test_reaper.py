@@ -24,16 +24,18 @@ def test_only_queues_of_sessions_past_their_ttl_go(aws: Aws) -> None:
     untagged = _queue(aws, f"{PREFIX}byhand", None)  # younger than the longest TTL
     garbled = _queue(aws, f"{PREFIX}garbled", None)
     aws.sqs.tag_queue(QueueUrl=garbled, Tags={TAG_EXPIRES: "soon"})
+    forever = _queue(aws, f"{PREFIX}forever", None)  # a tag no session carries: its age counts
+    aws.sqs.tag_queue(QueueUrl=forever, Tags={TAG_EXPIRES: "inf"})
     other = _queue(aws, "Other-s-old-in", now - 3600)  # another stack's
 
     reaped = reap(aws.sqs, PREFIX, now=now)
 
     assert sorted(reaped.deleted) == sorted(expired)
-    assert reaped.kept == 4
+    assert reaped.kept == 5
     left = set(aws.sqs.list_queues().get("QueueUrls", []))
-    assert {live, in_grace, untagged, garbled, other} <= left
+    assert {live, in_grace, untagged, garbled, forever, other} <= left
     assert not set(expired) & left
     # An untagged queue goes once it is older than any session could be.
     later = reap(aws.sqs, PREFIX, now=now + MAX_TTL_S + GRACE_S + 60)
-    assert {untagged, garbled, live, in_grace} == set(later.deleted)
+    assert {untagged, garbled, forever, live, in_grace} == set(later.deleted)
     assert reap(aws.sqs, PREFIX, now=now).deleted == []  # nothing twice

@@ -63,6 +63,13 @@ def serve(port: int, heartbeat_s: int, log_dir: Path, ready: IO[str], until: IO[
     endpoint = f"http://127.0.0.1:{port}"
     os.environ["MOTO_PORT"] = str(port)  # moto's interpreter calls services there
     requests.post(f"{endpoint}/moto-api/config", json=MOTO_CONFIG, timeout=10)
+    # An ECS task stays RUNNING until the pool stops it (moto would move it on a step per
+    # DescribeTasks, so that a client asking about a live worker would see it stop).
+    frozen: dict[str, Any] = {
+        "model_name": "ecs::task",
+        "transition": {"progression": "manual", "times": 10**9},
+    }
+    requests.post(f"{endpoint}/moto-api/state-manager/set-transition", json=frozen, timeout=10)
     services = ("s3", "sqs", "dynamodb", "stepfunctions", "ecs")
     clients = {s: client(endpoint, s, principals.SETUP) for s in services}
     stack = create(load_template(), clients)

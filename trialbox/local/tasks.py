@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import signal
 from dataclasses import dataclass
 from typing import Any
 
@@ -67,7 +68,7 @@ class TwinTasks:
 
     def stopped(self, task: TwinTask, returncode: int | None) -> str:
         """Record the task's end in ECS; the reason given."""
-        if task.cgroup.stats().oom_kills:
+        if returncode == -signal.SIGKILL and task.cgroup.stats().oom_kills:
             reason = OOM_REASON
         else:
             code = 128 - returncode if returncode is not None and returncode < 0 else returncode

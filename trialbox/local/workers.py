@@ -117,8 +117,11 @@ class WorkerPool:
                     self.reasons.append(reason)
                     self._procs.remove(proc)
                     self.replaced += 1
-                while len(self._procs) < self.size:
-                    self._procs.append(self._spawn())
+                try:
+                    while len(self._procs) < self.size:
+                        self._procs.append(self._spawn())
+                except Exception:  # e.g. the services stopping first: try again next round
+                    log.exception("could not start a twin worker")
             self._changed.wait(SUPERVISE_S)
             self._changed.clear()
 

@@ -6,7 +6,9 @@ untagged one (made by hand with the prefix) once it is older than the longest TT
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,7 +19,10 @@ from trialbox.models.sessions import MAX_TTL_S, TAG_EXPIRES
 
 log = logging.getLogger("trialbox.reaper")
 
-GRACE_S = 30  # past the TTL: the host worker ends its own sessions first
+# Past the TTL: the host ends its own sessions first. A call running at the TTL is cut there
+# (its commands' timeouts end at the TTL); its checkpoint and reply take less than this.
+GRACE_S = 60
+GONE = {"AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"}
 
 
 @dataclass
@@ -29,27 +34,33 @@ class Reaped:
 def expiry(sqs: Any, url: str) -> float:
     """When the queue's session ends (epoch s)."""
     tags = sqs.list_queue_tags(QueueUrl=url).get("Tags", {})
-    try:
-        return float(tags[TAG_EXPIRES])
-    except (KeyError, ValueError):
-        attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["CreatedTimestamp"])
-        return float(attributes["Attributes"]["CreatedTimestamp"]) + MAX_TTL_S
+    with contextlib.suppress(KeyError, ValueError):
+        tagged = float(tags[TAG_EXPIRES])
+        if math.isfinite(tagged) and 0 < tagged <= time.time() + MAX_TTL_S:
+            return tagged
+    # No tag, or one no session could carry: as old as the longest session.
+    attributes = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["CreatedTimestamp"])
+    return float(attributes["Attributes"]["CreatedTimestamp"]) + MAX_TTL_S
 
 
 def reap(sqs: Any, prefix: str, now: float | None = None) -> Reaped:
     """Delete the session queues (named `prefix`...) whose session ended GRACE_S ago."""
     now = time.time() if now is None else now
     reaped = Reaped()
-    for page in sqs.get_paginator("list_queues").paginate(QueueNamePrefix=prefix):
+    # Without a page size, ListQueues gives the first 1,000 and no next token.
+    pages = sqs.get_paginator("list_queues").paginate(
+        QueueNamePrefix=prefix, PaginationConfig={"PageSize": 1000}
+    )
+    for page in pages:
         for url in page.get("QueueUrls", []):
             try:
                 if expiry(sqs, url) + GRACE_S > now:
                     reaped.kept += 1
                     continue
                 sqs.delete_queue(QueueUrl=url)
-            except ClientError as exc:  # deleted meanwhile (its host or client ended it)
-                if "NonExistentQueue" not in str(exc):
-                    raise
+            except ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") not in GONE:  # else: ended meanwhile
+                    log.error("%s: %s; the next run tries again", url, exc)
                 continue
             log.info("deleted %s: its session's TTL passed", url)
             reaped.deleted.append(url)

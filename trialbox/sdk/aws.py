@@ -83,17 +83,18 @@ class Aws:
         return service(self.session, "ecs", self.endpoint_url)
 
     def stop_reason(self, task_arn: str) -> str | None:
-        """Why a pool task stopped (its stoppedReason and its containers' reasons), or None
-        while it runs (or when the stack names no cluster)."""
-        if not self.resources.cluster:
-            return None
+        """Why a pool task stopped (its stoppedReason and its containers' reasons), "" when
+        ECS does not know the task, or None while it runs. A Fargate task has its reasons
+        from the moment it is told to stop, long before it reaches STOPPED."""
+        assert self.resources.cluster
         answer = call(self.ecs.describe_tasks, cluster=self.resources.cluster, tasks=[task_arn])
         for task in answer.get("tasks", []):
-            if task.get("lastStatus") == "STOPPED":
-                reasons = [task.get("stoppedReason")]
-                reasons += [c.get("reason") for c in task.get("containers", [])]
+            reasons = [task.get("stoppedReason")]
+            reasons += [c.get("reason") for c in task.get("containers", [])]
+            stopping = task.get("desiredStatus") == "STOPPED" or task.get("lastStatus") == "STOPPED"
+            if stopping or any(reasons):
                 return "; ".join(r for r in reasons if r) or "stopped"
-        return None
+        return None if answer.get("tasks") else ""
 
     def put_taskset(self, key: str, body: bytes) -> None:
         call(self.s3.put_object, Bucket=self.resources.tasksets_bucket, Key=key, Body=body)

@@ -318,7 +318,9 @@ class AsyncSession:
                     raise SessionError(f"session {self.session_id} expired (its TTL passed)")
                 # Why the worker stopped, asked while the session reopens: only a call that
                 # ran alone on it can be blamed for its running out of memory.
-                fate = asyncio.ensure_future(self._stop_reason(host if alone else None))
+                fate = asyncio.ensure_future(
+                    self._stop_reason(host if alone and not failed else None)
+                )
                 try:
                     await self._failover(request.seq if started else request.seq - 1)
                 except BaseException:
@@ -349,13 +351,13 @@ class AsyncSession:
 
     async def _stop_reason(self, worker: str | None) -> str | None:
         """Why the lost worker's ECS task stopped, once ECS says (None: unknown)."""
-        if worker is None or ":task/" not in worker:
+        if worker is None or ":task/" not in worker or not self.client.resources.cluster:
             return None
         deadline = time.monotonic() + FATE_WAIT_S
         while True:
             try:
                 reason: str | None = await self.io.run(self.io.aws.stop_reason, task_arn=worker)
-            except TrialboxError:  # e.g. an older client policy without ecs:DescribeTasks
+            except Exception:  # e.g. an older client policy without ecs:DescribeTasks
                 return None
             if reason is not None or time.monotonic() > deadline:
                 return reason

@@ -136,7 +136,8 @@ class HostedSession:
 
     def serve(self) -> None:
         try:
-            self._open()
+            with self.host.working():  # a restore and a checkpoint: the worker's memory
+                self._open()
             while not self.closed and not self.host.stopping.is_set():
                 left = self.spec.expires_at - time.time()
                 if left <= 0:
@@ -261,7 +262,7 @@ class HostedSession:
                 )
             if call.files:
                 workspace.write(call.files)
-            commands = [workspace.exec(argv, call.timeout_s) for argv in call.commands]
+            commands = [workspace.exec(argv, self._timeout(call)) for argv in call.commands]
             self._save()
         except WorkspaceError as exc:
             # The policy's mistake, told back, and the session goes on; a call that may have
@@ -302,6 +303,12 @@ class HostedSession:
             checkpoint=self.checkpoint,
             restored_s=restored_s,
         )
+
+    def _timeout(self, call: Call) -> float:
+        """A command's timeout: the call's, cut at the TTL (the reaper deletes the queues
+        soon after it, so nothing runs on past it)."""
+        left = max(0.001, self.spec.expires_at - time.time())
+        return left if call.timeout_s is None else min(call.timeout_s, left)
 
     # --- state ----------------------------------------------------------------------------
 
@@ -344,5 +351,5 @@ class HostedSession:
 
     def _send(self, reply: Reply) -> None:
         self.host.sqs.send_message(
-            QueueUrl=self.spec.outbox_url, MessageBody=reply.model_dump_json()
+            QueueUrl=self.spec.outbox_url, MessageBody=reply.model_dump_json(exclude_defaults=True)
         )
