@@ -11,6 +11,7 @@ from collections.abc import Iterator
 import boto3
 import pytest
 
+from tests.e2e.conftest import twin_of
 from tests.sandbox.conftest import ADD_TASK
 from trialbox.local.tasks import OOM_REASON
 from trialbox.local.twin import LocalTwin
@@ -55,10 +56,8 @@ def test_a_call_that_runs_its_worker_out_of_memory_is_the_policys_oom(
         assert after.commands[0].stdout.split() == ["kept", "kept.txt", "solution.py"]
 
 
-def test_a_worker_killed_from_outside_is_a_masked_sandbox_error(
-    small: tuple[LocalTwin, Client],
-) -> None:
-    twin, client = small
+def test_a_worker_killed_from_outside_is_a_masked_sandbox_error(client: Client) -> None:
+    twin = twin_of(client)  # the task definition's memory
     assert twin.pool is not None
     with client.session(TASK, ttl_s=300) as s:
         s.exec(["true"])
