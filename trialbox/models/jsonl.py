@@ -150,15 +150,11 @@ def _read_jsonl(
     return records
 
 
-def load_tasks_and_samples(tasks_path: Path, samples_path: Path) -> tuple[list[Task], list[Sample]]:
-    """Validate both files fully; raise `InvalidInputFiles` listing every error, or return both."""
-    task_errors: list[LineError] = []
-    sample_errors: list[LineError] = []
-    invalid_tasks: set[str] = set()
+def _read_tasks(
+    tasks_path: Path, task_errors: list[LineError], invalid_tasks: set[str]
+) -> tuple[list[tuple[int, Task]] | None, dict[str, int]]:
+    """The tasks file's records (None: unreadable) and each task id's first line."""
     tasks = _read_jsonl(tasks_path, Task, task_errors, invalid_tasks)
-    samples = _read_jsonl(samples_path, Sample, sample_errors)
-    # A tasks file that could not be read at all says nothing about which task ids exist.
-    tasks_known = tasks is not None
     task_ids: dict[str, int] = {}
     for number, task in tasks or []:
         if task.task_id in task_ids:
@@ -171,6 +167,27 @@ def load_tasks_and_samples(tasks_path: Path, samples_path: Path) -> tuple[list[T
                 )
             )
         task_ids.setdefault(task.task_id, number)
+    return tasks, task_ids
+
+
+def load_tasks(tasks_path: Path) -> list[Task]:
+    """Validate a tasks file fully; raise `InvalidInputFiles` listing every error."""
+    errors: list[LineError] = []
+    tasks, _ = _read_tasks(tasks_path, errors, set())
+    if errors:
+        raise InvalidInputFiles(sorted(errors, key=lambda e: e.line or 0))
+    return [task for _, task in tasks or []]
+
+
+def load_tasks_and_samples(tasks_path: Path, samples_path: Path) -> tuple[list[Task], list[Sample]]:
+    """Validate both files fully; raise `InvalidInputFiles` listing every error, or return both."""
+    task_errors: list[LineError] = []
+    sample_errors: list[LineError] = []
+    invalid_tasks: set[str] = set()
+    tasks, task_ids = _read_tasks(tasks_path, task_errors, invalid_tasks)
+    samples = _read_jsonl(samples_path, Sample, sample_errors)
+    # A tasks file that could not be read at all says nothing about which task ids exist.
+    tasks_known = tasks is not None
     seen: dict[tuple[str, str], int] = {}
     for number, sample in samples or []:
         key = (sample.task_id, sample.sample_id)
