@@ -7,7 +7,9 @@ from typing import Any, Literal
 
 from pydantic import Field, field_validator, model_validator
 
+from trialbox.models import iomatch
 from trialbox.models.common import Files, Identifier, Metadata, StrictModel, refuse_unsupported
+from trialbox.models.iomatch import IoSpec
 from trialbox.models.limits import Limits
 
 PYTEST_PREFIXES: tuple[tuple[str, ...], ...] = (("python", "-m", "pytest"), ("pytest",))
@@ -58,6 +60,7 @@ def _short_cluster_forbidden(arg: str) -> bool:
 class Scorer(StrEnum):
     TESTS_PASS_FRACTION = "tests_pass_fraction"
     ALL_OR_NOTHING = "all_or_nothing"
+    IO_MATCH = "io_match"  # the fraction of `grading.io` cases passed (trialbox.models.iomatch)
 
 
 def pytest_args(command: list[str]) -> list[str]:
@@ -73,12 +76,37 @@ def pytest_args(command: list[str]) -> list[str]:
 class GradingSpec(StrictModel):
     command: list[str] = Field(min_length=1)
     scorer: Scorer = Scorer.TESTS_PASS_FRACTION
+    io: IoSpec | None = Field(default=None, description="io_match: the hidden cases")
     expected_tests: list[str] | None = Field(
         default=None, description="pytest node ids relative to the grading root"
     )
     timeout_s: float | None = Field(
         default=None, gt=0, le=3600, description="defaults to limits.timeout_s"
     )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _io_defaults(cls, raw: Any) -> Any:
+        if isinstance(raw, dict) and raw.get("scorer") == Scorer.IO_MATCH:
+            return {"command": iomatch.COMMAND} | raw
+        return raw
+
+    @model_validator(mode="after")
+    def _io_match(self) -> GradingSpec:
+        if self.scorer != Scorer.IO_MATCH:
+            if self.io is not None:
+                raise ValueError('grading.io needs scorer "io_match"')
+            return self
+        if self.io is None:
+            raise ValueError('scorer "io_match" needs grading.io: the hidden cases')
+        if self.command != iomatch.COMMAND:
+            raise ValueError("io_match runs its own grading command: remove grading.command")
+        ids = self.io.test_ids()
+        if self.expected_tests is None:
+            self.expected_tests = ids
+        elif self.expected_tests != ids:
+            raise ValueError("io_match names its own expected tests: remove expected_tests")
+        return self
 
     @field_validator("command")
     @classmethod
@@ -128,6 +156,20 @@ class Task(StrictModel):
         return refuse_unsupported(
             raw, {"image": "every task runs in the pool's sandbox image; remove the field"}
         )
+
+    @model_validator(mode="before")
+    @classmethod
+    def _io_tests(cls, raw: Any) -> Any:
+        """An io_match task's one hidden test file is the generated module."""
+        grading = raw.get("grading") if isinstance(raw, dict) else None
+        if isinstance(grading, dict) and grading.get("scorer") == Scorer.IO_MATCH:
+            generated = {iomatch.TEST_FILE: iomatch.TEST_MODULE}
+            if raw.get("hidden_tests", generated) != generated:
+                raise ValueError(
+                    "an io_match task's hidden tests are its grading.io cases: remove hidden_tests"
+                )
+            return raw | {"hidden_tests": generated}
+        return raw
 
     @model_validator(mode="after")
     def _expected_tests_are_hidden(self) -> Task:

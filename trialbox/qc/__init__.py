@@ -5,8 +5,8 @@ sandbox, without AWS:
   starter scores below 1.0; the runs agree (not flaky); the reference fits the limits; the
   expected test ids are the ones collected (unset ids are reported, and `--write` fills them);
 - reported: test strength (the fraction of the reference's mutants the hidden tests kill) and
-  prompt leakage (assertion literals of the hidden tests that appear verbatim in the prompt or
-  the starter files)."""
+  prompt leakage (assertion literals of the hidden tests, or an io_match task's expected
+  outputs, that appear verbatim in the prompt or the starter files)."""
 
 from __future__ import annotations
 
@@ -18,7 +18,7 @@ from trialbox.models.report import Status, TestOutcome
 from trialbox.models.result import ExecutionResult
 from trialbox.models.sample import Sample
 from trialbox.models.task import Task
-from trialbox.qc.leakage import leaked
+from trialbox.qc.leakage import MIN_CHARS, leaked
 from trialbox.qc.mutants import mutants
 from trialbox.scoring import score
 
@@ -90,10 +90,14 @@ def validate(runner: Runner, task: Task, repeats: int = 3, max_mutants: int = 20
             + (" (the tests cannot tell it from a solution)" if starter.reward == 1.0 else ""),
         )
     )
+    visible = task.prompt + "\n" + _text(dict(task.workspace))
     qc.leaks = leaked(
         {p: file_bytes(c).decode(errors="replace") for p, c in task.hidden_tests.items()},
-        task.prompt + "\n" + _text(dict(task.workspace)),
+        visible,
     )
+    if task.grading.io is not None:  # an io_match task's expected outputs
+        outputs = {c.output.strip() for c in task.grading.io.cases}
+        qc.leaks += sorted(o for o in outputs if len(o) >= MIN_CHARS and o in visible)
     qc.checks.append(
         Check(
             "leakage",

@@ -38,6 +38,9 @@ class CommandSpec:
     timeout_s: float
     env: dict[str, str]  # the complete environment inside the sandbox
     report: bool = False  # open a pipe for the trusted plugin (grading only)
+    # (variable, data): the data on an inherited descriptor whose number the variable names,
+    # never in a file, the environment or argv (io_match's hidden cases).
+    channel: tuple[str, bytes] | None = None
 
 
 @dataclass
@@ -105,7 +108,8 @@ class Backend(ABC):
     def release_dir(self, path: Path) -> None: ...
 
     @abstractmethod
-    def launch(self, slot: Slot, spec: CommandSpec, report_fd: int | None) -> Launched: ...
+    def launch(self, slot: Slot, spec: CommandSpec, fds: list[int]) -> Launched:
+        """Start the command; `fds` are inherited by it (the report pipe, the channel)."""
 
     @abstractmethod
     def sweep(self, slot: Slot) -> None:
@@ -129,14 +133,25 @@ class Backend(ABC):
         stdout, stderr = HeadTail(spec.limits.output_bytes), HeadTail(spec.limits.output_bytes)
         report = Collector(REPORT_CAP)
         read_fd, write_fd = os.pipe() if spec.report else (None, None)
+        passed: list[int] = []
         if write_fd is not None:
             spec.env = spec.env | {REPORT_FD_ENV: str(write_fd)}
+            passed.append(write_fd)
+        if spec.channel is not None:
+            variable, data = spec.channel
+            channel = os.memfd_create("trialbox-channel")
+            passed.append(channel)
+            view = memoryview(data)
+            while view:
+                view = view[os.write(channel, view) :]
+            os.lseek(channel, 0, os.SEEK_SET)
+            spec.env = spec.env | {variable: str(channel)}
         started = time.monotonic()
         try:
-            launched = self.launch(slot, spec, write_fd)
+            launched = self.launch(slot, spec, passed)
         finally:
-            if write_fd is not None:
-                os.close(write_fd)
+            for fd in passed:
+                os.close(fd)
         proc = launched.proc
         assert proc.stdout is not None and proc.stderr is not None
         sinks: dict[int, HeadTail | Collector] = {

@@ -171,7 +171,7 @@ class BwrapBackend(Backend):
         args += ["--json-status-fd", str(status_fd), "--"]
         return args
 
-    def launch(self, slot: Slot, spec: CommandSpec, report_fd: int | None) -> Launched:
+    def launch(self, slot: Slot, spec: CommandSpec, fds: list[int]) -> Launched:
         uid = slot.agent_uid if spec.role == "agent" else slot.grader_uid
         cgroup = self._cgroup(slot)
         cgroup.create(spec.limits.memory_mb, spec.limits.pids, spec.limits.cpus)
@@ -180,14 +180,13 @@ class BwrapBackend(Backend):
         drop += ["--no-new-privs", "--inh-caps=-all", "--"]
         argv = ["/bin/sh", "-c", JOIN_SHIM, "sh", *map(str, cgroup.procs_files), "--"]
         argv += drop + self._bwrap_args(spec, status_w) + spec.argv
-        fds = [status_w] + ([report_fd] if report_fd is not None else [])
         try:
             proc = subprocess.Popen(
                 argv,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
-                pass_fds=fds,
+                pass_fds=[status_w, *fds],
                 env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
                 cwd="/",  # bwrap's init keeps this environment: nothing of the runner's
                 start_new_session=True,

@@ -129,7 +129,7 @@ class RlimitBackend(Backend):
     def residue(self, uids: tuple[int, ...]) -> list[str]:
         return wipe.residue(uids, self.places)
 
-    def launch(self, slot: Slot, spec: CommandSpec, report_fd: int | None) -> Launched:
+    def launch(self, slot: Slot, spec: CommandSpec, fds: list[int]) -> Launched:
         uid = slot.agent_uid if spec.role == "agent" else slot.grader_uid
         limits = spec.limits
         memory = limits.memory_mb * MiB
@@ -170,7 +170,7 @@ class RlimitBackend(Backend):
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
-                pass_fds=[report_fd] if report_fd is not None else [],
+                pass_fds=fds,
                 env=env,
                 start_new_session=True,
                 user=uid,

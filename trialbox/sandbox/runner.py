@@ -8,6 +8,7 @@ import secrets
 from pathlib import Path
 
 from trialbox import __version__
+from trialbox.models import iomatch
 from trialbox.models.common import FileContent, file_bytes
 from trialbox.models.limits import Limits
 from trialbox.models.report import (
@@ -287,8 +288,11 @@ class Runner:
         nonce = secrets.token_hex(16)
         env = sandbox_env(self.runtime, root, limits)
         env = grading_env(env, self.runtime, nonce, root)
+        channel = None
+        if task.grading.io is not None:  # the hidden cases, on a descriptor only the grader reads
+            channel = (iomatch.CASES_FD_ENV, task.grading.io.payload())
         spec = CommandSpec(
-            argv, slot.grade_dir, "grader", limits, task.grading_timeout_s, env, True
+            argv, slot.grade_dir, "grader", limits, task.grading_timeout_s, env, True, channel
         )
         outcome = self.backend.run(slot, spec)
         result = command_result("grading", argv, outcome)

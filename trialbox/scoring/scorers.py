@@ -25,4 +25,5 @@ def all_or_nothing(passed: int, expected: int) -> float:
 SCORERS: dict[Scorer, Callable[[int, int], float]] = {
     Scorer.TESTS_PASS_FRACTION: tests_pass_fraction,
     Scorer.ALL_OR_NOTHING: all_or_nothing,
+    Scorer.IO_MATCH: tests_pass_fraction,  # of the cases
 }

@@ -1,0 +1,155 @@
+"""io_match grading on both backends: stdin/stdout cases, compared exactly, by tokens or with a
+float tolerance, a time limit per case, feedback that never shows an expected output, and
+hidden cases the policy's program cannot reach (no file, environment, descriptor or memory of
+the grader's holds them where it can read)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from pydantic import ValidationError
+
+from trialbox.models import Task
+from trialbox.models.iomatch import TEST_FILE
+from trialbox.models.result import ExecutionResult
+from trialbox.models.sample import Sample
+from trialbox.sandbox.config import SandboxConfig
+from trialbox.sandbox.runner import Runner
+from trialbox.scoring import score
+
+SECRET = "expected-7f3a9c"  # every case's output: a program that finds it anywhere passes
+
+
+def _task(io: dict[str, Any], **grading: Any) -> Task:
+    return Task.model_validate(
+        {
+            "task_id": "io",
+            "workspace": {"solution.py": ""},
+            "grading": {"scorer": "io_match", "io": io, **grading},
+            "limits": {"timeout_s": 30},
+        }
+    )
+
+
+SUM = _task({"inputs": ["1 2\n", "3 4\n", "10 20\n"], "outputs": ["3\n", "7\n", "30\n"]})
+SUM_CODE = "a, b = map(int, input().split())\nprint(a + b)\n"
+
+
+@pytest.fixture(scope="module", params=["bwrap", "rlimit"])
+def backend(request: pytest.FixtureRequest) -> Runner:
+    return Runner(SandboxConfig.from_env().model_copy(update={"backend": request.param}))
+
+
+def _grade(runner: Runner, task: Task, code: str) -> ExecutionResult:
+    sample = Sample(task_id=task.task_id, sample_id="s", files={"solution.py": code})
+    return score(task.grading, runner.run(task, sample))
+
+
+def test_each_case_is_a_test_and_the_reward_is_the_fraction_passed(backend: Runner) -> None:
+    assert _grade(backend, SUM, SUM_CODE).reward == 1.0
+    off = "a, b = map(int, input().split())\nprint(a + b + (a == 3))\n"
+    result = _grade(backend, SUM, off)
+    assert (result.status, result.reward, result.loss_mask) == ("succeeded", 2 / 3, False)
+    assert [t.message for t in result.tests if t.outcome != "passed"] == [
+        "Failed: case 1: wrong answer"
+    ]
+
+
+def test_crashes_and_slow_cases_fail_with_their_verdict(runner: Runner) -> None:
+    crash = _grade(runner, SUM, "import sys\nsys.exit('boom')\n")
+    assert crash.reward == 0.0
+    assert crash.tests[0].message == "Failed: case 0: runtime error (exit code 1) boom"
+    slow_task = _task(SUM.grading.io.model_dump() | {"case_timeout_s": 0.5})  # type: ignore[union-attr]
+    slow = _grade(runner, slow_task, "import time\ntime.sleep(5)\n")
+    assert slow.reward == 0.0 and "time limit exceeded (0.5 s)" in (slow.tests[0].message or "")
+
+
+def test_compare_modes(runner: Runner) -> None:
+    spaced = "a, b = map(int, input().split())\nprint(' ', a + b, ' \\n')\n"
+    assert _grade(runner, SUM, spaced).reward == 1.0  # whitespace: the same tokens
+    exact = _task(SUM.grading.io.model_dump() | {"compare": "exact"})  # type: ignore[union-attr]
+    assert _grade(runner, exact, spaced).reward == 0.0
+    assert _grade(runner, exact, SUM_CODE).reward == 1.0
+    ratio = _task({"cases": [{"input": "1 3\n", "output": "0.333333333 ok\n"}],
+                   "compare": "float", "float_tolerance": 1e-6})  # fmt: skip
+    close = "a, b = map(int, input().split())\nprint(a / b, 'ok')\n"
+    assert _grade(runner, ratio, close).reward == 1.0
+    far = "a, b = map(int, input().split())\nprint(round(a / b, 3), 'ok')\n"
+    assert _grade(runner, ratio, far).reward == 0.0
+    nan = "print('nan ok')\n"
+    assert _grade(runner, ratio, nan).reward == 0.0
+
+
+HUNT = f"""
+import glob, os, sys
+marker = {SECRET[:9]!r} + {SECRET[9:]!r}  # built at run time: this file never holds it whole
+def look(path):
+    try:
+        with open(path, 'rb') as f:
+            if marker.encode() in f.read(50_000_000):
+                print(marker)
+                sys.exit(0)
+    except Exception:
+        pass
+parent = os.getppid()
+for path in glob.glob(f'/proc/{{parent}}/*') + glob.glob(f'/proc/{{parent}}/fd/*'):
+    look(path)
+try:  # the grader's memory, region by region
+    with open(f'/proc/{{parent}}/maps') as maps, open(f'/proc/{{parent}}/mem', 'rb') as mem:
+        for line in maps:
+            start, end = (int(x, 16) for x in line.split()[0].split('-'))
+            try:
+                mem.seek(start)
+                if marker.encode() in mem.read(min(end - start, 1 << 26)):
+                    print(marker)
+                    sys.exit(0)
+            except Exception:
+                pass
+except Exception:
+    pass
+for root in ('.', '/tmp', os.environ.get('HOME', '/'), '/dev/shm'):
+    for path in glob.glob(os.path.join(root, '**'), recursive=True):
+        look(path)
+for fd in range(3, 64):
+    try:
+        data = os.read(fd, 1 << 20)
+        if marker.encode() in data:
+            print(marker)
+            sys.exit(0)
+    except OSError:
+        pass
+print('not found')
+"""
+
+
+def test_the_program_cannot_reach_the_hidden_outputs(backend: Runner) -> None:
+    # One case, time enough for the whole hunt: it ends printing "not found".
+    task = _task({"cases": [{"input": "x\n", "output": SECRET + "\n"}], "case_timeout_s": 20})
+    result = _grade(backend, task, HUNT)
+    assert result.reward == 0.0, result.feedback
+    assert [t.message for t in result.tests] == ["Failed: case 0: wrong answer"]
+    shown = result.model_dump_json()
+    assert SECRET not in shown  # no result field carries an expected output
+
+
+def test_the_apps_form_and_bad_specs() -> None:
+    assert SUM.grading.expected_tests == [f"{TEST_FILE}::test_case[{n}]" for n in range(3)]
+    assert Task.model_validate_json(SUM.model_dump_json()) == SUM  # the job spec round trip
+    with pytest.raises(ValidationError, match="2 inputs but 1 outputs"):
+        _task({"inputs": ["1\n", "2\n"], "outputs": ["1\n"]})
+    with pytest.raises(ValidationError, match="call-based problems"):
+        _task({"inputs": [[1]], "outputs": [[1]], "fn_name": "f"})
+    with pytest.raises(ValidationError, match=r"needs grading\.io"):
+        _task(None)  # type: ignore[arg-type]
+    with pytest.raises(ValidationError, match="remove hidden_tests"):
+        Task.model_validate(
+            SUM.model_dump() | {"hidden_tests": {"tests/test_x.py": "def test_x(): pass\n"}}
+        )
+    with pytest.raises(ValidationError, match=r"remove grading\.command"):
+        _task({"cases": [{"input": "", "output": ""}]}, command=["pytest", "-q"])
+    with pytest.raises(ValidationError, match='needs scorer "io_match"'):
+        Task.model_validate(
+            SUM.model_dump()
+            | {"grading": {"command": ["pytest"], "io": {"cases": [{"input": "", "output": ""}]}}}
+        )
