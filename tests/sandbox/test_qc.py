@@ -80,7 +80,8 @@ def test_leaks_and_test_strength_are_reported_not_failed(runner: Runner) -> None
 
 def test_the_cli_passes_the_examples_and_fills_expected_ids(tmp_path: Path) -> None:
     tasks = tmp_path / "tasks.jsonl"
-    tasks.write_text(EXAMPLES.read_text())
+    lines = EXAMPLES.read_text().splitlines()
+    tasks.write_bytes(b"\xef\xbb\xbf" + "\r\n".join(lines).encode() + b"\r\n")  # BOM, CRLF
     report = tmp_path / "qc.jsonl"
     args = ["tasks", "validate", str(tasks), "--repeats", "2", "--mutants", "2", "--write"]
     result = CliRunner().invoke(app, [*args, "--json", str(report)])
@@ -90,9 +91,11 @@ def test_the_cli_passes_the_examples_and_fills_expected_ids(tmp_path: Path) -> N
         json.loads(line)["task_id"]: json.loads(line) for line in report.read_text().splitlines()
     }
     assert set(rows) == {"add-two", "fizzbuzz"} and not any(r["failed"] for r in rows.values())
-    written = {
-        json.loads(line)["task_id"]: json.loads(line) for line in tasks.read_text().splitlines()
-    }
+    after = tasks.read_bytes()
+    assert after.startswith(b"\xef\xbb\xbf") and after.count(b"\r\n") == len(lines)
+    text = after.decode("utf-8-sig").splitlines()
+    assert text[0] == lines[0]  # add-two had its ids: byte for byte the same
+    written = {json.loads(line)["task_id"]: json.loads(line) for line in text}
     assert written["fizzbuzz"]["grading"]["expected_tests"] == rows["fizzbuzz"]["collected"]
     assert len(rows["fizzbuzz"]["collected"]) == 4
 

@@ -15,7 +15,7 @@ from rich.table import Table
 
 from trialbox.errors import InputError, SandboxError
 from trialbox.models.jsonl import load_tasks
-from trialbox.qc import STRENGTH_THRESHOLD, TaskQC, validate
+from trialbox.qc import STRENGTH_THRESHOLD, Check, TaskQC, validate
 
 EXIT_FAILED = 1
 EXIT_USAGE = 2
@@ -38,7 +38,8 @@ def validate_command(
     ] = False,
     json_out: Annotated[Path | None, typer.Option("--json", help="every check, as JSON")] = None,
 ) -> None:
-    """Run each task's reference and starter in the sandbox; exit 1 if any task fails a check."""
+    """Run each task's reference and starter in the sandbox; exit 1 if any task fails a check,
+    3 if the sandbox failed a run (nothing is concluded about that task)."""
     try:
         task_list = load_tasks(tasks)
     except InputError as exc:
@@ -52,19 +53,32 @@ def validate_command(
         err.print(f"error: the sandbox failed: {exc}")
         raise typer.Exit(EXIT_SANDBOX) from None
     reports: dict[str, TaskQC] = {}
-    with Progress(console=err, transient=True) as progress, ThreadPoolExecutor(jobs) as pool:
-        bar = progress.add_task("validating tasks", total=len(task_list))
-        futures = {pool.submit(validate, runner, t, repeats, mutants): t for t in task_list}
-        for future in as_completed(futures):
-            qc = future.result()
-            reports[qc.task_id] = qc
-            progress.advance(bar)
+    pool = ThreadPoolExecutor(jobs)
+    try:
+        with Progress(console=err, transient=True) as progress:
+            bar = progress.add_task("validating tasks", total=len(task_list))
+            futures = {pool.submit(validate, runner, t, repeats, mutants): t for t in task_list}
+            for future in as_completed(futures):
+                task = futures[future]
+                try:
+                    reports[task.task_id] = future.result()
+                except Exception as exc:  # one task's crash is that task's problem
+                    crashed = TaskQC(task.task_id)
+                    crashed.checks.append(Check("crash", False, f"{type(exc).__name__}: {exc}"))
+                    reports[task.task_id] = crashed
+                progress.advance(bar)
+    finally:  # Ctrl-C: no more sandboxes for the tasks not started
+        pool.shutdown(wait=True, cancel_futures=True)
     ordered = [reports[t.task_id] for t in task_list]
     _print(ordered)
     if json_out is not None:
         json_out.write_text("".join(json.dumps(_as_json(qc)) + "\n" for qc in ordered))
     if write:
-        _write_expected(tasks, {qc.task_id: qc.collected for qc in ordered if _collected_ok(qc)})
+        unset = {t.task_id for t in task_list if t.grading.expected_tests is None}
+        fill = {qc.task_id: qc.collected for qc in ordered if qc.task_id in unset}
+        _write_expected(tasks, {k: v for k, v in fill.items() if v and _collected_ok(reports[k])})
+    if any(qc.sandbox_errors for qc in ordered):
+        raise typer.Exit(EXIT_SANDBOX)
     if any(qc.failed for qc in ordered):
         raise typer.Exit(EXIT_FAILED)
 
@@ -110,27 +124,36 @@ def _as_json(qc: TaskQC) -> dict[str, object]:
         "leaks": qc.leaks,
         "reference_wall_s": qc.reference_wall_s,
         "reference_peak_mb": qc.reference_peak_mb,
+        "survivors": qc.survivors,
+        "sandbox_errors": qc.sandbox_errors,
     }
 
 
 def _collected_ok(qc: TaskQC) -> bool:
-    return bool(qc.collected) and all(c.ok for c in qc.checks if c.name in ("reference", "flaky"))
+    return all(c.ok for c in qc.checks if c.name in ("reference", "flaky"))
 
 
 def _write_expected(path: Path, collected: dict[str, list[str]]) -> None:
-    """Set `grading.expected_tests` where it is unset, line by line; nothing else changes."""
-    lines = path.read_text().split("\n")
+    """Set `grading.expected_tests` where it is unset, line by line: every other line stays
+    byte for byte, each line keeps its ending, and the file its BOM and mode."""
+    data = path.read_bytes()
+    bom = data.startswith(b"\xef\xbb\xbf")
+    lines = data.decode("utf-8-sig").splitlines(keepends=True)
     filled = 0
     for number, line in enumerate(lines):
-        if not line.strip():
+        body = line.rstrip("\r\n")
+        try:
+            raw = json.loads(body)
+        except ValueError:
             continue
-        raw = json.loads(line)
-        ids = collected.get(raw.get("task_id"))
-        if ids and raw.get("grading", {}).get("expected_tests") is None:
-            raw["grading"]["expected_tests"] = ids
-            lines[number] = json.dumps(raw, ensure_ascii=False)
+        ids = collected.get(str(raw.get("task_id"))) if isinstance(raw, dict) else None
+        grading = raw.get("grading") if ids else None
+        if isinstance(grading, dict) and grading.get("expected_tests") is None:
+            grading["expected_tests"] = ids
+            lines[number] = json.dumps(raw) + line[len(body) :]
             filled += 1
     temporary = path.with_name(f".{path.name}.{os.getpid()}")
-    temporary.write_text("\n".join(lines))
-    temporary.replace(path)
+    temporary.write_bytes((b"\xef\xbb\xbf" if bom else b"") + "".join(lines).encode())
+    os.chmod(temporary, path.stat().st_mode & 0o7777)
+    temporary.replace(path.resolve())
     err.print(f"{path}: expected_tests filled in for {filled} task(s)")

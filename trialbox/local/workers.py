@@ -111,12 +111,19 @@ class WorkerPool:
     def _supervise(self) -> None:
         while not self._stopping.is_set():
             with self._lock:
-                for proc in [p for p in self._procs if p.poll() is not None]:
-                    reason = self.tasks.stopped(self._task.pop(proc.pid), proc.returncode)
-                    log.warning("twin worker %d stopped (%s); replacing it", proc.pid, reason)
-                    self.reasons.append(reason)
+                stopped = [p for p in self._procs if p.poll() is not None]
+                for proc in stopped:
                     self._procs.remove(proc)
                     self.replaced += 1
+            for proc in stopped:  # ECS's record of it, outside the lock (an HTTP call)
+                try:
+                    reason = self.tasks.stopped(self._task.pop(proc.pid), proc.returncode)
+                except Exception:
+                    log.exception("could not record twin worker %d's stop", proc.pid)
+                    reason = "unknown"
+                log.warning("twin worker %d stopped (%s); replacing it", proc.pid, reason)
+                self.reasons.append(reason)
+            with self._lock:
                 try:
                     while len(self._procs) < self.size:
                         self._procs.append(self._spawn())

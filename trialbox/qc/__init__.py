@@ -19,7 +19,7 @@ from trialbox.models.result import ExecutionResult
 from trialbox.models.sample import Sample
 from trialbox.models.task import Task
 from trialbox.qc.leakage import MIN_CHARS, leaked
-from trialbox.qc.mutants import mutants
+from trialbox.qc.mutants import all_mutants
 from trialbox.scoring import score
 
 if TYPE_CHECKING:
@@ -47,6 +47,8 @@ class TaskQC:
     leaks: list[str] = field(default_factory=list)
     reference_wall_s: float | None = None
     reference_peak_mb: float | None = None
+    sandbox_errors: list[str] = field(default_factory=list)  # the platform failed a run
+    survivors: list[str] = field(default_factory=list)  # mutants the tests let pass
 
     @property
     def failed(self) -> bool:
@@ -81,7 +83,17 @@ def _signature(result: ExecutionResult) -> tuple[object, ...]:
 
 def validate(runner: Runner, task: Task, repeats: int = 3, max_mutants: int = 20) -> TaskQC:
     qc = TaskQC(task.task_id)
+    _leakage(qc, task)
     starter = _grade(runner, task, {}, "qc-starter")
+    runs = []
+    if task.reference is not None:
+        reference = dict(task.reference)
+        runs = [_grade(runner, task, reference, f"qc-reference-{n}") for n in range(repeats)]
+    platform = [r for r in [starter, *runs] if r.status == Status.SANDBOX_ERROR]
+    if platform:  # nothing can be concluded about the task: the sandbox failed, not it
+        qc.sandbox_errors = [r.error or "sandbox_error" for r in platform]
+        qc.checks.append(Check("sandbox", False, f"the sandbox failed: {qc.sandbox_errors[0]}"))
+        return qc
     qc.checks.append(
         Check(
             "starter",
@@ -90,28 +102,9 @@ def validate(runner: Runner, task: Task, repeats: int = 3, max_mutants: int = 20
             + (" (the tests cannot tell it from a solution)" if starter.reward == 1.0 else ""),
         )
     )
-    visible = task.prompt + "\n" + _text(dict(task.workspace))
-    qc.leaks = leaked(
-        {p: file_bytes(c).decode(errors="replace") for p, c in task.hidden_tests.items()},
-        visible,
-    )
-    if task.grading.io is not None:  # an io_match task's expected outputs
-        outputs = {c.output.strip() for c in task.grading.io.cases}
-        qc.leaks += sorted(o for o in outputs if len(o) >= MIN_CHARS and o in visible)
-    qc.checks.append(
-        Check(
-            "leakage",
-            not qc.leaks,
-            f"{len(qc.leaks)} hidden assertion literal(s) in the prompt or starter files"
-            + (f": {', '.join(qc.leaks[:5])}" if qc.leaks else ""),
-            failing=False,
-        )
-    )
     if task.reference is None:
         qc.checks.append(Check("reference", False, "the task has no reference solution"))
         return qc
-    reference = dict(task.reference)
-    runs = [_grade(runner, task, reference, f"qc-reference-{n}") for n in range(repeats)]
     qc.checks.append(
         Check(
             "reference",
@@ -120,29 +113,62 @@ def validate(runner: Runner, task: Task, repeats: int = 3, max_mutants: int = 20
             or f"1.0 on {repeats} run(s)",
         )
     )
+    outcomes = len({_signature(r) for r in runs})
     qc.checks.append(
-        Check(
-            "flaky",
-            len({_signature(r) for r in runs}) == 1,
-            f"{len({_signature(r) for r in runs})} different outcome(s) over {repeats} runs",
-        )
+        Check("flaky", outcomes == 1, f"{outcomes} different outcome(s) over {repeats} runs")
     )
     _limits(qc, task, runs)
-    qc.collected = [t.test_id for t in runs[0].tests if t.outcome != TestOutcome.MISSING]
+    _expected_ids(qc, task, runs[0])
+    if max_mutants > 0 and all(r.reward == 1.0 for r in runs):
+        _strength(runner, task, dict(task.reference), qc, max_mutants)
+    return qc
+
+
+def _leakage(qc: TaskQC, task: Task) -> None:
+    visible = task.prompt + "\n" + _text(dict(task.workspace))
+    qc.leaks = leaked(
+        {p: file_bytes(c).decode(errors="replace") for p, c in task.hidden_tests.items()},
+        visible,
+    )
+    if task.grading.io is not None:  # an io_match task's expected outputs
+        outputs = {c.output.strip() for c in task.grading.io.cases}
+        found = {o for o in outputs if len(o) >= MIN_CHARS and o in visible}
+        qc.leaks = sorted(set(qc.leaks) | found)
+    detail = f"{len(qc.leaks)} hidden test value(s) shown in the prompt or starter files"
+    qc.checks.append(
+        Check(
+            "leakage",
+            not qc.leaks,
+            detail + (f": {', '.join(qc.leaks[:5])}" if qc.leaks else ""),
+            failing=False,
+        )
+    )
+
+
+def _expected_ids(qc: TaskQC, task: Task, run: ExecutionResult) -> None:
+    """The ids the reference's run collected in the hidden test files, against the task's."""
+    if run.status != Status.SUCCEEDED:  # tests that never ran say nothing of the ids
+        detail = f"not checked: the reference's run ended {run.status}"
+        qc.checks.append(Check("expected_tests", False, detail, failing=False))
+        return
+    qc.collected = [
+        t.test_id
+        for t in run.tests
+        if "::" in t.test_id
+        and t.test_id.split("::", 1)[0] in task.hidden_tests
+        and t.outcome != TestOutcome.MISSING
+    ]
     expected = task.grading.expected_tests
     if expected is None:
         detail = f"not set; {len(qc.collected)} collected (--write fills them in)"
-        qc.checks.append(Check("expected_tests", True, detail, failing=False))
-    else:
-        missing = sorted(set(expected) - set(qc.collected))
-        extra = sorted(set(qc.collected) - set(expected))
-        detail = (f"expected, not collected: {missing}; " if missing else "") + (
-            f"collected, not expected: {extra}" if extra else ""
-        )
-        qc.checks.append(Check("expected_tests", not (missing or extra), detail or "as collected"))
-    if max_mutants > 0 and all(r.reward == 1.0 for r in runs):
-        _strength(runner, task, reference, qc, max_mutants)
-    return qc
+        qc.checks.append(Check("expected_tests", False, detail, failing=False))
+        return
+    missing = sorted(set(expected) - set(qc.collected))
+    extra = sorted(set(qc.collected) - set(expected))
+    detail = (f"expected, not collected: {missing}; " if missing else "") + (
+        f"collected, not expected: {extra}" if extra else ""
+    )
+    qc.checks.append(Check("expected_tests", not (missing or extra), detail or "as collected"))
 
 
 def _limits(qc: TaskQC, task: Task, runs: list[ExecutionResult]) -> None:
@@ -158,33 +184,43 @@ def _limits(qc: TaskQC, task: Task, runs: list[ExecutionResult]) -> None:
     )
     if unfit:
         detail = f"the reference ran out of its limits ({', '.join(sorted(set(unfit)))}); {detail}"
+        qc.checks.append(Check("limits", False, detail))
     elif (qc.reference_wall_s or 0) > TIGHT * timeout or (
         qc.reference_peak_mb or 0
     ) > TIGHT * memory:
-        detail += " (tight: under 2x headroom)"
-    qc.checks.append(Check("limits", not unfit, detail))
+        qc.checks.append(
+            Check("limits", False, detail + " (tight: under 2x headroom)", failing=False)
+        )
+    else:
+        qc.checks.append(Check("limits", True, detail))
 
 
 def _strength(
     runner: Runner, task: Task, reference: dict[str, FileContent], qc: TaskQC, limit: int
 ) -> None:
-    python = [p for p in reference if p.endswith(".py")]
-    found = []
-    for path in python:
-        source = file_bytes(reference[path]).decode(errors="replace")
-        found += mutants(path, source, max(1, limit // len(python)))
+    found = all_mutants(
+        {p: file_bytes(c).decode(errors="replace") for p, c in reference.items()}, limit
+    )
     killed = graded = 0
+    survivors: list[str] = []
     for n, mutant in enumerate(found):
         result = _grade(runner, task, reference | {mutant.path: mutant.source}, f"qc-mutant-{n}")
-        if result.status != Status.SANDBOX_ERROR:  # the platform's failure says nothing
-            graded += 1
-            killed += result.reward != 1.0
+        if result.status in (Status.SANDBOX_ERROR, Status.REJECTED, Status.CANCELLED):
+            continue  # says nothing about the tests
+        graded += 1
+        if result.reward == 1.0:
+            survivors.append(f"{mutant.path}:{mutant.line} {mutant.change}")
+        else:
+            killed += 1
     qc.mutants = graded
     qc.mutation_score = killed / graded if graded else None
+    qc.survivors = survivors
     strong = qc.mutation_score is None or qc.mutation_score >= STRENGTH_THRESHOLD
-    detail = (
-        f"the hidden tests kill {killed} of {graded} mutants of the reference"
-        if graded
-        else "no mutable Python in the reference"
-    )
+    if graded:
+        detail = f"the hidden tests kill {killed} of {graded} mutants of the reference"
+        detail += f"; surviving: {', '.join(survivors[:5])}" if survivors else ""
+    elif found:
+        detail = "no mutant could be graded"
+    else:
+        detail = "no mutable Python in the reference"
     qc.checks.append(Check("strength", strong, detail, failing=False))
