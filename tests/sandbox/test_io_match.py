@@ -5,6 +5,7 @@ the grader's holds them where it can read)."""
 
 from __future__ import annotations
 
+import secrets
 from typing import Any
 
 import pytest
@@ -18,7 +19,9 @@ from trialbox.sandbox.config import SandboxConfig
 from trialbox.sandbox.runner import Runner
 from trialbox.scoring import score
 
-SECRET = "expected-7f3a9c"  # every case's output: a program that finds it anywhere passes
+# Every case's output: a program that finds it anywhere passes. Made at run time, so that no
+# file holds it (under rlimit the program sees the host's /tmp, where a checkout may be).
+SECRET = "expected-" + secrets.token_hex(8)
 
 
 def _task(io: dict[str, Any], **grading: Any) -> Task:

@@ -26,6 +26,7 @@ def test_from_env_reads_each_field_by_its_variable() -> None:
             c.ENV_REQUESTS_DLQ_URL: "https://sqs/dlq",
             c.ENV_HEARTBEAT_S: "45",
             c.ENV_EXECUTE_MARGIN_S: "30",
+            c.ENV_SESSION_QUEUE_PREFIX: "Trialbox-s-",
         }
     )
     assert settings.model_dump() == {
@@ -37,6 +38,7 @@ def test_from_env_reads_each_field_by_its_variable() -> None:
         "requests_dlq_url": "https://sqs/dlq",
         "heartbeat_s": 45,
         "execute_margin_s": 30,
+        "session_queue_prefix": "Trialbox-s-",
     }
 
 
