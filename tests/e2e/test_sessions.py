@@ -12,6 +12,7 @@ from tests.e2e.conftest import twin_of
 from tests.sandbox.conftest import ADD_TASK, CORRECT
 from trialbox import constants as c
 from trialbox.local.poller import SCHEDULE_CAP_S
+from trialbox.local.twin import LocalTwin
 from trialbox.models import Status, Task
 from trialbox.models.sessions import Call, Reply
 from trialbox.pipeline.reaper import GRACE_S
@@ -156,14 +157,18 @@ os.kill(os.getpid(), signal.SIGKILL)
 """
 
 
-def test_a_killed_trainers_session_ends_at_its_ttl_and_leaves_nothing(client: Client) -> None:
-    twin = twin_of(client)
+def _killed_trainer(twin: LocalTwin) -> str:
+    """Run TRAINER until it SIGKILLs itself mid-session; its session's queue name prefix."""
     argv = [sys.executable, "-c", TRAINER, json.dumps(twin.outputs), twin.endpoint_url,
             json.dumps(ADD_TASK)]  # fmt: skip
     trainer = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert trainer.returncode == -9, trainer.stderr
-    session_id = trainer.stdout.strip()
-    prefix = twin.output(c.OUTPUT_SESSION_QUEUE_PREFIX) + session_id
+    return twin.output(c.OUTPUT_SESSION_QUEUE_PREFIX) + trainer.stdout.strip()
+
+
+def test_a_killed_trainers_session_ends_at_its_ttl_and_leaves_nothing(client: Client) -> None:
+    twin = twin_of(client)
+    prefix = _killed_trainer(twin)
     sqs = twin.client("sqs")
     assert len(sqs.list_queues(QueueNamePrefix=prefix).get("QueueUrls", [])) == 2
     config = SandboxConfig.from_env()
@@ -181,13 +186,9 @@ def test_a_killed_trainers_session_ends_at_its_ttl_and_leaves_nothing(client: Cl
 def test_a_session_whose_trainer_and_worker_both_died_leaves_no_queue(client: Client) -> None:
     """Nobody is left to end it: the scheduled reaper deletes its queues after the TTL."""
     twin = twin_of(client)
-    argv = [sys.executable, "-c", TRAINER, json.dumps(twin.outputs), twin.endpoint_url,
-            json.dumps(ADD_TASK)]  # fmt: skip
-    trainer = subprocess.run(argv, capture_output=True, text=True, timeout=120)
-    assert trainer.returncode == -9, trainer.stderr
+    prefix = _killed_trainer(twin)
     assert twin.pool is not None
     twin.pool.kill()  # the host goes too, before the TTL
-    prefix = twin.output(c.OUTPUT_SESSION_QUEUE_PREFIX) + trainer.stdout.strip()
     sqs = twin.client("sqs")
     assert len(sqs.list_queues(QueueNamePrefix=prefix).get("QueueUrls", [])) == 2
     deadline = time.monotonic() + 6 + GRACE_S + SCHEDULE_CAP_S + 20

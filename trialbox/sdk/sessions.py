@@ -368,29 +368,22 @@ class AsyncSession:
         if stop_reason is not None and OOM_MARK in stop_reason:
             # The call, alone on its worker, ran the whole worker out of memory: the
             # policy's failure, scored. Its effects are gone with the worker.
+            status, loss_mask = Status.OOM, False
             error = f"the call ran its worker out of memory ({stop_reason})"
-            return CallResult(
-                session_id=self.session_id,
-                seq=request.seq,
-                op=request.op,
-                status=Status.OOM,
-                error=error,
-                feedback=(f"out of memory: {error}; the workspace is as it was before this call"),
-                checkpoint=self.checkpoint,
-            )
-        error = (
-            "the worker running this call was lost; the session goes on from the last checkpoint"
-        )
-        if stop_reason:
-            error += f" (ECS: {stop_reason})"
+            feedback = f"out of memory: {error}; the workspace is as it was before this call"
+        else:
+            status, loss_mask = Status.SANDBOX_ERROR, True
+            error = "the worker running this call was lost; the session goes on from the last "
+            error += "checkpoint" + (f" (ECS: {stop_reason})" if stop_reason else "")
+            feedback = f"sandbox error (not your code): {error}"
         return CallResult(
             session_id=self.session_id,
             seq=request.seq,
             op=request.op,
-            status=Status.SANDBOX_ERROR,
-            loss_mask=True,
+            status=status,
+            loss_mask=loss_mask,
             error=error,
-            feedback=f"sandbox error (not your code): {error}",
+            feedback=feedback,
             checkpoint=self.checkpoint,
         )
 
