@@ -57,6 +57,13 @@ def _short_cluster_forbidden(arg: str) -> bool:
     return False
 
 
+class Isolation(StrEnum):
+    """Where the policy's code runs at grading (docs/sandbox.md, "The boundary")."""
+
+    BOUNDARY = "boundary"  # its own process as the agent's uid; values cross a data-only wire
+    IN_PROCESS = "in_process"  # imported into the grader's pytest, guarded by the detectors
+
+
 class Scorer(StrEnum):
     TESTS_PASS_FRACTION = "tests_pass_fraction"
     ALL_OR_NOTHING = "all_or_nothing"
@@ -82,6 +89,11 @@ class GradingSpec(StrictModel):
     )
     timeout_s: float | None = Field(
         default=None, gt=0, le=3600, description="defaults to limits.timeout_s"
+    )
+    isolation: Isolation = Field(
+        default=Isolation.BOUNDARY,
+        description="boundary: the policy's code runs in its own process and the tests see "
+        "its values and handles; in_process: for tests that need its objects themselves",
     )
 
     @model_validator(mode="before")

@@ -41,6 +41,12 @@ class CommandSpec:
     # (variable, data): the data on an inherited descriptor whose number the variable names,
     # never in a file, the environment or argv (io_match's hidden cases).
     channel: tuple[str, bytes] | None = None
+    # (variable, descriptor): inherited by the command, whose number the variable names. The
+    # run owns them from then on and closes its copies once the command started.
+    inherit: list[tuple[str, int]] = field(default_factory=list)
+    # Started in the same slot once this command runs (under bwrap, in its cgroup: one memory
+    # limit for both) and killed with it: the policy's process at grading.
+    companion: CommandSpec | None = None
 
 
 @dataclass
@@ -88,6 +94,14 @@ class Launched(ABC):
     def wait(self) -> int:
         return self.proc.wait()
 
+    def discard(self) -> None:
+        """A companion's end: killed and reaped, its pipes closed, nothing measured."""
+        self.kill_tree()
+        self.wait()
+        for stream in (self.proc.stdout, self.proc.stderr):
+            if stream is not None:
+                stream.close()
+
     @abstractmethod
     def finish(self, returncode: int) -> Measured:
         """Called once after exit and kill: measure, then release per-command resources."""
@@ -108,8 +122,9 @@ class Backend(ABC):
     def release_dir(self, path: Path) -> None: ...
 
     @abstractmethod
-    def launch(self, slot: Slot, spec: CommandSpec, fds: list[int]) -> Launched:
-        """Start the command; `fds` are inherited by it (the report pipe, the channel)."""
+    def launch(self, slot: Slot, spec: CommandSpec, fds: list[int], join: bool = False) -> Launched:
+        """Start the command; `fds` are inherited by it (the report pipe, the channel). `join`:
+        a companion of the slot's running command, sharing its per-command resources."""
 
     @abstractmethod
     def sweep(self, slot: Slot) -> None:
@@ -130,7 +145,6 @@ class Backend(ABC):
         return [f"process {pid}" for pid in processes.processes_of(uids)]
 
     def run(self, slot: Slot, spec: CommandSpec) -> Outcome:
-        stdout, stderr = HeadTail(spec.limits.output_bytes), HeadTail(spec.limits.output_bytes)
         report = Collector(REPORT_CAP)
         read_fd, write_fd = os.pipe() if spec.report else (None, None)
         passed: list[int] = []
@@ -146,12 +160,45 @@ class Backend(ABC):
                 view = view[os.write(channel, view) :]
             os.lseek(channel, 0, os.SEEK_SET)
             spec.env = spec.env | {variable: str(channel)}
+        for variable, fd in spec.inherit:
+            spec.env = spec.env | {variable: str(fd)}
+            passed.append(fd)
+        later = [fd for _, fd in spec.companion.inherit] if spec.companion else []
         started = time.monotonic()
+        companion: Launched | None = None
         try:
             launched = self.launch(slot, spec, passed)
+            if spec.companion is not None:
+                companion = self._companion(slot, spec.companion, launched)
         finally:
-            for fd in passed:
+            for fd in passed + later:
                 os.close(fd)
+        try:
+            return self._supervise(spec, launched, companion, started, read_fd, report)
+        finally:
+            if companion is not None:
+                companion.discard()
+
+    def _companion(self, slot: Slot, spec: CommandSpec, main: Launched) -> Launched:
+        for variable, fd in spec.inherit:
+            spec.env = spec.env | {variable: str(fd)}
+        try:
+            return self.launch(slot, spec, [fd for _, fd in spec.inherit], join=True)
+        except BaseException:
+            main.kill_tree()
+            main.wait()
+            raise
+
+    def _supervise(
+        self,
+        spec: CommandSpec,
+        launched: Launched,
+        companion: Launched | None,
+        started: float,
+        read_fd: int | None,
+        report: Collector,
+    ) -> Outcome:
+        stdout, stderr = HeadTail(spec.limits.output_bytes), HeadTail(spec.limits.output_bytes)
         proc = launched.proc
         assert proc.stdout is not None and proc.stderr is not None
         sinks: dict[int, HeadTail | Collector] = {
@@ -190,6 +237,8 @@ class Backend(ABC):
         returncode = launched.wait()
         wall_s = time.monotonic() - started
         launched.kill_tree()
+        if companion is not None:
+            companion.discard()
         measured = launched.finish(returncode)
         for stream in (proc.stdout, proc.stderr):
             stream.close()

@@ -36,6 +36,12 @@ class BwrapLaunched(Launched):
     def kill_tree(self) -> None:
         self.cgroup.kill_all()
 
+    def discard(self) -> None:
+        super().discard()
+        if self.status_fd >= 0:
+            os.close(self.status_fd)
+            self.status_fd = -1
+
     def finish(self, returncode: int) -> Measured:
         with os.fdopen(self.status_fd, "rb") as status:
             documents = status.read().decode(errors="replace")
@@ -171,10 +177,11 @@ class BwrapBackend(Backend):
         args += ["--json-status-fd", str(status_fd), "--"]
         return args
 
-    def launch(self, slot: Slot, spec: CommandSpec, fds: list[int]) -> Launched:
+    def launch(self, slot: Slot, spec: CommandSpec, fds: list[int], join: bool = False) -> Launched:
         uid = slot.agent_uid if spec.role == "agent" else slot.grader_uid
         cgroup = self._cgroup(slot)
-        cgroup.create(spec.limits.memory_mb, spec.limits.pids, spec.limits.cpus)
+        if not join:
+            cgroup.create(spec.limits.memory_mb, spec.limits.pids, spec.limits.cpus)
         status_r, status_w = os.pipe()
         drop = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
         drop += ["--no-new-privs", "--inh-caps=-all", "--"]
@@ -193,8 +200,9 @@ class BwrapBackend(Backend):
             )
         except BaseException:
             os.close(status_r)
-            with contextlib.suppress(SandboxSetupError):
-                cgroup.remove()
+            if not join:
+                with contextlib.suppress(SandboxSetupError):
+                    cgroup.remove()
             raise
         finally:
             os.close(status_w)

@@ -25,6 +25,9 @@ ALWAYS_PROTECTED = frozenset({"pytest", "_pytest", "pluggy", "py", "iniconfig", 
 NOT_PROTECTED = frozenset({"test", "__main__"})
 STARTUP_HOOKS = frozenset({"sitecustomize.py", "usercustomize.py"})
 PYTEST_CONFIGS = frozenset({"pytest.ini", ".pytest.ini"})
+# Left out under the boundary, where it is expected and harmless: never reported as neutralized.
+RUNS_APART = "importable code (the solution's code runs in its own process)"
+IMPORTABLE = (".py", ".pyc", ".pyo", ".pyw", ".so", ".pyd", ".pth")
 
 
 def protected_modules(runtime: Runtime) -> frozenset[str]:
@@ -46,9 +49,12 @@ class HijackFilter:
     source: Path
     protected: frozenset[str]
     trusted: frozenset[str]  # paths the task itself provides (starter files, hidden tests)
+    boundary: bool = False  # the policy's code runs in its own process: none of it is copied
 
     def __call__(self, rel: str, is_dir: bool) -> str | None:
         name = PurePosixPath(rel).name
+        if self.boundary and not is_dir and name.endswith(IMPORTABLE):
+            return RUNS_APART
         if is_dir:
             if name == "__pycache__":
                 return "bytecode cache"
@@ -88,6 +94,23 @@ def _is_regular(path: Path) -> bool:
         return stat.S_ISREG(os.stat(path, follow_symlinks=False).st_mode)
     except OSError:
         return False
+
+
+def policy_modules(workspace: Path, protected: frozenset[str]) -> list[str]:
+    """The workspace's top-level module names the grader may import from the policy's process:
+    never one that shadows the runtime (stdlib, pytest, installed packages). Names only: lstat."""
+    names = set()
+    for entry in os.scandir(workspace):
+        name = entry.name
+        if entry.is_dir(follow_symlinks=False):
+            module = name
+        elif name.endswith((".py", ".so")):
+            module = name.split(".", 1)[0]
+        else:
+            continue
+        if module.isidentifier() and module not in protected:
+            names.add(module)
+    return sorted(names)
 
 
 def grading_argv(command: list[str], runtime: Runtime, root: str) -> list[str]:
@@ -308,4 +331,8 @@ def collate(
 
 
 def neutralized(left_out: list[tuple[str, str]]) -> list[Neutralized]:
-    return [Neutralized(path=clean_text(path), reason=reason) for path, reason in left_out]
+    return [
+        Neutralized(path=clean_text(path), reason=reason)
+        for path, reason in left_out
+        if reason != RUNS_APART
+    ]

@@ -129,7 +129,7 @@ class RlimitBackend(Backend):
     def residue(self, uids: tuple[int, ...]) -> list[str]:
         return wipe.residue(uids, self.places)
 
-    def launch(self, slot: Slot, spec: CommandSpec, fds: list[int]) -> Launched:
+    def launch(self, slot: Slot, spec: CommandSpec, fds: list[int], join: bool = False) -> Launched:
         uid = slot.agent_uid if spec.role == "agent" else slot.grader_uid
         limits = spec.limits
         memory = limits.memory_mb * MiB

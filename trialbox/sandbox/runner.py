@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import errno
 import secrets
+import socket
 from pathlib import Path
 
 from trialbox import __version__
@@ -21,7 +22,7 @@ from trialbox.models.report import (
     TestRecord,
 )
 from trialbox.models.sample import Sample
-from trialbox.models.task import Task
+from trialbox.models.task import Isolation, Task
 from trialbox.sandbox import fs, processes
 from trialbox.sandbox.backend import Backend, CommandSpec, Outcome
 from trialbox.sandbox.bwrap import SANDBOX_WORKDIR, BwrapBackend
@@ -33,10 +34,11 @@ from trialbox.sandbox.grading import (
     grading_argv,
     grading_env,
     neutralized,
+    policy_modules,
     protected_modules,
 )
 from trialbox.sandbox.rlimit import RlimitBackend
-from trialbox.sandbox.runtime import Runtime
+from trialbox.sandbox.runtime import POLICY_FD_ENV, POLICY_MODULE, Runtime
 from trialbox.sandbox.slots import Slot, SlotPool
 
 MiB = 1024 * 1024
@@ -259,6 +261,31 @@ class Runner:
             anomalies=[f"grading_setup_failed: {reason}"],
         )
 
+    def _boundary(self, grader: CommandSpec, slot: Slot) -> None:
+        """The policy's process beside the grader's: the zygote of trialbox_policy, as the
+        agent's uid in the agent's workspace, on a control socket only the two hold."""
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        workspace = self._sandbox_path(slot.work_dir)
+        env = sandbox_env(self.runtime, workspace, grader.limits)
+        env["PYTHONPATH"] = str(self.runtime.plugin_dir)
+        grader.companion = CommandSpec(
+            ["python", "-P", "-m", POLICY_MODULE],
+            slot.work_dir,
+            "agent",
+            grader.limits,
+            grader.timeout_s,
+            env,
+            inherit=[(POLICY_FD_ENV, theirs.detach())],
+        )
+        grader.inherit.append((POLICY_FD_ENV, ours.detach()))
+        # The grading time the policy's calls may use: pytest keeps the rest to report.
+        budget = max(grader.timeout_s * 0.8, grader.timeout_s - 2.0)
+        modules = policy_modules(slot.work_dir, self.protected)
+        grader.env = grader.env | {
+            "TRIALBOX_POLICY_BUDGET_S": f"{budget:.3f}",
+            "TRIALBOX_POLICY_MODULES": ",".join(modules),
+        }
+
     def _grade(
         self, slot: Slot, task: Task, limits: Limits, commands: list[CommandResult]
     ) -> tuple[GradingReport, Status]:
@@ -273,7 +300,8 @@ class Runner:
             inodes=2 * fs.WORKSPACE_INODES + len(task.hidden_tests),
         )
         trusted = frozenset(task.workspace) | frozenset(task.hidden_tests)
-        skip = HijackFilter(slot.work_dir, self.protected, trusted)
+        boundary = task.grading.isolation == Isolation.BOUNDARY
+        skip = HijackFilter(slot.work_dir, self.protected, trusted, boundary)
         try:
             left_out = fs.copy_tree(slot.work_dir, slot.grade_dir, skip, 0, 0, limits.disk_mb * MiB)
             # Root-owned, mode 644/755: readable, never writable, by the grader's uid. The
@@ -294,6 +322,8 @@ class Runner:
         spec = CommandSpec(
             argv, slot.grade_dir, "grader", limits, task.grading_timeout_s, env, True, channel
         )
+        if boundary:
+            self._boundary(spec, slot)
         outcome = self.backend.run(slot, spec)
         result = command_result("grading", argv, outcome)
         commands.append(result)

@@ -23,6 +23,8 @@ MANIFEST = "trialbox-runtime.json"
 PLUGIN_DIR = "trialbox"  # inside the runtime: the trusted plugin and pytest config
 PLUGIN_SOURCE = Path(__file__).parent / "plugin"
 PLUGIN_MODULE = "trialbox_report"
+POLICY_MODULE = "trialbox_policy"  # the policy's side of the isolation boundary
+POLICY_FD_ENV = "TRIALBOX_POLICY_FD"
 
 
 def _sha256(data: bytes) -> str:

@@ -23,6 +23,7 @@ import _pytest.main
 import _pytest.python
 import _pytest.reports
 import _pytest.runner
+import trialbox_boundary
 
 if TYPE_CHECKING:
     import pytest
@@ -152,4 +153,5 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int, _emit: Emit =
         if (hook.__code__, hook.__defaults__) != _HOOK_CODE[hook.__name__]
     ]
     tampered += _late_plugins(session)
-    _emit({"event": "finish", "exitstatus": int(exitstatus), "tampered": tampered})
+    flags = sorted(set(trialbox_boundary.FLAGS))
+    _emit({"event": "finish", "exitstatus": int(exitstatus), "tampered": tampered, "flags": flags})
