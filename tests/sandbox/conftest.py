@@ -87,9 +87,16 @@ Grade = Callable[..., tuple[RunReport, ExecutionResult]]
 @pytest.fixture
 def grade(runner: Runner) -> Grade:
     def run(
-        files: dict[str, Any], commands: list[list[str]] | None = None, **task_changes: Any
+        files: dict[str, Any],
+        commands: list[list[str]] | None = None,
+        isolation: str | None = None,
+        **task_changes: Any,
     ) -> tuple[RunReport, ExecutionResult]:
-        task = Task.model_validate(json.loads(json.dumps(ADD_TASK)) | task_changes)
+        """`isolation="in_process"`: the guards for tasks that import the solution in pytest."""
+        raw = json.loads(json.dumps(ADD_TASK)) | task_changes
+        if isolation is not None:
+            raw["grading"] = raw["grading"] | {"isolation": isolation}
+        task = Task.model_validate(raw)
         sample = Sample(task_id=task.task_id, sample_id="s", files=files, commands=commands or [])
         report = runner.run(task, sample)
         return report, score(task.grading, report)

@@ -56,7 +56,9 @@ def test_syntax_error_scores_zero_with_the_error_in_feedback(grade: Grade) -> No
 
 
 def test_os_exit_at_import_scores_zero_because_tests_are_missing(grade: Grade) -> None:
-    report, result = grade({"solution.py": "import os\nos._exit(0)\n"})
+    exits = {"solution.py": "import os\nos._exit(0)\n"}
+    assert grade(exits)[1].reward == 0.0  # the boundary: only the solution's process exits
+    report, result = grade(exits, isolation="in_process")
     assert result.reward == 0.0
     assert set(outcomes(result).values()) == {"missing"}
     assert report.grading is not None
@@ -64,9 +66,9 @@ def test_os_exit_at_import_scores_zero_because_tests_are_missing(grade: Grade) -
 
 
 def test_module_level_skip_cannot_pass(grade: Grade) -> None:
-    _, result = grade(
-        {"solution.py": "import pytest\npytest.skip('nope', allow_module_level=True)\n"}
-    )
+    files = {"solution.py": "import pytest\npytest.skip('nope', allow_module_level=True)\n"}
+    assert grade(files)[1].reward == 0.0
+    _, result = grade(files, isolation="in_process")
     assert result.reward == 0.0
     assert set(outcomes(result).values()) <= {"missing", "skipped"}
 
@@ -88,7 +90,8 @@ def test_planted_conftest_at_root_and_in_tests_is_neutralized(grade: Grade) -> N
         "conftest.py": FORCE_PASS_CONFTEST,
         "tests/conftest.py": FORCE_PASS_CONFTEST,
     }
-    report, result = grade(files)
+    assert grade(files)[1].reward == 0.5
+    report, result = grade(files, isolation="in_process")
     assert result.reward == 0.5
     assert report.grading is not None
     paths = {n.path for n in report.grading.neutralized}
@@ -111,7 +114,8 @@ def test_pytest_ini_that_collects_nothing_is_neutralized(grade: Grade) -> None:
 
 def test_planted_pytest_module_is_neutralized(grade: Grade) -> None:
     files = {"solution.py": WRONG, "pytest.py": "import sys\nsys.exit(0)\n"}
-    report, result = grade(files)
+    assert grade(files)[1].reward == 0.5
+    report, result = grade(files, isolation="in_process")
     assert result.reward == 0.5
     assert report.grading is not None
     assert {"path": "pytest.py", "reason": "shadows the module 'pytest'"} in [
@@ -126,7 +130,8 @@ def test_shadowing_stdlib_module_and_pyc_files_are_neutralized(grade: Grade) -> 
         "__pycache__/solution.cpython-311.pyc": {"base64": base64.b64encode(b"junk").decode()},
         "sitecustomize.py": "import os; os._exit(0)\n",
     }
-    report, result = grade(files)
+    assert grade(files)[1].reward == 1.0
+    report, result = grade(files, isolation="in_process")
     assert result.reward == 1.0
     assert report.grading is not None
     assert {n.path for n in report.grading.neutralized} == {
@@ -257,7 +262,8 @@ def test_the_agents_own_test_modules_never_run_at_grading(grade: Grade) -> None:
         "def test_free():\n    pass\n"
     )
     files = {"solution.py": WRONG, "tests/test_000.py": stub, "checks/mine_test.py": stub}
-    report, result = grade(files)
+    assert grade(files)[1].reward == 0.5
+    report, result = grade(files, isolation="in_process")
     assert result.reward == 0.5
     assert not [t for t in outcomes(result) if "test_free" in t]
     assert report.grading is not None

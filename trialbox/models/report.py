@@ -74,6 +74,10 @@ class GradingReport(StrictModel):
     expected_tests_unknown: bool
     neutralized: list[Neutralized]
     anomalies: list[str] = Field(description="disagreements between the plugin and pytest")
+    integrity: list[str] = Field(
+        default_factory=list,
+        description="the integrity detectors' findings, `flag: detail` (trialbox.models.integrity)",
+    )
 
 
 class Provenance(StrictModel):

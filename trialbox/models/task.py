@@ -9,6 +9,7 @@ from pydantic import Field, field_validator, model_validator
 
 from trialbox.models import iomatch
 from trialbox.models.common import Files, Identifier, Metadata, StrictModel, refuse_unsupported
+from trialbox.models.integrity import Action, Flag
 from trialbox.models.iomatch import IoSpec
 from trialbox.models.limits import Limits
 
@@ -94,6 +95,11 @@ class GradingSpec(StrictModel):
         default=Isolation.BOUNDARY,
         description="boundary: the policy's code runs in its own process and the tests see "
         "its values and handles; in_process: for tests that need its objects themselves",
+    )
+    integrity: dict[Flag, Action] = Field(
+        default_factory=dict,
+        description="per flag, `violation` (the default for every flag: status "
+        "integrity_violation, reward 0, no loss) or `flag` (reported, scored as usual)",
     )
 
     @model_validator(mode="before")

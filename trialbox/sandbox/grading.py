@@ -10,12 +10,13 @@ import os
 import stat
 import sys
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError, field_validator
 
+from trialbox.models.integrity import Flag
 from trialbox.models.report import Neutralized, TestOutcome, TestRecord
 from trialbox.models.task import pytest_args
 from trialbox.sandbox.runtime import PLUGIN_MODULE, Runtime
@@ -188,6 +189,8 @@ class FinishEvent(_Event):
     event: Literal["finish"]
     exitstatus: int
     tampered: list[str] = Field(default_factory=list)
+    flags: list[str] = Field(default_factory=list)
+    policy_timeout: bool = False
 
 
 PluginEvent = Annotated[
@@ -226,6 +229,8 @@ class Collated:
     expected: list[str]
     anomalies: list[str]
     pytest_exit_code: int | None
+    integrity: list[str] = field(default_factory=list)
+    policy_timeout: bool = False  # the solution's process ran out of grading time
 
 
 def collate(
@@ -242,6 +247,8 @@ def collate(
     run's nonce is foreign, one with the nonce but the wrong shape is malformed.
     """
     anomalies: list[str] = []
+    integrity: list[str] = []
+    policy_timeout = False
     phases: dict[str, dict[str, PhaseEvent]] = {}
     collected: list[str] = []
     collect_errors: list[TestRecord] = []
@@ -282,6 +289,9 @@ def collate(
             finish = event.exitstatus
             if event.tampered:
                 anomalies.append(f"pytest_tampered: {', '.join(event.tampered)} replaced")
+                integrity.append(f"{Flag.FRAMEWORK_TAMPERED}: {', '.join(event.tampered)}")
+            integrity.extend(event.flags)
+            policy_timeout = event.policy_timeout
     if foreign:
         anomalies.append(f"foreign_report_lines: {foreign} line(s) without the run's nonce ignored")
     if malformed:
@@ -290,6 +300,8 @@ def collate(
         anomalies.append("report_overflow: the plugin's report exceeded its cap")
     if finish is None:
         anomalies.append("session_incomplete: pytest stopped before the end of its session")
+        if exit_code is not None and 0 <= exit_code <= 5:  # an exit that looks like pytest's own
+            integrity.append(f"{Flag.EARLY_EXIT}: the grader exited {exit_code} mid-session")
     elif exit_code is not None and finish != exit_code:
         anomalies.append(
             f"exit_code_mismatch: pytest reported {finish}, the process exited {exit_code}"
@@ -327,7 +339,7 @@ def collate(
                 TestRecord(test_id=test_id, outcome=outcome, duration_s=duration, message=message)
             )
     tests.extend(collect_errors)
-    return Collated(tests=tests, expected=expected, anomalies=anomalies, pytest_exit_code=exit_code)
+    return Collated(tests, expected, anomalies, exit_code, sorted(set(integrity)), policy_timeout)
 
 
 def neutralized(left_out: list[tuple[str, str]]) -> list[Neutralized]:

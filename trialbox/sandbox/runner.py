@@ -335,6 +335,8 @@ class Runner:
             outcome.exit_code,
             outcome.report_overflowed,
         )
+        if collated.policy_timeout and result.status == Status.SUCCEEDED:
+            result.status = Status.TIMEOUT  # the solution's code, not the grader, ran out of time
         report = GradingReport(
             command=argv,
             pytest_exit_code=outcome.exit_code,
@@ -343,5 +345,6 @@ class Runner:
             expected_tests_unknown=task.grading.expected_tests is None,
             neutralized=neutralized(left_out),
             anomalies=collated.anomalies,
+            integrity=collated.integrity,
         )
         return report, result.status

@@ -103,6 +103,10 @@ def install(root: Path, requirements: Path, python: str, existing: bool = False)
     plugin_dir.mkdir(exist_ok=True, mode=0o755)
     for name, data in plugin_files().items():
         (plugin_dir / name).write_bytes(data)
+    # Compiled once here: sandboxes never write bytecode, and every grading imports these.
+    subprocess.run(
+        [str(root / "bin" / "python"), "-m", "compileall", "-q", "-f", str(plugin_dir)], check=True
+    )
     python_version = subprocess.run(
         [str(root / "bin" / "python"), "-c", "import platform; print(platform.python_version())"],
         check=True,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from trialbox.models.integrity import flag_name, violations
 from trialbox.models.report import RunReport, Status
 from trialbox.models.result import ExecutionResult, reward_for
 from trialbox.models.task import GradingSpec
@@ -28,6 +29,7 @@ def score(spec: GradingSpec, report: RunReport, request_id: str | None = None) -
     untrusted: list[str] = []
     passed = expected = 0
     scored: float | None = None
+    caught: list[str] = []
     breakdown: dict[str, float] = {}
     if grading is not None:
         expected = len(grading.expected_tests)
@@ -45,7 +47,11 @@ def score(spec: GradingSpec, report: RunReport, request_id: str | None = None) -
             flags.append("neutralized_files")
         scored = 0.0 if untrusted else SCORERS[spec.scorer](passed, expected)
         breakdown = {"tests_passed": passed, "tests_expected": expected, "score": scored}
+        flags.extend(f"integrity:{flag_name(f)}" for f in grading.integrity)
+        caught = violations(grading.integrity, spec.integrity)
     status = report.status
+    if caught and status == Status.SUCCEEDED:
+        status = Status.INTEGRITY_VIOLATION
     if status == Status.SUCCEEDED and grading is None:
         scored = None  # ran but was not graded: no reward, but the trainer may still learn
     reward, loss_mask = reward_for(status, scored)
@@ -59,7 +65,7 @@ def score(spec: GradingSpec, report: RunReport, request_id: str | None = None) -
         loss_mask=loss_mask,
         tests_passed=passed,
         tests_expected=expected,
-        feedback=feedback(report, passed, expected, untrusted),
+        feedback=feedback(report, passed, expected, untrusted, caught),
         flags=flags,
         notes=report.notes,
         error=report.error,

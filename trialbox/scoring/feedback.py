@@ -36,13 +36,20 @@ def _killed(command: CommandResult, report: RunReport, timeout_s: float) -> str:
     limits = report.provenance.limits if report.provenance else None
     if command.timed_out:
         return f"{where} timed out after {_seconds(timeout_s)} s"
+    if command.status == Status.TIMEOUT:  # the boundary stopped the solution's code
+        return f"{where}: the solution's code did not finish within {_seconds(timeout_s)} s"
     memory = f" {limits.memory_mb} MiB" if limits else ""
     return f"{where} killed: memory limit{memory}"
 
 
-def feedback(report: RunReport, passed: int, expected: int, untrusted: list[str]) -> str:
+def feedback(
+    report: RunReport, passed: int, expected: int, untrusted: list[str], caught: list[str]
+) -> str:
     if report.status == Status.SANDBOX_ERROR:
         return f"sandbox error (not your code): {report.error}"
+    if caught and report.status == Status.SUCCEEDED:
+        shown = "; ".join(caught[:4])
+        return f"integrity violation, reward 0: {shown}"[:MAX_FEEDBACK_CHARS]
     limits = report.provenance.limits if report.provenance else None
     killed: list[str] = []  # agent commands the runner stopped, when the run went on
     for command in report.commands:

@@ -39,6 +39,7 @@ import trialbox_wire as wire
 MAX_SPAWNS = 32
 REPR_CAP = 2000
 FLAGS: list[str] = []  # integrity flags for the report (trialbox_report reads them)
+TIMED_OUT: list[bool] = []  # a call ran out of grading time: the run's status is `timeout`
 _RNG = random.SystemRandom()
 
 
@@ -77,6 +78,7 @@ class Policy:
     def _remaining(self) -> float:
         left = self.deadline - time.monotonic()
         if left <= 0:
+            TIMED_OUT.append(True)
             raise PolicyTimeout("no grading time is left for the solution's code")
         return left
 
@@ -119,6 +121,7 @@ class Policy:
             reply = wire.recv(sock)
         except TimeoutError:
             self._end(kill=True)
+            TIMED_OUT.append(True)
             raise PolicyTimeout("the solution's code did not answer within the grading time")
         except wire.Closed:
             self._end(kill=False)

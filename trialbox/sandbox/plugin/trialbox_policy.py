@@ -19,9 +19,7 @@ import operator
 import os
 import signal
 import socket
-import subprocess
 import sys
-import traceback
 from typing import Any
 
 import trialbox_wire as wire
@@ -195,6 +193,7 @@ class Server:
 
     def run(self, request: dict[str, Any]) -> dict[str, Any]:
         """A test's subprocess, run here: as the policy's uid, in the policy's workspace."""
+        import subprocess
         options = request["options"]
         capture = options.get("capture", [True, True])
         try:
@@ -240,6 +239,7 @@ def _exception_chain(cls: type) -> tuple[list[list[str]], str]:
 
 
 def _describe(exc: BaseException) -> dict[str, Any]:
+    import traceback
     chain, base = _exception_chain(type(exc))
     try:
         message = str(exc)[:TEXT_CAP]

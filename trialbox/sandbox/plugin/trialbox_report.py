@@ -17,16 +17,14 @@ import os
 import sys
 import types
 from collections.abc import Callable
-from typing import TYPE_CHECKING
 
 import _pytest.main
 import _pytest.python
 import _pytest.reports
 import _pytest.runner
+import pytest
 import trialbox_boundary
 
-if TYPE_CHECKING:
-    import pytest
 
 Emit = Callable[[dict[str, object]], None]
 
@@ -46,7 +44,8 @@ def _make_emitter() -> Emit:
 
 
 _EMIT = _make_emitter()
-sys.path.append(os.environ.pop("TRIALBOX_GRADING_ROOT"))
+_ROOT = os.environ.pop("TRIALBOX_GRADING_ROOT")
+sys.path.append(_ROOT)
 
 MESSAGE_CHARS = 2000
 # What a solution would patch to turn failures into passes.
@@ -137,6 +136,75 @@ def _late_plugins(session: pytest.Session) -> list[str]:
     return late
 
 
+# -- detectors for the solution's code in this process (in_process isolation) ------------------
+import builtins  # noqa: E402
+import fnmatch  # noqa: E402
+
+_BUILTINS = {name: id(value) for name, value in vars(builtins).items()}
+_FRAMEWORK = ("pytest", "_pytest", "pluggy", "trialbox_report", "trialbox_boundary")
+_MODULES = {
+    name: id(module) for name, module in sys.modules.items() if name.startswith(_FRAMEWORK)
+}
+_TEST_FILES = ("test_*.py", "*_test.py", "conftest.py")
+_IN_CALL = [False]
+_FLAGS: set[str] = set()
+
+
+def _test_file(path: str) -> bool:
+    name = os.path.basename(path)
+    return path.startswith(_ROOT + os.sep) and any(fnmatch.fnmatch(name, p) for p in _TEST_FILES)
+
+
+def _solution_frame() -> str | None:
+    """The file of the nearest frame from the grading tree when it is not a test module."""
+    frame = sys._getframe(2)
+    while frame is not None:
+        path = frame.f_code.co_filename
+        if path.startswith(_ROOT + os.sep):
+            return None if _test_file(path) else path
+        frame = frame.f_back
+    return None
+
+
+def _audit(event: str, args: tuple[object, ...], _flags: set[str] = _FLAGS) -> None:
+    if not _IN_CALL[0]:
+        return
+    if event == "open" and isinstance(args[0], str) and _test_file(os.path.abspath(args[0])):
+        who = _solution_frame()
+        if who is not None:
+            _flags.add(f"test_source_read: {os.path.basename(who)} opened a test file")
+    elif event in ("gc.get_referrers", "gc.get_objects", "gc.get_referents"):
+        who = _solution_frame()
+        if who is not None:
+            _flags.add(f"introspection: {os.path.basename(who)} called {event}")
+
+
+sys.addaudithook(_audit)
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call() -> object:
+    _IN_CALL[0] = True
+    try:
+        return (yield)
+    finally:
+        _IN_CALL[0] = False
+
+
+def _tampered_runtime() -> list[str]:
+    changed = [
+        f"builtins.{name}"
+        for name, ident in _BUILTINS.items()
+        if id(vars(builtins).get(name)) != ident
+    ]
+    changed += [
+        f"sys.modules[{name!r}]"
+        for name, ident in _MODULES.items()
+        if id(sys.modules.get(name)) != ident
+    ]
+    return changed
+
+
 _HOOKS = (pytest_collectreport, pytest_collection_finish, pytest_runtest_logreport)
 _HOOK_CODE = {hook.__name__: (hook.__code__, hook.__defaults__) for hook in _HOOKS}
 
@@ -153,5 +221,14 @@ def pytest_sessionfinish(session: pytest.Session, exitstatus: int, _emit: Emit =
         if (hook.__code__, hook.__defaults__) != _HOOK_CODE[hook.__name__]
     ]
     tampered += _late_plugins(session)
-    flags = sorted(set(trialbox_boundary.FLAGS))
-    _emit({"event": "finish", "exitstatus": int(exitstatus), "tampered": tampered, "flags": flags})
+    tampered += _tampered_runtime()
+    flags = sorted(set(trialbox_boundary.FLAGS) | _FLAGS)
+    _emit(
+        {
+            "event": "finish",
+            "exitstatus": int(exitstatus),
+            "tampered": tampered,
+            "flags": flags,
+            "policy_timeout": bool(trialbox_boundary.TIMED_OUT),
+        }
+    )

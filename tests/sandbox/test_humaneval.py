@@ -1,0 +1,50 @@
+"""HumanEval coverage under the boundary: all 164 canonical solutions, in HumanEval's own test
+form (`from solution import *`, the problem's `check`), score 1.0 with no flag, on both
+backends, and a wrong solution still fails (the same tasks graded with the untouched starter)."""
+
+from __future__ import annotations
+
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+
+from trialbox.models import Sample, Status, Task
+from trialbox.models.result import ExecutionResult
+from trialbox.models.task import Isolation
+from trialbox.qc import humaneval
+from trialbox.sandbox.config import SandboxConfig
+from trialbox.sandbox.runner import Runner
+from trialbox.scoring import score
+
+TASKS = [Task.model_validate(t) for t in humaneval.tasks()]
+
+
+@pytest.fixture(scope="module", params=["bwrap", "rlimit"])
+def backend(request: pytest.FixtureRequest) -> Runner:
+    return Runner(SandboxConfig.from_env().model_copy(update={"backend": request.param}))
+
+
+def _grade(runner: Runner, task: Task, reference: bool) -> ExecutionResult:
+    files = task.reference if reference else task.workspace
+    assert files is not None
+    sample = Sample(task_id=task.task_id, sample_id="s", files=dict(files))
+    return score(task.grading, runner.run(task, sample))
+
+
+def test_every_canonical_solution_scores_one_with_no_flag(backend: Runner) -> None:
+    assert len(TASKS) == 164
+    assert {t.grading.isolation for t in TASKS} == {Isolation.BOUNDARY}
+    with ThreadPoolExecutor(backend.config.slots) as pool:
+        results = list(pool.map(lambda t: _grade(backend, t, True), TASKS))
+    wrong = [
+        (task.task_id, r.status.value, r.reward, r.flags, r.feedback[:400])
+        for task, r in zip(TASKS, results, strict=True)
+        if (r.status, r.reward, r.flags) != (Status.SUCCEEDED, 1.0, [])
+    ]
+    assert wrong == []
+
+
+def test_the_starters_fail(runner: Runner) -> None:
+    sample = TASKS[::16]
+    results = [_grade(runner, task, False) for task in sample]
+    assert [(r.status, r.reward) for r in results] == [(Status.SUCCEEDED, 0.0)] * len(sample)
