@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import contextlib
 import importlib.abc
 import importlib.machinery
 import io
@@ -43,7 +44,7 @@ TIMED_OUT: list[bool] = []  # a call ran out of grading time: the run's status i
 _RNG = random.SystemRandom()
 
 
-class PolicyDied(BaseException):  # noqa: N818 - not an Exception: tests cannot catch it
+class PolicyDied(BaseException):
     """The solution's process ended, or did not answer in time, during this call."""
 
 
@@ -52,7 +53,7 @@ class PolicyTimeout(PolicyDied):
 
 
 class Ref:
-    __slots__ = ("generation", "handle", "path", "kind", "name")
+    __slots__ = ("generation", "handle", "kind", "name", "path")
 
     def __init__(self, generation: int, doc: dict[str, Any]) -> None:
         self.generation = generation
@@ -106,10 +107,8 @@ class Policy:
             self.sock.close()
             self.sock = None
         if kill:
-            try:
+            with contextlib.suppress(OSError):
                 self.control.send(json.dumps({"op": "kill", "pid": self.pid}).encode())
-            except OSError:
-                pass
 
     def ask(self, request: dict[str, Any]) -> Any:
         """One request; returns the reply's raw `ok` document, or raises what the policy's
@@ -122,7 +121,9 @@ class Policy:
         except TimeoutError:
             self._end(kill=True)
             TIMED_OUT.append(True)
-            raise PolicyTimeout("the solution's code did not answer within the grading time")
+            raise PolicyTimeout(
+                "the solution's code did not answer within the grading time"
+            ) from None
         except wire.Closed:
             self._end(kill=False)
             raise PolicyDied(
@@ -152,7 +153,8 @@ class Policy:
     def ref_doc(self, value: Any) -> dict[str, Any]:
         ref = _ref_of(value)
         if ref is None:
-            return wire.encode(value, None)  # raises: a grader object never crosses
+            refused: dict[str, Any] = wire.encode(value, None)  # raises: never crosses
+            return refused
         if ref.generation == self.generation and self.sock is not None:
             return {"$": "ref", "id": ref.handle}
         if ref.path is not None:
@@ -212,11 +214,12 @@ def policy() -> Policy:
 
 
 def _ref_of(value: Any) -> Ref | None:
+    ref: Ref | None = None
     if isinstance(value, RemoteObject):
-        return object.__getattribute__(value, "_trialbox_ref")
-    if isinstance(value, RemoteClass):
-        return type.__getattribute__(value, "_trialbox_ref")
-    return None
+        ref = object.__getattribute__(value, "_trialbox_ref")
+    elif isinstance(value, RemoteClass):
+        ref = type.__getattribute__(value, "_trialbox_ref")
+    return ref
 
 
 def _refused(name: str) -> bool:
@@ -253,7 +256,9 @@ def _op(target: Any, name: str, *args: Any, reflected: bool = False) -> Any:
         encoded = [p.encode(a) for a in args]
     except wire.WireError:
         return NotImplemented
-    request = {"op": "op", "name": name, "target": p.ref_doc(target), "args": encoded}
+    request: dict[str, Any] = {
+        "op": "op", "name": name, "target": p.ref_doc(target), "args": encoded
+    }  # fmt: skip
     if reflected:
         request["reflected"] = True
     return p.value(p.ask(request))
@@ -409,13 +414,27 @@ def _unary(name: str) -> Any:
     return method
 
 
-for _name in "lt le gt ge".split():
+for _name in ["lt", "le", "gt", "ge"]:
     setattr(RemoteObject, f"__{_name}__", _binary(_name))
-for _name in "add sub mul matmul truediv floordiv mod pow lshift rshift and or xor".split():
+for _name in [
+    "add",
+    "sub",
+    "mul",
+    "matmul",
+    "truediv",
+    "floordiv",
+    "mod",
+    "pow",
+    "lshift",
+    "rshift",
+    "and",
+    "or",
+    "xor",
+]:
     _func = _name + "_" if _name in ("and", "or") else _name
     setattr(RemoteObject, f"__{_name}__", _binary(_func))
     setattr(RemoteObject, f"__r{_name}__", _binary(_func, reflected=True))
-for _name in "neg pos abs invert".split():
+for _name in ["neg", "pos", "abs", "invert"]:
     setattr(RemoteObject, f"__{_name}__", _unary(_name))
 
 
@@ -495,7 +514,7 @@ class PolicyModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         ]
         module_ref = {"$": "ref", "path": [module.__name__], "kind": "module"}
 
-        def __getattr__(name: str) -> Any:  # noqa: N807 - PEP 562
+        def __getattr__(name: str) -> Any:
             if _refused(name):
                 raise AttributeError(name)
             return p.value(p.ask({"op": "getattr", "target": module_ref, "name": name}))
@@ -513,7 +532,7 @@ def _text(data: bytes | None, text: bool, encoding: str | None, errors: str | No
 
 def run(args: Any, **options: Any) -> subprocess.CompletedProcess[Any]:
     """subprocess.run, in the policy's process (check_output, call and friends use it)."""
-    text = bool(options.pop("text", None) or options.pop("universal_newlines", None))
+    text: bool = bool(options.pop("text", None) or options.pop("universal_newlines", None))
     encoding, errors = options.pop("encoding", None), options.pop("errors", None)
     text = text or encoding is not None or errors is not None
     data = options.pop("input", None)
@@ -582,7 +601,7 @@ def _install() -> None:
     _POLICY = Policy(int(fd), budget)
     sys.meta_path.append(PolicyModules(names, _test_names(root)))
     subprocess.run = run  # type: ignore[assignment]
-    subprocess.call = call  # type: ignore[assignment]
+    subprocess.call = call
 
 
 _install()

@@ -26,15 +26,15 @@ import trialbox_wire as wire
 
 OUTPUT_CAP = 1 << 20
 TEXT_CAP = 4000
-OPERATORS = {
-    name: getattr(operator, name)
-    for name in (
-        "eq ne lt le gt ge add sub mul matmul truediv floordiv mod pow lshift rshift and_ or_ "
-        "xor neg pos abs invert index contains getitem setitem delitem"
-    ).split()
-}
-BUILTINS = {"len": len, "iter": iter, "next": next, "bool": bool, "hash": hash, "repr": repr,
-            "str": str, "int": int, "float": float, "complex": complex, "round": round}  # fmt: skip
+_OPERATOR_NAMES = (
+    "eq ne lt le gt ge add sub mul matmul truediv floordiv mod pow lshift rshift and_ or_ xor "
+    "neg pos abs invert index contains getitem setitem delitem"
+)
+OPERATORS: dict[str, Any] = {name: getattr(operator, name) for name in _OPERATOR_NAMES.split()}
+BUILTINS: dict[str, Any] = {
+    "len": len, "iter": iter, "next": next, "bool": bool, "hash": hash, "repr": repr,
+    "str": str, "int": int, "float": float, "complex": complex, "round": round,
+}  # fmt: skip
 
 
 class CappedText(io.TextIOBase):
@@ -60,7 +60,7 @@ class CappedText(io.TextIOBase):
 def _plain_base(value: Any) -> Any:
     """A subclass of a built-in value type crosses as the base value (its overrides stay
     behind), except a namedtuple, whose fields a test may read by name."""
-    for base, convert in (
+    conversions: tuple[tuple[type, Any], ...] = (
         (bool, bool),
         (int, int.__index__),
         (float, float.__float__),
@@ -71,7 +71,8 @@ def _plain_base(value: Any) -> Any:
         (dict, lambda v: dict(dict.items(v))),
         (set, lambda v: set(set.__iter__(v))),
         (frozenset, lambda v: frozenset(frozenset.__iter__(v))),
-    ):
+    )
+    for base, convert in conversions:
         if isinstance(value, base):
             return convert(value)
     if isinstance(value, tuple) and not hasattr(type(value), "_fields"):
@@ -91,7 +92,8 @@ class Server:
     def ref(self, value: Any, path: list[str] | None = None) -> dict[str, Any]:
         plain = _plain_base(value)
         if plain is not None and type(plain) is not type(value):
-            return wire.encode(plain, self.ref)
+            encoded: dict[str, Any] = wire.encode(plain, self.ref)
+            return encoded
         handle = self.ids.get(id(value))
         if handle is None:
             handle = len(self.objects) + 1
@@ -140,7 +142,7 @@ class Server:
             reply["stdout"], reply["stderr"] = stdout.value(), stderr.value()
             try:
                 wire.send(self.sock, reply)
-            except wire.WireError as exc:
+            except (wire.WireError, ValueError, TypeError) as exc:  # too large, say
                 wire.send(self.sock, {"error": _describe(exc)})
 
     def handle(self, request: dict[str, Any]) -> Any:
@@ -194,15 +196,20 @@ class Server:
     def run(self, request: dict[str, Any]) -> dict[str, Any]:
         """A test's subprocess, run here: as the policy's uid, in the policy's workspace."""
         import subprocess
+
         options = request["options"]
         capture = options.get("capture", [True, True])
+        stderr: int = subprocess.DEVNULL
+        if capture[1] == "stdout":
+            stderr = subprocess.STDOUT
+        elif capture[1]:
+            stderr = subprocess.PIPE
         try:
             done = subprocess.run(
                 options["args"],
                 input=wire.decode(options.get("input"), None),
                 stdout=subprocess.PIPE if capture[0] else subprocess.DEVNULL,
-                stderr=(subprocess.STDOUT if capture[1] == "stdout" else
-                        subprocess.PIPE if capture[1] else subprocess.DEVNULL),  # fmt: skip
+                stderr=stderr,
                 timeout=options.get("timeout"),
                 shell=bool(options.get("shell")),
                 env=options.get("env"),
@@ -230,7 +237,7 @@ def _kind(value: Any) -> str:
 
 def _exception_chain(cls: type) -> tuple[list[list[str]], str]:
     """The policy's own classes from `cls` up, and the first built-in exception above them."""
-    chain = []
+    chain: list[list[str]] = []
     for klass in cls.__mro__:
         if klass.__module__ == "builtins":
             return chain, klass.__name__
@@ -240,6 +247,7 @@ def _exception_chain(cls: type) -> tuple[list[list[str]], str]:
 
 def _describe(exc: BaseException) -> dict[str, Any]:
     import traceback
+
     chain, base = _exception_chain(type(exc))
     try:
         message = str(exc)[:TEXT_CAP]

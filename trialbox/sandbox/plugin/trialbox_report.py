@@ -25,7 +25,6 @@ import _pytest.runner
 import pytest
 import trialbox_boundary
 
-
 Emit = Callable[[dict[str, object]], None]
 
 
@@ -142,9 +141,7 @@ import fnmatch  # noqa: E402
 
 _BUILTINS = {name: id(value) for name, value in vars(builtins).items()}
 _FRAMEWORK = ("pytest", "_pytest", "pluggy", "trialbox_report", "trialbox_boundary")
-_MODULES = {
-    name: id(module) for name, module in sys.modules.items() if name.startswith(_FRAMEWORK)
-}
+_MODULES = {name: id(module) for name, module in sys.modules.items() if name.startswith(_FRAMEWORK)}
 _TEST_FILES = ("test_*.py", "*_test.py", "conftest.py")
 _IN_CALL = [False]
 _FLAGS: set[str] = set()
@@ -157,7 +154,7 @@ def _test_file(path: str) -> bool:
 
 def _solution_frame() -> str | None:
     """The file of the nearest frame from the grading tree when it is not a test module."""
-    frame = sys._getframe(2)
+    frame: types.FrameType | None = sys._getframe(2)
     while frame is not None:
         path = frame.f_code.co_filename
         if path.startswith(_ROOT + os.sep):

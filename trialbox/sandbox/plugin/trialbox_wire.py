@@ -18,6 +18,7 @@ from typing import Any
 
 MAX_FRAME = 256 * 1024 * 1024
 MAX_DEPTH = 100
+BIG_INT_BITS = 10_000  # about 3000 decimal digits: CPython's int/str limit is 4300
 SCALARS = (type(None), bool, int, float, str)
 ARRAY_KINDS = frozenset("biufcUSmM")  # numpy dtype kinds that are plain data
 
@@ -38,6 +39,8 @@ def encode(value: Any, ref: Ref | None, depth: int = 0) -> Any:
     if depth > MAX_DEPTH:
         raise WireError(f"a value nested deeper than {MAX_DEPTH} levels cannot cross")
     kind = type(value)
+    if kind is int and value.bit_length() > BIG_INT_BITS:
+        return {"$": "int", "v": hex(value)}  # past JSON's decimal digit limit
     if kind in SCALARS:
         return value
     if kind is list:
@@ -107,6 +110,8 @@ def decode(doc: Any, resolve: Resolve | None, depth: int = 0) -> Any:
     if tag in ("bytes", "bytearray"):
         data = base64.b64decode(str(body), validate=True)
         return data if tag == "bytes" else bytearray(data)
+    if tag == "int":
+        return int(str(body), 16)
     if tag == "complex":
         real, imag = _pair(body)
         return complex(float(real), float(imag))
