@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .PHONY: setup venv system runtime lint format test demo bench clean template synth lock
-.PHONY: synth-full
+.PHONY: synth-full qc-humaneval
 
 setup: venv system runtime
 
@@ -49,6 +49,14 @@ bench: setup
 	$(BIN)/python benchmarks/wipe.py
 	$(BIN)/python benchmarks/sdk_cpu.py
 	$(BIN)/python benchmarks/session_calls.py
+	$(BIN)/python benchmarks/grading_boundary.py
+	$(BIN)/python benchmarks/performance_noise.py
+
+# Task QC over all 164 HumanEval problems (not part of `make test`): reference, starter,
+# flakiness, limits, mutation score and leakage per task; every check in qc-humaneval.json.
+qc-humaneval: setup
+	$(BIN)/python -m trialbox.qc.humaneval .qc-humaneval.jsonl
+	$(BIN)/trialbox tasks validate .qc-humaneval.jsonl --json qc-humaneval.json
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -3,6 +3,7 @@ never a `sandbox_error` (which would mask it from the trainer), and never a cras
 
 from __future__ import annotations
 
+import re
 import resource
 
 from tests.sandbox.conftest import CORRECT, Grade
@@ -157,3 +158,18 @@ def test_undecodable_text_in_messages_and_names_is_replaced(grade: Grade) -> Non
     assert "bad \ufffd" in result.feedback
     assert report.grading is not None
     assert "l\ufffd" in {n.path for n in report.grading.neutralized}
+
+
+def test_the_report_nonce_is_in_no_environment_or_argv(grade: Grade) -> None:
+    """Read from a descriptor and closed: /proc/self/environ and cmdline never hold it."""
+    solution = (
+        "def add(a, b):\n"
+        "    for name in ('environ', 'cmdline'):\n"
+        "        print(name, open(f'/proc/self/{name}', 'rb').read())\n"
+        "    return 0\n"
+    )
+    report, _ = grade({"solution.py": solution}, isolation="in_process")
+    shown = report.commands[-1].stdout
+    assert "environ b" in shown and "cmdline b" in shown
+    assert "TRIALBOX_REPORT_NONCE=" not in shown
+    assert not re.search(r"[0-9a-f]{32}", shown)  # the nonce's form: 16 random bytes, hex

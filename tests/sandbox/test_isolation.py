@@ -132,6 +132,33 @@ def test_host_secrets_and_other_workspaces_are_unreadable(runner: Runner) -> Non
     assert result.stdout == "FileNotFoundError\nFileNotFoundError\nFileNotFoundError\n"
 
 
+WRITE_EVERYWHERE = """
+import errno, os
+found = []
+for place in ("/", "/opt", "/usr", "/etc", "/var", "/dev"):
+    try:
+        with open(os.path.join(place, "trialbox-probe"), "wb") as f:
+            f.write(b"x")
+        found.append(place)
+    except OSError:
+        pass
+for place in ("/dev/shm", "/tmp"):
+    try:
+        with open(os.path.join(place, "fill"), "wb") as f:
+            for _ in range(64):
+                f.write(b"x" * (1 << 20))
+        found.append(place + " uncapped")
+    except OSError as e:
+        assert e.errno == errno.ENOSPC, e
+print("writable:", found)
+"""
+
+
+def test_every_writable_place_is_capped_and_the_rest_read_only(run_exec: Exec) -> None:
+    result = run_exec(WRITE_EVERYWHERE, disk_mb=8, memory_mb=256)
+    assert result.stdout.strip() == "writable: []", result.stderr
+
+
 def test_tmp_is_private(run_exec: Exec) -> None:
     name = f"/tmp/trialbox-probe-{uuid.uuid4()}"
     result = run_exec(f"open({name!r}, 'w').write('x'); print(open({name!r}).read())")

@@ -9,6 +9,7 @@ from pydantic import Field
 
 from trialbox.models.common import StrictModel
 from trialbox.models.limits import Limits
+from trialbox.models.performance import PerformanceReport
 
 
 class Status(StrEnum):
@@ -74,6 +75,9 @@ class GradingReport(StrictModel):
     expected_tests_unknown: bool
     neutralized: list[Neutralized]
     anomalies: list[str] = Field(description="disagreements between the plugin and pytest")
+    performance: PerformanceReport | None = Field(
+        default=None, description="the performance scorer's measurements"
+    )
     integrity: list[str] = Field(
         default_factory=list,
         description="the integrity detectors' findings, `flag: detail` (trialbox.models.integrity)",

@@ -12,6 +12,7 @@ from trialbox.models.common import Files, Identifier, Metadata, StrictModel, ref
 from trialbox.models.integrity import Action, Flag
 from trialbox.models.iomatch import IoSpec
 from trialbox.models.limits import Limits
+from trialbox.models.performance import PerformanceSpec
 
 PYTEST_PREFIXES: tuple[tuple[str, ...], ...] = (("python", "-m", "pytest"), ("pytest",))
 
@@ -69,6 +70,8 @@ class Scorer(StrEnum):
     TESTS_PASS_FRACTION = "tests_pass_fraction"
     ALL_OR_NOTHING = "all_or_nothing"
     IO_MATCH = "io_match"  # the fraction of `grading.io` cases passed (trialbox.models.iomatch)
+    WEIGHTED_TESTS = "weighted_tests"  # the expected tests passed, weighted by `grading.weights`
+    PERFORMANCE = "performance"  # the pass fraction x speed (x memory) against the reference
 
 
 def pytest_args(command: list[str]) -> list[str]:
@@ -96,6 +99,12 @@ class GradingSpec(StrictModel):
         description="boundary: the policy's code runs in its own process and the tests see "
         "its values and handles; in_process: for tests that need its objects themselves",
     )
+    weights: dict[str, float] | None = Field(
+        default=None, description="weighted_tests: a weight (> 0) per test id; others weigh 1"
+    )
+    performance: PerformanceSpec | None = Field(
+        default=None, description="performance: the workload timed against the reference"
+    )
     integrity: dict[Flag, Action] = Field(
         default_factory=dict,
         description="per flag, `violation` (the default for every flag: status "
@@ -108,6 +117,20 @@ class GradingSpec(StrictModel):
         if isinstance(raw, dict) and raw.get("scorer") == Scorer.IO_MATCH:
             return {"command": iomatch.COMMAND} | raw
         return raw
+
+    @model_validator(mode="after")
+    def _scorer_fields(self) -> GradingSpec:
+        if (self.scorer == Scorer.WEIGHTED_TESTS) != (self.weights is not None):
+            raise ValueError('grading.weights goes with scorer "weighted_tests", and only with it')
+        if self.weights is not None:
+            if not self.weights or any(not 0 < w < float("inf") for w in self.weights.values()):
+                raise ValueError("grading.weights: each weight must be a finite number over 0")
+            unknown = set(self.weights) - set(self.expected_tests or self.weights)
+            if unknown:
+                raise ValueError(f"grading.weights names tests not expected: {sorted(unknown)}")
+        if (self.scorer == Scorer.PERFORMANCE) != (self.performance is not None):
+            raise ValueError('grading.performance goes with scorer "performance", and only with it')
+        return self
 
     @model_validator(mode="after")
     def _io_match(self) -> GradingSpec:
@@ -199,6 +222,8 @@ class Task(StrictModel):
                     f"expected test {test_id!r} is not in a hidden_tests file "
                     f"({', '.join(sorted(self.hidden_tests))})"
                 )
+        if self.grading.scorer == Scorer.PERFORMANCE and self.reference is None:
+            raise ValueError('scorer "performance" times the task\'s reference: set reference')
         return self
 
     @property

@@ -168,9 +168,12 @@ class BwrapBackend(Backend):
         root = str(self.runtime.root)
         workspace_bind = "--bind" if spec.role == "agent" else "--ro-bind"
         args += ["--ro-bind", str(self.etc_dir), "/etc", "--ro-bind", root, root]
+        size = str(spec.limits.disk_mb * 1024 * 1024)
         args += ["--proc", "/proc", "--dev", "/dev"]
-        args += ["--size", str(spec.limits.disk_mb * 1024 * 1024), "--tmpfs", "/tmp"]
+        # Every writable place is a tmpfs capped at disk_mb; the rest of the tree read-only.
+        args += ["--size", size, "--tmpfs", "/tmp", "--size", size, "--tmpfs", "/dev/shm"]
         args += [workspace_bind, str(spec.workdir), SANDBOX_WORKDIR, "--chdir", SANDBOX_WORKDIR]
+        args += ["--remount-ro", "/dev", "--remount-ro", "/"]
         args += ["--clearenv"]
         for key, value in spec.env.items():
             args += ["--setenv", key, value]

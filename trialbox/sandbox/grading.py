@@ -131,13 +131,13 @@ def grading_argv(command: list[str], runtime: Runtime, root: str) -> list[str]:
     ]
 
 
-def grading_env(base: dict[str, str], runtime: Runtime, nonce: str, root: str) -> dict[str, str]:
-    """The backend adds TRIALBOX_REPORT_FD once it has opened the report pipe."""
+def grading_env(base: dict[str, str], runtime: Runtime, root: str) -> dict[str, str]:
+    """The backend adds TRIALBOX_REPORT_FD once it has opened the report pipe, and the runner
+    the descriptor the nonce is read from (never the environment: /proc/self/environ)."""
     return base | {
         "PYTHONPATH": str(runtime.plugin_dir),
         # Only the trusted plugin loads: no entry-point plugins, from the runtime or elsewhere.
         "PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1",
-        "TRIALBOX_REPORT_NONCE": nonce,
         "TRIALBOX_GRADING_ROOT": root,
     }
 

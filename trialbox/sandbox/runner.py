@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import errno
+import os
 import secrets
 import socket
 from pathlib import Path
@@ -12,6 +13,7 @@ from trialbox import __version__
 from trialbox.models import iomatch
 from trialbox.models.common import FileContent, file_bytes
 from trialbox.models.limits import Limits
+from trialbox.models.performance import PerformanceReport, PerformanceSpec
 from trialbox.models.report import (
     CommandResult,
     GradingReport,
@@ -76,6 +78,28 @@ def command_result(phase: str, argv: list[str], outcome: Outcome) -> CommandResu
             "stderr_truncated": outcome.stderr.truncated,
         }
     )
+
+
+NONCE_FD_ENV = "TRIALBOX_REPORT_NONCE_FD"
+
+
+def _memfd(data: bytes) -> int:
+    """A sealed-off copy of `data` on a descriptor: for a secret no file, argv or env holds."""
+    fd = os.memfd_create("trialbox-secret")
+    os.write(fd, data)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+def _workload_failure(outcome: Outcome) -> str | None:
+    if outcome.timed_out:
+        return "timed out"
+    if outcome.oom_killed:
+        return "ran out of memory"
+    if outcome.exit_code != 0:
+        last = outcome.stderr.text().strip().splitlines()[-1:] or [""]
+        return f"exited {outcome.exit_code}: {last[0][:300]}"
+    return None
 
 
 class Runner:
@@ -261,6 +285,48 @@ class Runner:
             anomalies=[f"grading_setup_failed: {reason}"],
         )
 
+    def _measure(
+        self, slot: Slot, task: Task, spec: PerformanceSpec, limits: Limits
+    ) -> PerformanceReport:
+        """The performance scorer's runs: the workload beside the reference's files (as the
+        grader's uid, read-only) and beside the solution's (as the agent's), interleaved, each
+        measured by the backend from outside: CPU seconds and peak MiB."""
+        assert task.reference is not None
+        self.backend.prepare_dir(
+            slot.grade_dir, limits.disk_mb + 1, 0, slot.grader_uid, 0o750, fs.WORKSPACE_INODES
+        )
+        fs.write_files(slot.grade_dir, task.reference, 0, 0)
+        argv = ["python", "-c", spec.workload]
+        sides = {
+            "reference": CommandSpec(
+                argv, slot.grade_dir, "grader", limits, limits.timeout_s,
+                sandbox_env(self.runtime, self._sandbox_path(slot.grade_dir), limits),
+            ),
+            "policy": CommandSpec(
+                argv, slot.work_dir, "agent", limits, limits.timeout_s,
+                sandbox_env(self.runtime, self._sandbox_path(slot.work_dir), limits),
+            ),
+        }  # fmt: skip
+        report = PerformanceReport()
+        for turn in range(spec.repeats):
+            for side in ("reference", "policy") if turn % 2 == 0 else ("policy", "reference"):
+                outcome = self.backend.run(slot, sides[side])
+                failed = _workload_failure(outcome)
+                if failed is not None:
+                    if side == "reference":
+                        report.reference_failed = f"the reference's workload {failed}"
+                    else:
+                        report.policy_failed = f"the solution's workload {failed}"
+                    return report
+                cpu, peak = (
+                    (report.reference_cpu_s, report.reference_peak_mb)
+                    if side == "reference"
+                    else (report.policy_cpu_s, report.policy_peak_mb)
+                )
+                cpu.append(outcome.cpu_s)
+                peak.append(outcome.peak_memory_mb)
+        return report
+
     def _boundary(self, grader: CommandSpec, slot: Slot) -> None:
         """The policy's process beside the grader's: the zygote of trialbox_policy, as the
         agent's uid in the agent's workspace, on a control socket only the two hold."""
@@ -315,13 +381,14 @@ class Runner:
         argv = grading_argv(task.grading.command, self.runtime, root)
         nonce = secrets.token_hex(16)
         env = sandbox_env(self.runtime, root, limits)
-        env = grading_env(env, self.runtime, nonce, root)
+        env = grading_env(env, self.runtime, root)
         channel = None
         if task.grading.io is not None:  # the hidden cases, on a descriptor only the grader reads
             channel = (iomatch.CASES_FD_ENV, task.grading.io.payload())
         spec = CommandSpec(
             argv, slot.grade_dir, "grader", limits, task.grading_timeout_s, env, True, channel
         )
+        spec.inherit.append((NONCE_FD_ENV, _memfd(nonce.encode())))
         if boundary:
             self._boundary(spec, slot)
         outcome = self.backend.run(slot, spec)
@@ -337,6 +404,10 @@ class Runner:
         )
         if collated.policy_timeout and result.status == Status.SUCCEEDED:
             result.status = Status.TIMEOUT  # the solution's code, not the grader, ran out of time
+        performance = None
+        spec_perf = task.grading.performance
+        if spec_perf is not None and any(t.outcome == TestOutcome.PASSED for t in collated.tests):
+            performance = self._measure(slot, task, spec_perf, limits)
         report = GradingReport(
             command=argv,
             pytest_exit_code=outcome.exit_code,
@@ -346,5 +417,6 @@ class Runner:
             neutralized=neutralized(left_out),
             anomalies=collated.anomalies,
             integrity=collated.integrity,
+            performance=performance,
         )
         return report, result.status

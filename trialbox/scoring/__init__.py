@@ -7,6 +7,7 @@ from trialbox.models.report import RunReport, Status
 from trialbox.models.result import ExecutionResult, reward_for
 from trialbox.models.task import GradingSpec
 from trialbox.scoring.feedback import feedback
+from trialbox.scoring.performance import factors
 from trialbox.scoring.scorers import SCORERS, passed_expected
 
 # Anomalies meaning the plugin's report cannot be trusted: the reward is then 0.
@@ -30,6 +31,7 @@ def score(spec: GradingSpec, report: RunReport, request_id: str | None = None) -
     passed = expected = 0
     scored: float | None = None
     caught: list[str] = []
+    error = report.error
     breakdown: dict[str, float] = {}
     if grading is not None:
         expected = len(grading.expected_tests)
@@ -45,13 +47,27 @@ def score(spec: GradingSpec, report: RunReport, request_id: str | None = None) -
         flags.extend(f"untrusted_report:{name}" for name in untrusted)
         if grading.neutralized:
             flags.append("neutralized_files")
-        scored = 0.0 if untrusted else SCORERS[spec.scorer](passed, expected)
+        scored = (
+            0.0 if untrusted else SCORERS[spec.scorer](spec, grading.tests, grading.expected_tests)
+        )
         breakdown = {"tests_passed": passed, "tests_expected": expected, "score": scored}
+        measured = grading.performance
+        if spec.performance is not None and measured is not None:
+            if measured.reference_failed:  # the scorer's own failure: no reward, loss masked
+                error = f"the performance scorer failed: {measured.reference_failed}"
+            else:
+                measures = factors(measured, spec.performance)
+                breakdown |= measures
+                scored *= measures["speed_factor"] * measures.get("memory_factor", 1.0)
         flags.extend(f"integrity:{flag_name(f)}" for f in grading.integrity)
         caught = violations(grading.integrity, spec.integrity)
     status = report.status
     if caught and status == Status.SUCCEEDED:
         status = Status.INTEGRITY_VIOLATION
+    text = feedback(report, passed, expected, untrusted, caught)
+    if error is not None and status == Status.SUCCEEDED:
+        status, scored = Status.SANDBOX_ERROR, None
+        text = f"sandbox error (not your code): {error}"
     if status == Status.SUCCEEDED and grading is None:
         scored = None  # ran but was not graded: no reward, but the trainer may still learn
     reward, loss_mask = reward_for(status, scored)
@@ -65,10 +81,10 @@ def score(spec: GradingSpec, report: RunReport, request_id: str | None = None) -
         loss_mask=loss_mask,
         tests_passed=passed,
         tests_expected=expected,
-        feedback=feedback(report, passed, expected, untrusted, caught),
+        feedback=text,
         flags=flags,
         notes=report.notes,
-        error=report.error,
+        error=error,
         commands=report.commands,
         tests=grading.tests if grading else [],
         checkpoint=report.checkpoint,

@@ -31,7 +31,9 @@ Emit = Callable[[dict[str, object]], None]
 def _make_emitter() -> Emit:
     # Read once and scrub from the environment before any workspace code is imported.
     fd = int(os.environ.pop("TRIALBOX_REPORT_FD"))
-    nonce = os.environ.pop("TRIALBOX_REPORT_NONCE")
+    nonce_fd = int(os.environ.pop("TRIALBOX_REPORT_NONCE_FD"))
+    nonce = os.read(nonce_fd, 256).decode()
+    os.close(nonce_fd)
 
     def emit(event: dict[str, object]) -> None:
         event["nonce"] = nonce
