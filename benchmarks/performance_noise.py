@@ -25,7 +25,7 @@ TASK = {
     "hidden_tests": {
         "tests/test_total.py": "from solution import total\n"
         "def test_small():\n    assert total(10) == 45\n"
-    },  # fmt: skip
+    },
     "grading": {
         "command": ["python", "-m", "pytest", "-q", "tests"],
         "scorer": "performance",
