@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 
 from trialbox.errors import SandboxSetupError
-from trialbox.sandbox import processes
+from trialbox.sandbox import processes, seccomp
 from trialbox.sandbox.backend import Backend, CommandSpec, Launched, Measured
 from trialbox.sandbox.cgroups import Cgroup, cgroup_class
 from trialbox.sandbox.config import SandboxConfig
@@ -145,7 +145,7 @@ class BwrapBackend(Backend):
         slot.root.mkdir(parents=True, exist_ok=True)
         slot.root.chmod(0o711)
 
-    def _bwrap_args(self, spec: CommandSpec, status_fd: int) -> list[str]:
+    def _bwrap_args(self, spec: CommandSpec, status_fd: int, seccomp_fd: int) -> list[str]:
         args = [
             "bwrap",
             "--unshare-all",
@@ -177,7 +177,7 @@ class BwrapBackend(Backend):
         args += ["--clearenv"]
         for key, value in spec.env.items():
             args += ["--setenv", key, value]
-        args += ["--json-status-fd", str(status_fd), "--"]
+        args += ["--seccomp", str(seccomp_fd), "--json-status-fd", str(status_fd), "--"]
         return args
 
     def launch(self, slot: Slot, spec: CommandSpec, fds: list[int], join: bool = False) -> Launched:
@@ -186,17 +186,20 @@ class BwrapBackend(Backend):
         if not join:
             cgroup.create(spec.limits.memory_mb, spec.limits.pids, spec.limits.cpus)
         status_r, status_w = os.pipe()
+        filter_fd = os.memfd_create("trialbox-seccomp")
+        os.write(filter_fd, seccomp.program())
+        os.lseek(filter_fd, 0, os.SEEK_SET)
         drop = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
         drop += ["--no-new-privs", "--inh-caps=-all", "--"]
         argv = ["/bin/sh", "-c", JOIN_SHIM, "sh", *map(str, cgroup.procs_files), "--"]
-        argv += drop + self._bwrap_args(spec, status_w) + spec.argv
+        argv += drop + self._bwrap_args(spec, status_w, filter_fd) + spec.argv
         try:
             proc = subprocess.Popen(
                 argv,
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=subprocess.PIPE,
-                pass_fds=[status_w, *fds],
+                pass_fds=[status_w, filter_fd, *fds],
                 env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin"},
                 cwd="/",  # bwrap's init keeps this environment: nothing of the runner's
                 start_new_session=True,
@@ -209,4 +212,5 @@ class BwrapBackend(Backend):
             raise
         finally:
             os.close(status_w)
+            os.close(filter_fd)
         return BwrapLaunched(proc, cgroup, status_r)

@@ -34,7 +34,7 @@ import subprocess
 from pathlib import Path
 
 from trialbox.errors import SandboxError
-from trialbox.sandbox import as_uid, processes, wipe
+from trialbox.sandbox import as_uid, processes, seccomp, wipe
 from trialbox.sandbox.backend import Backend, CommandSpec, Launched, Measured
 from trialbox.sandbox.config import SandboxConfig
 from trialbox.sandbox.fs import remove_tree, unmount
@@ -176,6 +176,7 @@ class RlimitBackend(Backend):
                 user=uid,
                 group=uid,
                 extra_groups=[],
+                preexec_fn=seccomp.install,  # allocates nothing: built at import
             )
         except OSError as exc:  # the uid switch or the exec of prlimit: never the command's
             why = f"the sandbox could not start the command as uid {uid}: {exc}"
