@@ -6,10 +6,11 @@ from __future__ import annotations
 
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 import pytest
 
-from tests.redteam.hacks import HACKS, TASKS, Hack
+from tests.redteam.hacks import ADD, HACKS, TASKS, Hack
 from trialbox.models import Sample, Status, Task
 from trialbox.models.result import ExecutionResult
 from trialbox.sandbox.config import SandboxConfig
@@ -49,6 +50,16 @@ def test_every_hack_scores_zero(backend: Runner) -> None:
         or (hack.violation and r.status != Status.INTEGRITY_VIOLATION)
     ]
     assert escaped == [], "\n".join(map(str, escaped))
+
+
+def test_a_workspace_of_many_long_named_modules_grades_normally(backend: Runner) -> None:
+    """Was a break: every top-level module name went to the grader in one environment
+    variable, over the kernel's limit (E2BIG): a loss-masked sandbox_error for a policy that
+    wrote 600 files."""
+    files: dict[str, Any] = {f"m{i:04d}_{'x' * 240}.py": "" for i in range(600)}
+    files["solution.py"] = "def add(x, y):\n    return x + y\n"
+    result = _grade(backend, ADD, files, [])
+    assert (result.status, result.reward) == (Status.SUCCEEDED, 1.0), result.error
 
 
 def test_every_reference_scores_one_with_no_flag(backend: Runner) -> None:

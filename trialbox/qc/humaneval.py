@@ -3,6 +3,9 @@
 Each task's starter `solution.py` is the problem's prompt and its reference is the prompt plus
 the canonical solution. The one hidden test module is `from solution import *`, the problem's
 `test`, and `def test_check(): check(ENTRY_POINT)`, so the tests keep HumanEval's own form.
+Between the import and the test it holds the prompt itself, then `from solution import
+ENTRY_POINT`: the helpers some checks call (`poly`, `encode_cyclic`, `encode_shift`) are the
+prompt's own, never the solution's redefinition of them.
 
 `python -m trialbox.qc.humaneval OUT.jsonl` writes them for `trialbox tasks validate`.
 """
@@ -28,10 +31,13 @@ def problems() -> list[dict[str, Any]]:
 
 
 def task(problem: dict[str, Any]) -> dict[str, Any]:
+    entry = problem["entry_point"]
     test = (
         "from solution import *\n\n"
+        f"{problem['prompt']}\n\n"
+        f"from solution import {entry}\n\n"
         f"{problem['test']}\n\n"
-        f"def test_check():\n    check({problem['entry_point']})\n"
+        f"def test_check():\n    check({entry})\n"
     )
     return {
         "task_id": problem["task_id"].replace("/", "-"),

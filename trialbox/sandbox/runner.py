@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import errno
+import json
 import os
 import secrets
 import socket
@@ -81,6 +82,7 @@ def command_result(phase: str, argv: list[str], outcome: Outcome) -> CommandResu
 
 
 NONCE_FD_ENV = "TRIALBOX_REPORT_NONCE_FD"
+POLICY_SPEC_FD_ENV = "TRIALBOX_POLICY_SPEC_FD"
 
 
 def _memfd(data: bytes) -> int:
@@ -327,7 +329,7 @@ class Runner:
                 peak.append(outcome.peak_memory_mb)
         return report
 
-    def _boundary(self, grader: CommandSpec, slot: Slot) -> None:
+    def _boundary(self, grader: CommandSpec, slot: Slot, task: Task) -> None:
         """The policy's process beside the grader's: the zygote of trialbox_policy, as the
         agent's uid in the agent's workspace, on a control socket only the two hold."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
@@ -346,11 +348,14 @@ class Runner:
         grader.inherit.append((POLICY_FD_ENV, ours.detach()))
         # The grading time the policy's calls may use: pytest keeps the rest to report.
         budget = max(grader.timeout_s * 0.8, grader.timeout_s - 2.0)
-        modules = policy_modules(slot.work_dir, self.protected)
-        grader.env = grader.env | {
-            "TRIALBOX_POLICY_BUDGET_S": f"{budget:.3f}",
-            "TRIALBOX_POLICY_MODULES": ",".join(modules),
+        # On a descriptor, not in env: a workspace of many modules would pass the kernel's
+        # limit on one variable (E2BIG: the sandbox's failure, for what the policy wrote).
+        spec = {
+            "budget_s": budget,
+            "modules": policy_modules(slot.work_dir, self.protected),
+            "hidden": sorted(task.hidden_tests),
         }
+        grader.inherit.append((POLICY_SPEC_FD_ENV, _memfd(json.dumps(spec).encode())))
 
     def _grade(
         self, slot: Slot, task: Task, limits: Limits, commands: list[CommandResult]
@@ -390,7 +395,7 @@ class Runner:
         )
         spec.inherit.append((NONCE_FD_ENV, _memfd(nonce.encode())))
         if boundary:
-            self._boundary(spec, slot)
+            self._boundary(spec, slot, task)
         outcome = self.backend.run(slot, spec)
         result = command_result("grading", argv, outcome)
         commands.append(result)

@@ -250,12 +250,27 @@ def _call(target: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     return p.value(p.ask(request))
 
 
+# Arithmetic and ordering between an object of the solution's and a plain value of the test's:
+# an honest value is plain (numbers, Fraction and Decimal cross as values), so only a rigged
+# object would take part (`abs(result - expected) < eps` answered by the object itself).
+_MIXED = "lt le gt ge add sub mul matmul truediv floordiv mod pow lshift rshift and_ or_ xor"
+MIXED = frozenset([*_MIXED.split(), "divmod"])
+
+
 def _op(target: Any, name: str, *args: Any, reflected: bool = False) -> Any:
     p = policy()
+    if name in MIXED and any(_ref_of(a) is None for a in args):
+        ref = _ref_of(target)
+        kind = ref.name if ref is not None else "object"
+        raise TypeError(
+            f"the solution gave a {kind!r} object where a value was expected: under the "
+            "isolation boundary its objects take part in arithmetic and ordering only with "
+            "each other (a task that needs more sets grading.isolation: in_process)"
+        )
     try:
         encoded = [p.encode(a) for a in args]
-    except wire.WireError:
-        return NotImplemented
+    except wire.WireError as exc:
+        raise TypeError(str(exc)) from None
     request: dict[str, Any] = {
         "op": "op", "name": name, "target": p.ref_doc(target), "args": encoded
     }  # fmt: skip
@@ -268,30 +283,84 @@ def _truthy(value: Any) -> bool:
     return bool(value)  # a handle's truth is asked of its own process
 
 
-def _decoy(value: Any) -> Any:
-    """A value of the same type as `value` and unequal to it, unpredictable to the policy."""
+def _decoy(value: Any, depth: int = 0) -> Any:
+    """A value of the same type as `value`, unequal to it, and as plausible: a random change
+    of one part, never a marker, so the policy cannot tell which question is the real one."""
     kind = type(value)
-    step = _RNG.randint(1, 997) * _RNG.choice((-1, 1))
+    rng = _RNG
     if value is None:
-        return step
+        return rng.choice((0, "", False, []))
     if kind is bool:
         return not value
     if kind is int:
-        return value + step
+        span = max(3, abs(value))
+        return value + rng.choice((-1, 1)) * rng.randint(1, span)
     if kind is float:
-        return value + step / 7.0 if value == value and abs(value) != float("inf") else 0.5
+        if value != value or abs(value) == float("inf"):
+            return 0.0
+        return (
+            value * rng.uniform(0.5, 1.5)
+            if value and rng.random() < 0.7
+            else value + rng.uniform(-3, 3) or 1.0
+        )
     if kind is complex:
-        return value + complex(0, step)
-    if kind is str:
-        return value + "".join(_RNG.choice("abcdefghijklmnopqrstuvwxyz") for _ in range(3))
-    if kind is bytes:
-        return value + bytes([_RNG.randint(0, 255)])
+        return complex(_decoy(value.real), value.imag)
+    if kind in (str, bytes, bytearray):
+        return _decoy_sequence(value, depth)
     if kind in (list, tuple):
-        return kind([*value, _decoy(value[-1] if value else 0)])
+        return kind(_decoy_sequence(list(value), depth))
     if kind is dict:
-        return {**value, f"decoy-{_RNG.getrandbits(64)}": step}
+        if value and rng.random() < 0.7:
+            key = rng.choice(list(value))
+            changed = _decoy(value[key], depth + 1)
+            return (
+                {**value, key: changed}
+                if changed is not None
+                else {k: v for k, v in value.items() if k != key}
+            )
+        if value:
+            key = rng.choice(list(value))
+            return {k: v for k, v in value.items() if k != key}
+        return {rng.randint(0, 9): rng.randint(0, 9)}
     if kind in (set, frozenset):
-        return kind(value | {f"decoy-{_RNG.getrandbits(64)}"})
+        items = list(value)
+        if items and rng.random() < 0.5:
+            return kind(items[:-1] if len(items) == 1 else rng.sample(items, len(items) - 1))
+        extra = _decoy(items[0], depth + 1) if items else rng.randint(0, 9)
+        return kind(value | {extra}) if extra not in value else kind(value | {rng.random()})
+    return None
+
+
+def _decoy_sequence(value: Any, depth: int) -> Any:
+    """Change one element (or character), drop one, or add one: chosen at random."""
+    rng = _RNG
+    items = list(value)
+    if isinstance(value, str):
+        alphabet = "".join(sorted(set(value))) or "abcxyz"
+        pool: list[Any] = list(alphabet + "abcdefghijklmnopqrstuvwxyz0123456789 ")
+    elif isinstance(value, (bytes, bytearray)):
+        pool = list(range(256))
+    else:
+        pool = []
+    for _ in range(8):
+        choice = rng.random()
+        out = list(items)
+        if out and choice < 0.5:
+            at = rng.randrange(len(out))
+            out[at] = rng.choice(pool) if pool else _decoy(out[at], depth + 1)
+        elif out and choice < 0.75:
+            del out[rng.randrange(len(out))]
+        else:
+            sample = (rng.choice(out) if out else 0) if not pool else rng.choice(pool)
+            out.insert(rng.randint(0, len(out)), sample if pool else _decoy(sample, depth + 1))
+        if isinstance(value, str):
+            candidate: Any = "".join(out)
+        elif isinstance(value, (bytes, bytearray)):
+            candidate = type(value)(out)
+        else:
+            candidate = out
+        if candidate != value:
+            return candidate
     return None
 
 
@@ -339,8 +408,8 @@ class RemoteObject:
         except wire.WireError:
             return NotImplemented
         decoy = _decoy(other)
-        if decoy is None:
-            return _op(self, "eq", other)
+        if decoy is None or decoy == other:  # no decoy (an array): its own elementwise ==
+            return NotImplemented
         # Both questions, in random order: the policy cannot tell the real one.
         if _RNG.random() < 0.5:
             real = _truthy(_op(self, "eq", other))
@@ -399,6 +468,12 @@ class RemoteObject:
     def __round__(self, *args: Any) -> Any:
         return _op(self, "round", *args)
 
+    def __format__(self, spec: str) -> str:
+        text = _op(self, "format", spec)
+        if not isinstance(text, str):
+            raise TypeError("__format__ returned a non-string")
+        return text
+
 
 def _binary(name: str, reflected: bool = False) -> Any:
     def method(self: RemoteObject, other: Any) -> Any:
@@ -417,6 +492,7 @@ def _unary(name: str) -> Any:
 for _name in ["lt", "le", "gt", "ge"]:
     setattr(RemoteObject, f"__{_name}__", _binary(_name))
 for _name in [
+    "divmod",
     "add",
     "sub",
     "mul",
@@ -507,10 +583,11 @@ class PolicyModules(importlib.abc.MetaPathFinder, importlib.abc.Loader):
         attrs = described.get("attrs", {})
         for name, doc in attrs.items():
             setattr(module, str(name), p.value(doc))
+        # Never a private or dunder name (`__builtins__` would replace the test module's).
         module.__all__ = [  # type: ignore[attr-defined]
             name
             for name in attrs
-            if name not in self.shadowed and not name.startswith(("test", "Test"))
+            if name not in self.shadowed and not name.startswith(("test", "Test", "_"))
         ]
         module_ref = {"$": "ref", "path": [module.__name__], "kind": "module"}
 
@@ -530,8 +607,23 @@ def _text(data: bytes | None, text: bool, encoding: str | None, errors: str | No
     return stream.read()
 
 
+_REAL_RUN = subprocess.run
+_HIDDEN: set[str] = set()  # the hidden files' paths in the grading tree
+
+
+def _names_hidden_file(args: Any, cwd: Any) -> bool:
+    """A command that names one of the task's hidden files (a checker script) is the task's
+    own: it runs here, never in the policy's workspace, where the agent could plant its own."""
+    words = args.split() if isinstance(args, str) else [os.fsdecode(a) for a in args]
+    base = os.fsdecode(cwd) if cwd is not None else os.getcwd()
+    return any(os.path.normpath(os.path.join(base, w)) in _HIDDEN for w in words)
+
+
 def run(args: Any, **options: Any) -> subprocess.CompletedProcess[Any]:
-    """subprocess.run, in the policy's process (check_output, call and friends use it)."""
+    """subprocess.run, in the policy's process (check_output, call and friends use it), unless
+    the command names a hidden file of the task."""
+    if _names_hidden_file(args, options.get("cwd")):
+        return _REAL_RUN(args, **options)
     text: bool = bool(options.pop("text", None) or options.pop("universal_newlines", None))
     encoding, errors = options.pop("encoding", None), options.pop("errors", None)
     text = text or encoding is not None or errors is not None
@@ -595,11 +687,13 @@ def _install() -> None:
     fd = os.environ.pop("TRIALBOX_POLICY_FD", None)
     if fd is None:
         return
-    budget = float(os.environ.pop("TRIALBOX_POLICY_BUDGET_S", "60"))
-    names = frozenset(filter(None, os.environ.pop("TRIALBOX_POLICY_MODULES", "").split(",")))
+    spec_fd = int(os.environ.pop("TRIALBOX_POLICY_SPEC_FD"))
+    with os.fdopen(spec_fd, "rb") as channel:
+        spec = json.loads(channel.read())
     root = Path(os.environ.get("TRIALBOX_GRADING_ROOT", "."))  # trialbox_report pops it
-    _POLICY = Policy(int(fd), budget)
-    sys.meta_path.append(PolicyModules(names, _test_names(root)))
+    _HIDDEN.update(os.path.normpath(root / path) for path in spec["hidden"])
+    _POLICY = Policy(int(fd), float(spec["budget_s"]))
+    sys.meta_path.append(PolicyModules(frozenset(spec["modules"]), _test_names(root)))
     subprocess.run = run  # type: ignore[assignment]
     subprocess.call = call
 

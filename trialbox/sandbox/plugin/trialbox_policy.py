@@ -34,6 +34,7 @@ OPERATORS: dict[str, Any] = {name: getattr(operator, name) for name in _OPERATOR
 BUILTINS: dict[str, Any] = {
     "len": len, "iter": iter, "next": next, "bool": bool, "hash": hash, "repr": repr,
     "str": str, "int": int, "float": float, "complex": complex, "round": round,
+    "format": format, "divmod": divmod,
 }  # fmt: skip
 
 

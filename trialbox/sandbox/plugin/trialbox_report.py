@@ -201,6 +201,13 @@ def _tampered_runtime() -> list[str]:
         for name, ident in _MODULES.items()
         if id(sys.modules.get(name)) != ident
     ]
+    real = (builtins, vars(builtins))
+    changed += [  # a star import binding `__builtins__` in a test module
+        f"{name}.__builtins__"
+        for name, module in list(sys.modules.items())
+        if _test_file(str(getattr(module, "__file__", None) or ""))
+        and not any(vars(module).get("__builtins__") is b for b in real)
+    ]
     return changed
 
 
