@@ -344,3 +344,15 @@ def test_starter_plus_sample_files_past_the_cap_are_the_samples_overflow(runner:
     assert report.notes[-1] == "the sample's files do not fit the 16 MiB workspace; nothing ran"
     graded = score(task.grading, runner.run(task, sample))
     assert (graded.status, graded.reward, graded.loss_mask) == (Status.SUCCEEDED, 0.0, False)
+
+
+def test_in_process_imports_only_the_starters_modules(grade: Grade) -> None:
+    """Under the boundary the solution's own process imports whatever it wrote; in process,
+    only the starter's module names are importable, from a directory without tests."""
+    files = {"solution.py": "from helpers import add\n", "helpers.py": CORRECT}
+    assert grade(files)[1].reward == 1.0
+    report, result = grade(files, isolation="in_process")
+    assert result.reward == 0.0
+    assert report.grading is not None
+    assert "No module named 'helpers'" in str([t.message for t in report.grading.tests])
+    assert grade({"solution.py": CORRECT}, isolation="in_process")[1].reward == 1.0

@@ -10,7 +10,13 @@ import pytest
 
 from trialbox.models import TestOutcome as Outcome
 from trialbox.models import TestRecord
-from trialbox.sandbox.grading import HijackFilter, collate, grading_argv
+from trialbox.sandbox.grading import (
+    RUNS_APART,
+    HijackFilter,
+    collate,
+    grading_argv,
+    starter_entries,
+)
 from trialbox.sandbox.runtime import Runtime
 
 NONCE = "n-123"
@@ -180,6 +186,7 @@ def hijack(tmp_path: Path) -> HijackFilter:
         source=tmp_path,
         protected=frozenset(sys.stdlib_module_names) | {"pytest"},
         trusted=frozenset({"queue.py"}),
+        boundary=False,
     )
 
 
@@ -192,8 +199,9 @@ def hijack(tmp_path: Path) -> HijackFilter:
         ("pytest.py", False, "shadows the module 'pytest'"),
         ("json.py", False, "shadows the module 'json'"),
         ("tests/json.py", False, "shadows the module 'json'"),
-        ("solution.py", False, None),
-        ("queue.py", False, None),
+        ("solution.py", False, RUNS_APART),  # in_process: from SOLUTION_DIR, never the root
+        ("queue.py", False, RUNS_APART),
+        ("data.txt", False, None),
         ("lib/queue.py", False, "shadows the module 'queue'"),
         ("__pycache__", True, "bytecode cache"),
         ("x.pyc", False, "bytecode"),
@@ -204,6 +212,18 @@ def hijack(tmp_path: Path) -> HijackFilter:
 )
 def test_hijack_filter(hijack: HijackFilter, rel: str, is_dir: bool, reason: str | None) -> None:
     assert hijack(rel, is_dir) == reason
+
+
+def test_in_process_imports_only_the_starters_modules(hijack: HijackFilter) -> None:
+    prune = hijack.solution_tree(starter_entries(["solution.py", "pkg/__init__.py", "README"]))
+    assert prune("solution.py", False) is None
+    assert prune("pkg", True) is None
+    assert prune("pkg/core.py", False) is None
+    assert prune("pkg/conftest.py", False) == "conftest.py can rewrite pytest's behaviour"
+    assert prune("helpers.py", False) == "not one of the starter's modules"
+    assert prune("tests", True) == "not one of the starter's modules"
+    boundary = HijackFilter(hijack.source, hijack.protected, hijack.trusted)
+    assert boundary("conftest.py", False) == RUNS_APART  # silent: nothing of it runs here
 
 
 def test_hijack_filter_package_dirs(hijack: HijackFilter, tmp_path: Path) -> None:

@@ -9,7 +9,7 @@ import json
 import os
 import stat
 import sys
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
 from typing import Annotated, Literal
@@ -28,6 +28,7 @@ STARTUP_HOOKS = frozenset({"sitecustomize.py", "usercustomize.py"})
 PYTEST_CONFIGS = frozenset({"pytest.ini", ".pytest.ini"})
 # Left out under the boundary, where it is expected and harmless: never reported as neutralized.
 RUNS_APART = "importable code (the solution's code runs in its own process)"
+SOLUTION_DIR = ".solution"  # in_process: the starter's modules, appended to sys.path
 IMPORTABLE = (".py", ".pyc", ".pyo", ".pyw", ".so", ".pyd", ".pth")
 
 
@@ -50,12 +51,31 @@ class HijackFilter:
     source: Path
     protected: frozenset[str]
     trusted: frozenset[str]  # paths the task itself provides (starter files, hidden tests)
-    boundary: bool = False  # the policy's code runs in its own process: none of it is copied
+    # boundary: the policy's code runs in its own process. Either way no importable file of
+    # the agent's stays in the tree the tests are collected from; in_process imports the
+    # starter's modules from SOLUTION_DIR (`solution_tree`), hijack points reported first.
+    boundary: bool = True
 
     def __call__(self, rel: str, is_dir: bool) -> str | None:
         name = PurePosixPath(rel).name
-        if self.boundary and not is_dir and name.endswith(IMPORTABLE):
+        importable = not is_dir and name.endswith(IMPORTABLE)
+        if self.boundary and importable:
             return RUNS_APART
+        reason = self.hijack(rel, is_dir, name)
+        return reason if reason is not None or not importable else RUNS_APART
+
+    def solution_tree(self, starter: frozenset[str]) -> Callable[[str, bool], str | None]:
+        """in_process: what goes into SOLUTION_DIR: the starter's top-level modules and
+        packages (`solution.py`, `pkg/`), less their hijack points."""
+
+        def prune(rel: str, is_dir: bool) -> str | None:
+            if PurePosixPath(rel).parts[0] not in starter:
+                return "not one of the starter's modules"
+            return self.hijack(rel, is_dir, PurePosixPath(rel).name)
+
+        return prune
+
+    def hijack(self, rel: str, is_dir: bool, name: str) -> str | None:
         if is_dir:
             if name == "__pycache__":
                 return "bytecode cache"
@@ -82,6 +102,18 @@ class HijackFilter:
         if name.endswith((".py", ".so")) and module in self.protected and rel not in self.trusted:
             return f"shadows the module {module!r}"
         return None
+
+
+def starter_entries(paths: Iterable[str]) -> frozenset[str]:
+    """The starter's top-level modules (`solution.py`) and package directories (`pkg`)."""
+    tops = set()
+    for path in paths:
+        parts = PurePosixPath(path).parts
+        if len(parts) > 1:
+            tops.add(parts[0])
+        elif path.endswith((".py", ".so")):
+            tops.add(path)
+    return frozenset(tops)
 
 
 def _is_test_module(name: str) -> bool:

@@ -32,6 +32,7 @@ from trialbox.sandbox.bwrap import SANDBOX_WORKDIR, BwrapBackend
 from trialbox.sandbox.config import SandboxConfig
 from trialbox.sandbox.env import sandbox_env
 from trialbox.sandbox.grading import (
+    SOLUTION_DIR,
     HijackFilter,
     collate,
     grading_argv,
@@ -39,6 +40,7 @@ from trialbox.sandbox.grading import (
     neutralized,
     policy_modules,
     protected_modules,
+    starter_entries,
 )
 from trialbox.sandbox.rlimit import RlimitBackend
 from trialbox.sandbox.runtime import POLICY_FD_ENV, POLICY_MODULE, Runtime
@@ -375,6 +377,11 @@ class Runner:
         skip = HijackFilter(slot.work_dir, self.protected, trusted, boundary)
         try:
             left_out = fs.copy_tree(slot.work_dir, slot.grade_dir, skip, 0, 0, limits.disk_mb * MiB)
+            if not boundary:  # the starter's modules, importable from a directory of their own
+                solution = slot.grade_dir / SOLUTION_DIR
+                solution.mkdir(mode=0o755)
+                prune = skip.solution_tree(starter_entries(task.workspace))
+                fs.copy_tree(slot.work_dir, solution, prune, 0, 0, limits.disk_mb * MiB)
             # Root-owned, mode 644/755: readable, never writable, by the grader's uid. The
             # hidden tests win every collision with what the agent left.
             fs.write_files(slot.grade_dir, dict[str, FileContent](task.hidden_tests), 0, 0)
