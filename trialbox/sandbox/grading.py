@@ -18,7 +18,7 @@ from pydantic import BaseModel, ConfigDict, Field, TypeAdapter, ValidationError,
 
 from trialbox.models.integrity import Flag
 from trialbox.models.report import Neutralized, TestOutcome, TestRecord
-from trialbox.models.task import pytest_args
+from trialbox.models.task import Task, pytest_args
 from trialbox.sandbox.runtime import PLUGIN_MODULE, Runtime
 
 # `test` is the stdlib's own test suite, and also the most common name for a project's tests.
@@ -102,6 +102,11 @@ class HijackFilter:
         if name.endswith((".py", ".so")) and module in self.protected and rel not in self.trusted:
             return f"shadows the module {module!r}"
         return None
+
+
+def hidden_modules(task: Task) -> frozenset[str]:
+    """Top-level names the hidden tests provide (`tests`, a helper module): always theirs."""
+    return frozenset(PurePosixPath(p).parts[0].split(".", 1)[0] for p in task.hidden_tests)
 
 
 def starter_entries(paths: Iterable[str]) -> frozenset[str]:

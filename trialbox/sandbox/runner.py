@@ -37,6 +37,7 @@ from trialbox.sandbox.grading import (
     collate,
     grading_argv,
     grading_env,
+    hidden_modules,
     neutralized,
     policy_modules,
     protected_modules,
@@ -354,7 +355,7 @@ class Runner:
         # limit on one variable (E2BIG: the sandbox's failure, for what the policy wrote).
         spec = {
             "budget_s": budget,
-            "modules": policy_modules(slot.work_dir, self.protected),
+            "modules": policy_modules(slot.work_dir, self.protected | hidden_modules(task)),
             "hidden": sorted(task.hidden_tests),
         }
         grader.inherit.append((POLICY_SPEC_FD_ENV, _memfd(json.dumps(spec).encode())))

@@ -1,8 +1,8 @@
 """The grader's side of the isolation boundary (`-p trialbox_boundary`; standard library only).
 
 The policy's modules are never imported here. An import of one of the names the runner lists
-in TRIALBOX_POLICY_MODULES (the workspace's top-level modules that shadow nothing of the
-runtime's) is answered by the policy's process (trialbox_policy): plain values arrive as exact
+(the workspace's top-level modules that shadow nothing of the runtime's or the hidden tests')
+is answered by the policy's process (trialbox_policy): plain values arrive as exact
 built-in values, everything else as a remote handle whose attribute access, calls and operators
 go over the wire again, with the grading time left as their deadline. A test's
 `subprocess.run` runs the program in the policy's process, as the policy's uid.
@@ -693,7 +693,9 @@ def _install() -> None:
     root = Path(os.environ.get("TRIALBOX_GRADING_ROOT", "."))  # trialbox_report pops it
     _HIDDEN.update(os.path.normpath(root / path) for path in spec["hidden"])
     _POLICY = Policy(int(fd), float(spec["budget_s"]))
-    sys.meta_path.append(PolicyModules(frozenset(spec["modules"]), _test_names(root)))
+    # First: a module of the policy's is never a local namespace package (the empty directory
+    # its files left in the grading tree). The names shadow nothing of the runtime's or tests'.
+    sys.meta_path.insert(0, PolicyModules(frozenset(spec["modules"]), _test_names(root)))
     subprocess.run = run  # type: ignore[assignment]
     subprocess.call = call
 
