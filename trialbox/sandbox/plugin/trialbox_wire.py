@@ -175,10 +175,21 @@ def send(sock: socket.socket, doc: dict[str, Any]) -> None:
 
 
 def recv(sock: socket.socket) -> dict[str, Any]:
-    (size,) = struct.unpack(">I", _exactly(sock, 4))
+    # One recv for the usual small message; the rest of a large one after it.
+    head = sock.recv(1 << 16)
+    if not head:
+        raise Closed("the other side closed the wire")
+    if len(head) < 4:
+        head += _exactly(sock, 4 - len(head))
+    (size,) = struct.unpack(">I", head[:4])
     if size > MAX_FRAME:
         raise WireError(f"a message of {size} bytes is over the wire's {MAX_FRAME}")
-    doc = json.loads(_exactly(sock, size).decode("utf-8", "surrogatepass"))
+    body = head[4:]
+    if len(body) > size:
+        raise WireError("a message longer than its length: one request at a time")
+    if len(body) < size:
+        body += _exactly(sock, size - len(body))
+    doc = json.loads(body.decode("utf-8", "surrogatepass"))
     if type(doc) is not dict:
         raise WireError("a message that is not an object")
     return doc
