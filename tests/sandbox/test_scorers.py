@@ -57,7 +57,12 @@ PERF_TASK: dict[str, Any] = {
     "grading": {
         "command": ["python", "-m", "pytest", "-q", "tests"],
         "scorer": "performance",
-        "performance": {"workload": "from solution import total\ntotal(6_000_000)\n"},
+        # A wide tolerance: this test checks the mechanism, not this machine's noise (that is
+        # benchmarks/performance_noise.py's); the slow solution is about 5x the reference.
+        "performance": {
+            "workload": "from solution import total\ntotal(6_000_000)\n",
+            "tolerance": 0.5,
+        },
     },
     "limits": {"timeout_s": 20, "memory_mb": 512},
 }
@@ -77,7 +82,7 @@ def test_performance_scores_speed_against_the_reference(runner: Runner) -> None:
     assert same.reward_breakdown["speed_factor"] == 1.0
     slow = _grade(runner, task, SLOW)  # the same answers, several times the CPU
     assert slow.status == Status.SUCCEEDED
-    assert slow.reward is not None and 0 < slow.reward < 0.6, slow.reward_breakdown
+    assert slow.reward is not None and 0 < slow.reward < 0.7, slow.reward_breakdown
     assert slow.reward_breakdown["cpu_s"] > slow.reward_breakdown["reference_cpu_s"]
     half = _grade(runner, task, "def total(n):\n    return 0 if n == 0 else -1\n")
     assert half.reward == 0.5  # correctness (one test of two) x a speed factor of 1
