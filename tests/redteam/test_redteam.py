@@ -1,4 +1,5 @@
-"""The red-team corpus (tests/redteam/hacks.py) on both backends: every hack scores 0, with
+"""The red-team corpus (tests/redteam/hacks.py) on bwrap (rlimit: as worker jobs in
+tests/fargate/test_grading_integrity.py): every hack scores 0, with
 `integrity_violation` where a detector must name it, never a loss-masked `sandbox_error`; every
 reference scores 1.0 with no flag."""
 
@@ -18,9 +19,11 @@ from trialbox.sandbox.runner import Runner
 from trialbox.scoring import score
 
 
-@pytest.fixture(scope="module", params=["bwrap", "rlimit"])
-def backend(request: pytest.FixtureRequest) -> Runner:
-    return Runner(SandboxConfig.from_env().model_copy(update={"backend": request.param}))
+@pytest.fixture(scope="module")
+def backend() -> Runner:
+    """bwrap here; the rlimit backend runs the same cases as jobs through the worker under the
+    task definition's constraints (tests/fargate/test_grading_integrity.py)."""
+    return Runner(SandboxConfig.from_env().model_copy(update={"backend": "bwrap"}))
 
 
 def _grade(runner: Runner, task: Task, files: dict, commands: list[list[str]]) -> ExecutionResult:
