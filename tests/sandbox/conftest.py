@@ -38,6 +38,15 @@ ADD_TASK: dict[str, Any] = {
     "limits": {"timeout_s": 10, "memory_mb": 512},
 }
 CORRECT = "def add(a, b):\n    return a + b\n"
+# A planted conftest that rewrites every report to "passed".
+FORCE_PASS_CONFTEST = (
+    "import pytest\n"
+    "@pytest.hookimpl(hookwrapper=True)\n"
+    "def pytest_runtest_makereport(item, call):\n"
+    "    outcome = yield\n"
+    "    report = outcome.get_result()\n"
+    "    report.outcome, report.longrepr = 'passed', None\n"
+)
 
 # Hostile programs both backends are tested against.
 FORK_BOMB = (

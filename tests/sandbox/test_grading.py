@@ -7,21 +7,12 @@ import io
 import tarfile
 from pathlib import Path
 
-from tests.sandbox.conftest import ADD_TASK, CORRECT, Grade
+from tests.sandbox.conftest import ADD_TASK, CORRECT, FORCE_PASS_CONFTEST, Grade
 from trialbox.models import Sample, Status, Task
 from trialbox.sandbox.runner import Runner
 from trialbox.scoring import score
 
 WRONG = "def add(a, b):\n    return 3\n"
-FORCE_PASS_CONFTEST = (
-    "import pytest\n"
-    "@pytest.hookimpl(hookwrapper=True)\n"
-    "def pytest_runtest_makereport(item, call):\n"
-    "    outcome = yield\n"
-    "    report = outcome.get_result()\n"
-    "    report.outcome = 'passed'\n"
-    "    report.longrepr = None\n"
-)
 
 
 def outcomes(result) -> dict[str, str]:  # type: ignore[no-untyped-def]

@@ -58,22 +58,24 @@ class CappedText(io.TextIOBase):
         return "".join(self.parts)
 
 
+_CONVERSIONS: tuple[tuple[type, Any], ...] = (
+    (bool, bool),
+    (int, int.__index__),
+    (float, float.__float__),
+    (complex, complex.__complex__),
+    (str, str.__str__),
+    (bytes, lambda v: bytes(memoryview(v))),
+    (list, lambda v: list(list.__iter__(v))),
+    (dict, lambda v: dict(dict.items(v))),
+    (set, lambda v: set(set.__iter__(v))),
+    (frozenset, lambda v: frozenset(frozenset.__iter__(v))),
+)
+
+
 def _plain_base(value: Any) -> Any:
     """A subclass of a built-in value type crosses as the base value (its overrides stay
     behind), except a namedtuple, whose fields a test may read by name."""
-    conversions: tuple[tuple[type, Any], ...] = (
-        (bool, bool),
-        (int, int.__index__),
-        (float, float.__float__),
-        (complex, complex.__complex__),
-        (str, str.__str__),
-        (bytes, lambda v: bytes(memoryview(v))),
-        (list, lambda v: list(list.__iter__(v))),
-        (dict, lambda v: dict(dict.items(v))),
-        (set, lambda v: set(set.__iter__(v))),
-        (frozenset, lambda v: frozenset(frozenset.__iter__(v))),
-    )
-    for base, convert in conversions:
+    for base, convert in _CONVERSIONS:
         if isinstance(value, base):
             return convert(value)
     if isinstance(value, tuple) and not hasattr(type(value), "_fields"):

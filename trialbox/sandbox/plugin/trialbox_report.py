@@ -12,6 +12,8 @@ the end of the session. Standard library only: it runs inside the sandbox runtim
 
 from __future__ import annotations
 
+import builtins
+import fnmatch
 import json
 import os
 import sys
@@ -140,9 +142,6 @@ def _late_plugins(session: pytest.Session) -> list[str]:
 
 
 # -- detectors for the solution's code in this process (in_process isolation) ------------------
-import builtins  # noqa: E402
-import fnmatch  # noqa: E402
-
 _BUILTINS = {name: id(value) for name, value in vars(builtins).items()}
 _FRAMEWORK = ("pytest", "_pytest", "pluggy", "trialbox_report", "trialbox_boundary")
 _MODULES = {name: id(module) for name, module in sys.modules.items() if name.startswith(_FRAMEWORK)}
