@@ -67,6 +67,11 @@ def test_leaks_match_whatever_the_quoting_or_spacing_and_numbers_only_whole() ->
     assert leaked(hidden, "try 1234: it has four digits") == ["'four digits'", "1234"]
 
 
+def test_true_false_and_none_carry_no_answer_so_they_never_count_as_leaks() -> None:
+    hidden = {"tests/test_z.py": "def test_a():\n    assert f(3) == True\n    assert g() is None\n"}
+    assert leaked(hidden, ">>> f(3)\nTrue\n>>> g()\nNone") == []
+
+
 def test_mutants_skip_the_main_guard_cover_augmented_assignments_and_keep_the_budget() -> None:
     script = (
         "def total(xs):\n    s = 0\n    for x in xs:\n        s += x\n    return s\n"

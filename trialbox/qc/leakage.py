@@ -4,7 +4,8 @@ policy sees (the prompt and the starter files). A policy could hard-code them.
 The values are the literal operands of the tests' assertions (`assert f(x) == y`, unittest's
 `self.assert*(...)`) and of `pytest.mark.parametrize`. A value matches whatever its quoting or
 spacing in the prompt: strings by their content, containers with whitespace ignored, numbers
-only as whole numbers (`1000` is not found in `10000`)."""
+only as whole numbers (`1000` is not found in `10000`). `True`, `False` and `None` never
+count: a doctest's `True` gives nothing away."""
 
 from __future__ import annotations
 
@@ -46,6 +47,8 @@ def _forms(source: str, node: ast.expr) -> tuple[str, list[str]] | None:
         return None
     segment = ast.get_source_segment(source, node)
     if not segment:
+        return None
+    if value is None or isinstance(value, bool):  # one bit: no answer to hard-code
         return None
     if isinstance(value, str):
         return (segment, [value]) if len(value) >= MIN_CHARS else None
