@@ -347,3 +347,46 @@ def test_in_process_imports_only_the_starters_modules(grade: Grade) -> None:
     assert report.grading is not None
     assert "No module named 'helpers'" in str([t.message for t in report.grading.tests])
     assert grade({"solution.py": CORRECT}, isolation="in_process")[1].reward == 1.0
+
+
+def test_an_error_in_the_solution_carries_its_own_frames_and_a_probe_costs_none(
+    grade: Grade,
+) -> None:
+    raises = "def add(a, b):\n    return _check(a)\n\ndef _check(a):\n    raise ValueError(f'no {a}')\n"
+    hidden = {
+        "tests/test_add.py": (
+            "import solution\nfrom solution import add\n"
+            "def test_small():\n    assert add(1, 2) == 3\n"
+            "def test_negative():\n"
+            "    assert not hasattr(solution, 'nope')\n"
+            "    try:\n        solution.nope\n"
+            "    except AttributeError as exc:\n        assert not getattr(exc, '__notes__', None)\n"
+        )
+    }
+    _, result = grade({"solution.py": raises}, hidden_tests=hidden)
+    assert outcomes(result) == {
+        "tests/test_add.py::test_small": "failed",
+        "tests/test_add.py::test_negative": "passed",
+    }
+    message = next(t.message for t in result.tests if t.test_id.endswith("test_small"))
+    assert message is not None
+    assert "ValueError: no 1" in message and "_check" in message and "solution.py" in message
+
+
+def test_after_the_solutions_process_dies_the_next_test_gets_one_that_ran_nothing(
+    grade: Grade,
+) -> None:
+    # The spare the zygote forks ahead of time must start like one forked on demand.
+    dies_once = (
+        "import os\nSEEN = []\n"
+        "def add(a, b):\n"
+        "    SEEN.append((a, b))\n"
+        "    if (a, b) == (1, 2):\n        os._exit(3)\n"
+        "    return a + b if len(SEEN) == 1 else 0\n"
+    )
+    _, result = grade({"solution.py": dies_once})
+    assert outcomes(result) == {
+        "tests/test_add.py::test_small": "failed",
+        "tests/test_add.py::test_negative": "passed",
+    }
+    assert result.reward == 0.5
