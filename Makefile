@@ -51,6 +51,7 @@ bench: setup
 	$(BIN)/python benchmarks/session_calls.py
 	$(BIN)/python benchmarks/grading_boundary.py
 	$(BIN)/python benchmarks/performance_noise.py
+	$(BIN)/python benchmarks/performance_noise.py --load memory
 
 # Task QC over all 164 HumanEval problems (not part of `make test`): reference, starter,
 # flakiness, limits, mutation score and leakage per task; every check in qc-humaneval.json.
