@@ -352,7 +352,9 @@ def test_in_process_imports_only_the_starters_modules(grade: Grade) -> None:
 def test_an_error_in_the_solution_carries_its_own_frames_and_a_probe_costs_none(
     grade: Grade,
 ) -> None:
-    raises = "def add(a, b):\n    return _check(a)\n\ndef _check(a):\n    raise ValueError(f'no {a}')\n"
+    raises = (
+        "def add(a, b):\n    return _check(a)\n\ndef _check(a):\n    raise ValueError(f'no {a}')\n"
+    )
     hidden = {
         "tests/test_add.py": (
             "import solution\nfrom solution import add\n"
