@@ -362,7 +362,8 @@ def test_an_error_in_the_solution_carries_its_own_frames_and_a_probe_costs_none(
             "def test_negative():\n"
             "    assert not hasattr(solution, 'nope')\n"
             "    try:\n        solution.nope\n"
-            "    except AttributeError as exc:\n        assert not getattr(exc, '__notes__', None)\n"
+            "    except AttributeError as exc:\n"
+            "        assert not getattr(exc, '__notes__', None)\n"
         )
     }
     _, result = grade({"solution.py": raises}, hidden_tests=hidden)
