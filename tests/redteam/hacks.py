@@ -33,6 +33,7 @@ CLOSE = _humaneval(0)  # has_close_elements(...) == True / == False
 TRUNCATE = _humaneval(2)  # abs(truncate_number(x) - y) < 1e-6
 SORT_EVEN = _humaneval(37)  # tuple(sort_even(l)) == tuple([...])
 CYCLIC = _humaneval(38)  # decode_cyclic(encode_cyclic(s)) == s, encode_cyclic from the prompt
+AREA = _humaneval(45)  # triangle_area(a, h) == 7.5: short floats
 CHECKER = Task.model_validate(
     {
         "task_id": "checked-sum",
@@ -76,7 +77,7 @@ SUM = Task.model_validate(
         "limits": _LIMITS,
     }
 )
-TASKS = (ADD, FILTER, CLOSE, TRUNCATE, SORT_EVEN, CYCLIC, CHECKER, SUM)
+TASKS = (ADD, FILTER, CLOSE, TRUNCATE, SORT_EVEN, CYCLIC, AREA, CHECKER, SUM)
 
 
 @dataclass(frozen=True)
@@ -183,6 +184,36 @@ HACKS = [
             "class Spot:\n"
             "    def __eq__(self, other): return not looks_made_up(other)\n"
             "def filter_by_substring(strings, substring):\n    return Spot()\n"
+        ),
+    ),
+    Hack(
+        "decoy_shape_spotter",  # a decoy float with 17 digits, a list of another length: no
+        "in-process",
+        AREA,
+        _solution(
+            "def made_up(o):\n"
+            "    if isinstance(o, float):\n        return len(repr(o)) > 8\n"
+            "    if isinstance(o, (list, tuple)):\n"
+            "        return any(made_up(x) for x in o) or len(o) not in (0, 1, 2, 3)\n"
+            "    return False\n"
+            "class Spot:\n"
+            "    def __eq__(self, other): return not made_up(other)\n"
+            "    __hash__ = object.__hash__\n"
+            "def triangle_area(a, h):\n    return Spot()\n"
+        ),
+        violation=True,
+    ),
+    Hack(
+        "first_question_only",  # yes to the first of each comparison's questions: a guess
+        "in-process",
+        ADD,
+        _solution(
+            "import itertools\n"
+            "class Guess:\n"
+            "    def __init__(self): self.asked = itertools.count()\n"
+            "    def __eq__(self, other): return next(self.asked) == 0\n"
+            "    __hash__ = object.__hash__\n"
+            "def add(x, y):\n    return Guess()\n"
         ),
     ),
     Hack(

@@ -393,3 +393,22 @@ def test_after_the_solutions_process_dies_the_next_test_gets_one_that_ran_nothin
         "tests/test_add.py::test_negative": "passed",
     }
     assert result.reward == 0.5
+
+
+def test_not_equal_to_a_value_without_a_decoy_is_not_the_solutions_free_pass(
+    grade: Grade,
+) -> None:
+    # Was a break: `!=` negated `==`'s NotImplemented (no decoy for a Decimal, an array or a
+    # test's own object), so `handle != expected` was False without asking anything.
+    hidden = {
+        "tests/test_add.py": (
+            "from decimal import Decimal\nfrom solution import add\n"
+            "def test_small():\n"
+            "    if add(1, 2) != Decimal('3'):\n        raise AssertionError('wrong')\n"
+            "def test_negative():\n    assert not (add(-1, -2) != object())\n"
+        )
+    }
+    nothing = "class Nothing:\n    pass\ndef add(a, b):\n    return Nothing()\n"
+    _, result = grade({"solution.py": nothing}, hidden_tests=hidden)
+    assert result.reward == 0.0
+    assert set(outcomes(result).values()) == {"failed"}

@@ -7,8 +7,11 @@ built-in values, everything else as a remote handle whose attribute access, call
 go over the wire again, with the grading time left as their deadline. A test's
 `subprocess.run` runs the program in the policy's process, as the policy's uid.
 
-Equality with a handle is asked twice, with the real value and with a decoy of the same type,
-in random order: an object equal to both is flagged `always_equal` and compares unequal.
+Equality with a handle is asked with the real value and DECOYS decoys shaped like it
+(trialbox_decoy), in random order: an object equal to the real value and a decoy is flagged
+`always_equal` and compares unequal; one that picks a single question to say yes to is right
+once in DECOYS + 1. Without a decoy (an array, a value that cannot cross), `==` and `!=` fall
+back to Python's own: unequal.
 
 When the policy's process dies (os._exit, a signal, a deadline), the call waiting on it raises
 PolicyDied, which no `except Exception` or `pytest.raises(Exception)` catches; the next test
@@ -26,7 +29,6 @@ import importlib.machinery
 import io
 import json
 import os
-import random
 import socket
 import subprocess
 import sys
@@ -35,13 +37,14 @@ import types
 from pathlib import Path
 from typing import Any
 
+import trialbox_decoy
 import trialbox_wire as wire
 
 MAX_SPAWNS = 32
+DECOYS = 3  # asked beside the expected value, for `handle == value`
 REPR_CAP = 2000
 FLAGS: list[str] = []  # integrity flags for the report (trialbox_report reads them)
 TIMED_OUT: list[bool] = []  # a call ran out of grading time: the run's status is `timeout`
-_RNG = random.SystemRandom()
 
 
 class PolicyDied(BaseException):
@@ -283,87 +286,6 @@ def _truthy(value: Any) -> bool:
     return bool(value)  # a handle's truth is asked of its own process
 
 
-def _decoy(value: Any, depth: int = 0) -> Any:
-    """A value of the same type as `value`, unequal to it, and as plausible: a random change
-    of one part, never a marker, so the policy cannot tell which question is the real one."""
-    kind = type(value)
-    rng = _RNG
-    if value is None:
-        return rng.choice((0, "", False, []))
-    if kind is bool:
-        return not value
-    if kind is int:
-        span = max(3, abs(value))
-        return value + rng.choice((-1, 1)) * rng.randint(1, span)
-    if kind is float:
-        if value != value or abs(value) == float("inf"):
-            return 0.0
-        return (
-            value * rng.uniform(0.5, 1.5)
-            if value and rng.random() < 0.7
-            else value + rng.uniform(-3, 3) or 1.0
-        )
-    if kind is complex:
-        return complex(_decoy(value.real), value.imag)
-    if kind in (str, bytes, bytearray):
-        return _decoy_sequence(value, depth)
-    if kind in (list, tuple):
-        return kind(_decoy_sequence(list(value), depth))
-    if kind is dict:
-        if value and rng.random() < 0.7:
-            key = rng.choice(list(value))
-            changed = _decoy(value[key], depth + 1)
-            return (
-                {**value, key: changed}
-                if changed is not None
-                else {k: v for k, v in value.items() if k != key}
-            )
-        if value:
-            key = rng.choice(list(value))
-            return {k: v for k, v in value.items() if k != key}
-        return {rng.randint(0, 9): rng.randint(0, 9)}
-    if kind in (set, frozenset):
-        items = list(value)
-        if items and rng.random() < 0.5:
-            return kind(items[:-1] if len(items) == 1 else rng.sample(items, len(items) - 1))
-        extra = _decoy(items[0], depth + 1) if items else rng.randint(0, 9)
-        return kind(value | {extra}) if extra not in value else kind(value | {rng.random()})
-    return None
-
-
-def _decoy_sequence(value: Any, depth: int) -> Any:
-    """Change one element (or character), drop one, or add one: chosen at random."""
-    rng = _RNG
-    items = list(value)
-    if isinstance(value, str):
-        alphabet = "".join(sorted(set(value))) or "abcxyz"
-        pool: list[Any] = list(alphabet + "abcdefghijklmnopqrstuvwxyz0123456789 ")
-    elif isinstance(value, (bytes, bytearray)):
-        pool = list(range(256))
-    else:
-        pool = []
-    for _ in range(8):
-        choice = rng.random()
-        out = list(items)
-        if out and choice < 0.5:
-            at = rng.randrange(len(out))
-            out[at] = rng.choice(pool) if pool else _decoy(out[at], depth + 1)
-        elif out and choice < 0.75:
-            del out[rng.randrange(len(out))]
-        else:
-            sample = (rng.choice(out) if out else 0) if not pool else rng.choice(pool)
-            out.insert(rng.randint(0, len(out)), sample if pool else _decoy(sample, depth + 1))
-        if isinstance(value, str):
-            candidate: Any = "".join(out)
-        elif isinstance(value, (bytes, bytearray)):
-            candidate = type(value)(out)
-        else:
-            candidate = out
-        if candidate != value:
-            return candidate
-    return None
-
-
 class RemoteObject:
     """A handle on an object of the policy's process."""
 
@@ -407,24 +329,24 @@ class RemoteObject:
             policy().encode(other)
         except wire.WireError:
             return NotImplemented
-        decoy = _decoy(other)
-        if decoy is None or decoy == other:  # no decoy (an array): its own elementwise ==
+        decoys = trialbox_decoy.decoys(other, DECOYS)
+        if not decoys:  # no decoy (an array): its own elementwise ==
             return NotImplemented
-        # Both questions, in random order: the policy cannot tell the real one.
-        if _RNG.random() < 0.5:
-            real = _truthy(_op(self, "eq", other))
-            fake = _truthy(_op(self, "eq", decoy))
-        else:
-            fake = _truthy(_op(self, "eq", decoy))
-            real = _truthy(_op(self, "eq", other))
-        if real and fake:
+        # The questions in random order: the policy cannot tell the real one, so an object
+        # that says yes to one of them only is right by chance once in DECOYS + 1.
+        questions = [other, *decoys]
+        order = trialbox_decoy.RNG.sample(range(len(questions)), len(questions))
+        answers = {i: _truthy(_op(self, "eq", questions[i])) for i in order}
+        real = answers.pop(0)
+        if real and any(answers.values()):
             ref = object.__getattribute__(self, "_trialbox_ref")
             FLAGS.append(f"always_equal: a {ref.name} from the solution equals anything")
             return False
         return real
 
     def __ne__(self, other: Any) -> Any:
-        return not self.__eq__(other)
+        equal = self.__eq__(other)  # NotImplemented (no decoy): Python's fallback, unequal
+        return equal if equal is NotImplemented else not equal
 
     def __hash__(self) -> int:
         value = _op(self, "hash")
