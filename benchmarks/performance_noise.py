@@ -36,7 +36,7 @@ TASK = {
     "grading": {
         "command": ["python", "-m", "pytest", "-q", "tests"],
         "scorer": "performance",
-        "performance": {"workload": "from solution import total\ntotal(10_000_000)\n"},
+        "performance": {"workload": "from solution import total\nprint(total(10_000_000))\n"},
     },
     "limits": {"timeout_s": 30, "memory_mb": 512},
 }

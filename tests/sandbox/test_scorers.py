@@ -60,7 +60,7 @@ PERF_TASK: dict[str, Any] = {
         # A wide tolerance: this test checks the mechanism, not this machine's noise (that is
         # benchmarks/performance_noise.py's); the slow solution is about 5x the reference.
         "performance": {
-            "workload": "from solution import total\ntotal(6_000_000)\n",
+            "workload": "from solution import total\nprint(total(6_000_000))\n",
             "tolerance": 0.5,
         },
     },
@@ -85,7 +85,8 @@ def test_performance_scores_speed_against_the_reference(runner: Runner) -> None:
     assert slow.reward is not None and 0 < slow.reward < 0.7, slow.reward_breakdown
     assert slow.reward_breakdown["cpu_s"] > slow.reward_breakdown["reference_cpu_s"]
     half = _grade(runner, task, "def total(n):\n    return 0 if n == 0 else -1\n")
-    assert half.reward == 0.5  # correctness (one test of two) x a speed factor of 1
+    assert half.reward == 0.0  # one test of two, x no speed factor: its workload printed -1
+    assert "printed other results than the reference's workload" in half.feedback
 
 
 def test_a_failing_workload_is_the_solutions_zero_and_a_failing_reference_the_scorers(
@@ -105,6 +106,23 @@ def test_a_failing_workload_is_the_solutions_zero_and_a_failing_reference_the_sc
         Status.SANDBOX_ERROR, None, True,
     )  # fmt: skip
     assert "reference" in (result.error or "")
+
+
+def test_a_solution_that_cuts_corners_when_it_is_not_under_test_scores_zero(
+    runner: Runner,
+) -> None:
+    # Was a break: the timed runs' results went unchecked, and a solution can tell them from
+    # grading (no pytest, no wire in sys.modules): right when tested, instant when timed.
+    shortcut = (
+        "import sys\n"
+        "def total(n):\n"
+        "    if 'pytest' in sys.modules or 'trialbox_wire' in sys.modules:\n"
+        "        return sum(range(n))\n"
+        "    return 0\n"
+    )
+    result = _grade(runner, _perf(), shortcut)
+    assert (result.status, result.reward, result.loss_mask) == (Status.SUCCEEDED, 0.0, False)
+    assert "printed other results" in result.feedback
 
 
 def test_performance_needs_its_spec_and_a_reference() -> None:

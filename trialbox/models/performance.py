@@ -11,8 +11,9 @@ class PerformanceSpec(StrictModel):
     workload: str = Field(
         min_length=1,
         description="Python source run as `python -c` beside the solution's files (so "
-        "`from solution import f` works); it should take well over the interpreter's start "
-        "(100 ms of CPU or more) and exit 0",
+        "`from solution import f` works); it should print what it computes (a solution's run "
+        "must print what the reference's did, or its speed factor is 0), take well over the "
+        "interpreter's start (100 ms of CPU or more) and exit 0",
     )
     repeats: int = Field(default=5, ge=3, le=21, description="interleaved runs of each side")
     tolerance: float = Field(

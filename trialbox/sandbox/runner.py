@@ -313,10 +313,17 @@ class Runner:
             ),
         }  # fmt: skip
         report = PerformanceReport()
+        expected: str | None = None  # what the reference's workload printed, first time
         for turn in range(spec.repeats):
             for side in ("reference", "policy") if turn % 2 == 0 else ("policy", "reference"):
                 outcome = self.backend.run(slot, sides[side])
                 failed = _workload_failure(outcome)
+                if failed is None and side == "reference" and expected is None:
+                    expected = outcome.stdout.text()
+                elif failed is None and side == "policy" and outcome.stdout.text() != expected:
+                    # A timed run must compute what the graded one did: a solution that
+                    # takes a shortcut when it is not under test prints something else.
+                    failed = "printed other results than the reference's workload did"
                 if failed is not None:
                     if side == "reference":
                         report.reference_failed = f"the reference's workload {failed}"

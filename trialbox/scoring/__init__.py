@@ -65,6 +65,9 @@ def score(spec: GradingSpec, report: RunReport, request_id: str | None = None) -
     if caught and status == Status.SUCCEEDED:
         status = Status.INTEGRITY_VIOLATION
     text = feedback(report, passed, expected, untrusted, caught)
+    slowed = grading.performance.policy_failed if grading and grading.performance else None
+    if slowed and status == Status.SUCCEEDED:
+        text += f"\n{slowed}: speed factor 0"
     if error is not None and status == Status.SUCCEEDED:
         status, scored = Status.SANDBOX_ERROR, None
         text = f"sandbox error (not your code): {error}"
