@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from trialbox.errors import InputError
-from trialbox.models import ExecutionRequest, Task
+from trialbox.models import ExecutionRequest, ExecutionResult, Status, Task
 from trialbox.sdk.extract import extract_code, files_for
 from trialbox.sdk.groups import plan
 
@@ -343,3 +343,35 @@ def test_run_groups_default_extract_knows_the_starter_files_names() -> None:
     (request,) = plan(task, "t@v/add-two", [completion], extract_code, "g")
     assert isinstance(request, ExecutionRequest)
     assert request.files == {"solution.py": SOLUTION}
+
+
+def test_one_completions_ungradable_files_are_its_zero_never_the_groups_error() -> None:
+    # Was a break: one completion with a lone surrogate (or an extract that takes a path from
+    # the completion, `../x.py`) raised InputError for the whole group: no sample got a result.
+    task = Task.model_validate(
+        {
+            "task_id": "add-two",
+            "workspace": {"solution.py": "def add(a, b):\n    raise NotImplementedError\n"},
+            "hidden_tests": {"tests/test_add.py": "from solution import add\n"},
+            "grading": {"command": ["python", "-m", "pytest", "-q", "tests"]},
+        }
+    )
+    good = f"```python\n{SOLUTION}```"
+    surrogate = "```python\ndef add(a, b):\n    return '\ud83d'\n```"
+    planned = plan(task, "t@v/add-two", [good, surrogate, "no code"], extract_code, "g")
+    assert [type(p).__name__ for p in planned] == [
+        "ExecutionRequest", "ExecutionResult", "ExecutionResult"
+    ]  # fmt: skip
+    bad = planned[1]
+    assert isinstance(bad, ExecutionResult)
+    assert (bad.status, bad.reward, bad.loss_mask, bad.flags) == (
+        Status.SUCCEEDED, 0.0, False, ["invalid_files"]
+    )  # fmt: skip
+    assert "not valid Unicode" in bad.feedback
+
+    def by_path(completion: str) -> dict[str, str]:
+        return {completion: SOLUTION}
+
+    planned = plan(task, "t@v/add-two", ["solution.py", "../up.py"], by_path, "g")
+    assert isinstance(planned[0], ExecutionRequest)
+    assert isinstance(planned[1], ExecutionResult) and planned[1].flags == ["invalid_files"]

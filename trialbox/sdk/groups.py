@@ -24,6 +24,9 @@ from trialbox.sdk.tasksets import request_id
 
 __all__ = ["Extract", "extract_code", "plan"]
 
+INVALID_FILES_FLAG = "invalid_files"
+INVALID_FILES_FEEDBACK = "the files this completion wrote cannot be graded"
+
 
 def plan(
     task: Task,
@@ -45,7 +48,7 @@ def plan(
     for index, completion in enumerate(completions):
         try:
             files.append(files_for(task.workspace, extract(completion)) or None)  # {}: no code
-        except InputError as exc:
+        except InputError as exc:  # the task's or the extract function's: the trainer's
             raise InputError(f"completion {index}: {exc}") from None
     if group_id is None:
         digest = hashlib.sha256(task_ref.encode())
@@ -57,28 +60,38 @@ def plan(
     for index, submitted in enumerate(files):
         sample_id = str(index)
         rid = request_id(group_id, task.task_id, sample_id)
-        if submitted is None:
-            planned.append(
-                result_for(
-                    rid,
-                    Status.SUCCEEDED,
-                    scored_reward=0.0,
-                    feedback=NO_CODE_FEEDBACK,
-                    flags=[NO_CODE_FLAG],
-                    task_id=task.task_id,
-                    sample_id=sample_id,
+        invalid = None
+        if submitted is not None:
+            try:
+                planned.append(
+                    ExecutionRequest(
+                        request_id=rid,
+                        run_id=group_id,
+                        task_ref=task_ref,
+                        sample_id=sample_id,
+                        files=submitted,
+                    )
                 )
-            )
-            continue
-        try:
-            request = ExecutionRequest(
-                request_id=rid,
-                run_id=group_id,
-                task_ref=task_ref,
+                continue
+            except ValidationError as exc:
+                if any(e["loc"][:1] != ("files",) for e in exc.errors()):
+                    raise InputError(f"completion {index}: {validation_message(exc)}") from None
+                # What the completion wrote (an unencodable text, a path outside the
+                # workspace): the policy's 0, never the whole group's error.
+                invalid = validation_message(exc)
+        if invalid is None:
+            feedback, flag = NO_CODE_FEEDBACK, NO_CODE_FLAG
+        else:
+            feedback, flag = f"{INVALID_FILES_FEEDBACK}: {invalid}", INVALID_FILES_FLAG
+        planned.append(
+            result_for(
+                rid,
+                Status.SUCCEEDED,
+                scored_reward=0.0,
+                feedback=feedback,
+                flags=[flag],
+                task_id=task.task_id,
                 sample_id=sample_id,
-                files=submitted,
             )
-        except ValidationError as exc:
-            raise InputError(f"completion {index}: {validation_message(exc)}") from None
-        planned.append(request)
+        )
     return planned
