@@ -210,6 +210,7 @@ class CollectErrorEvent(_Event):
     event: Literal["collect_error"]
     id: str = ""  # the session's own collector (say, a missing test path) has the id ""
     message: str | None = None
+    skipped: bool = False  # skipped at collection: pytest exits 0 for it, yet its tests failed
 
 
 class PhaseEvent(_Event):
@@ -289,6 +290,7 @@ def collate(
     phases: dict[str, dict[str, PhaseEvent]] = {}
     collected: list[str] = []
     collect_errors: list[TestRecord] = []
+    skipped_modules = 0
     finish: int | None = None
     foreign = malformed = 0
     for line in report.splitlines():
@@ -308,6 +310,7 @@ def collate(
         if isinstance(event, CollectedEvent):
             collected = event.ids
         elif isinstance(event, CollectErrorEvent):
+            skipped_modules += event.skipped
             collect_errors.append(
                 TestRecord(
                     test_id=event.id or "(collection)",
@@ -344,7 +347,7 @@ def collate(
             f"exit_code_mismatch: pytest reported {finish}, the process exited {exit_code}"
         )
     outcomes = {test_id: fold_phases(test) for test_id, test in phases.items()}
-    failures = collect_errors or any(
+    failures = len(collect_errors) > skipped_modules or any(
         o[0] in (TestOutcome.FAILED, TestOutcome.ERROR) for o in outcomes.values()
     )
     if exit_code == 0 and failures:
@@ -354,8 +357,11 @@ def collate(
         anomalies.append(f"exit_without_failures: pytest exited {exit_code} but no test failed")
 
     hidden = set(hidden_paths)
+    errors = {record.test_id: record for record in collect_errors}
     if expected_tests is None:
-        expected = [i for i in collected if i.split("::", 1)[0] in hidden]
+        # A hidden module that failed or was skipped at collection counts as one failed
+        # test: its tests are unknown, but leaving them out would raise the pass fraction.
+        expected = [i for i in [*collected, *errors] if i.split("::", 1)[0] in hidden]
     else:
         expected = list(expected_tests)
     tests = []
@@ -365,6 +371,8 @@ def collate(
             tests.append(
                 TestRecord(test_id=test_id, outcome=outcome, duration_s=duration, message=message)
             )
+        elif test_id in errors:
+            tests.append(errors[test_id])
         else:
             tests.append(
                 TestRecord(test_id=test_id, outcome=TestOutcome.MISSING, message="not run")
@@ -375,7 +383,7 @@ def collate(
             tests.append(
                 TestRecord(test_id=test_id, outcome=outcome, duration_s=duration, message=message)
             )
-    tests.extend(collect_errors)
+    tests.extend(record for record in collect_errors if record.test_id not in listed)
     return Collated(tests, expected, anomalies, exit_code, sorted(set(integrity)), policy_timeout)
 
 

@@ -26,6 +26,7 @@ import _pytest.reports
 import _pytest.runner
 import pytest
 import trialbox_boundary
+import trialbox_guard
 
 Emit = Callable[[dict[str, object]], None]
 
@@ -47,10 +48,12 @@ def _make_emitter() -> Emit:
 
 
 _EMIT = _make_emitter()
+_FLAGS: set[str] = set()  # integrity findings of the detectors below
 _ROOT = os.environ.pop("TRIALBOX_GRADING_ROOT")
 # After the runtime's own paths: the hidden tests' helpers, then (in_process) the starter's
 # modules, from a directory of their own that holds no test.
 sys.path += [_ROOT, os.path.join(_ROOT, ".solution")]
+trialbox_guard.install(_ROOT)  # before the builtins are fingerprinted below
 
 MESSAGE_CHARS = 2000
 # What a solution would patch to turn failures into passes.
@@ -83,9 +86,24 @@ def _message(report: pytest.CollectReport | pytest.TestReport) -> str | None:
     return text[-MESSAGE_CHARS:]
 
 
-def pytest_collectreport(report: pytest.CollectReport, _emit: Emit = _EMIT) -> None:
-    if report.failed:
-        _emit({"event": "collect_error", "id": report.nodeid, "message": _message(report)})
+def pytest_collectreport(
+    report: pytest.CollectReport, _emit: Emit = _EMIT, _flags: set[str] = _FLAGS
+) -> None:
+    # A module skipped at collection (pytest.skip(allow_module_level=True), from the test or
+    # from the solution it imports) ran none of its tests: an error, never a free pass.
+    if report.skipped and isinstance(report.longrepr, tuple):
+        where = str(report.longrepr[0])
+        if where.startswith(os.path.join(_ROOT, ".solution", "")):
+            _flags.add(f"framework_tampered: the solution skipped {report.nodeid} at collection")
+    if report.failed or report.skipped:
+        _emit(
+            {
+                "event": "collect_error",
+                "id": report.nodeid,
+                "message": _message(report),
+                "skipped": report.skipped,
+            }
+        )
 
 
 def pytest_collection_finish(session: pytest.Session, _emit: Emit = _EMIT) -> None:
@@ -124,8 +142,10 @@ _AT_START: set[int] = set()
 
 
 def pytest_collection(session: pytest.Session) -> None:
-    """Before any workspace module is imported: what is registered now is pytest's own."""
+    """Before any workspace module is imported: what is registered now is pytest's own, and
+    the detectors watch from here on (a solution's code runs at import, during collection)."""
     _AT_START.update(id(p) for p in session.config.pluginmanager.get_plugins())
+    _WATCHING[0] = True
 
 
 def _late_plugins(session: pytest.Session) -> list[str]:
@@ -143,16 +163,34 @@ def _late_plugins(session: pytest.Session) -> list[str]:
 
 # -- detectors for the solution's code in this process (in_process isolation) ------------------
 _BUILTINS = {name: id(value) for name, value in vars(builtins).items()}
-_FRAMEWORK = ("pytest", "_pytest", "pluggy", "trialbox_report", "trialbox_boundary")
+_FRAMEWORK = ("pytest", "_pytest", "pluggy", "trialbox_")
 _MODULES = {name: id(module) for name, module in sys.modules.items() if name.startswith(_FRAMEWORK)}
 _TEST_FILES = ("test_*.py", "*_test.py", "conftest.py")
-_IN_CALL = [False]
-_FLAGS: set[str] = set()
+_WATCHING = [False]
+_REAL_ROOT = os.path.realpath(_ROOT)
+_RUNTIME = tuple({os.path.join(p, "") for p in (sys.prefix, sys.base_prefix)})
 
 
 def _test_file(path: str) -> bool:
     name = os.path.basename(path)
     return path.startswith(_ROOT + os.sep) and any(fnmatch.fnmatch(name, p) for p in _TEST_FILES)
+
+
+def _opens_test_file(target: object) -> bool:
+    """`open`'s path as the kernel resolves it: bytes or str, through /proc/self/cwd, a
+    descriptor's link or any other symlink."""
+    if not isinstance(target, (str, bytes)):
+        return False  # a descriptor: its opening was the event that counted
+    try:
+        path = os.fsdecode(target)
+        if path.startswith(_RUNTIME):  # read-only, no link into the grading tree: imports
+            return False
+        path = os.path.realpath(path)
+    except (OSError, ValueError):
+        return False
+    if path.startswith(_REAL_ROOT + os.sep):
+        path = _ROOT + path[len(_REAL_ROOT) :]
+    return _test_file(path)
 
 
 def _solution_frame() -> str | None:
@@ -167,9 +205,9 @@ def _solution_frame() -> str | None:
 
 
 def _audit(event: str, args: tuple[object, ...], _flags: set[str] = _FLAGS) -> None:
-    if not _IN_CALL[0]:
+    if not _WATCHING[0]:
         return
-    if event == "open" and isinstance(args[0], str) and _test_file(os.path.abspath(args[0])):
+    if event == "open" and _opens_test_file(args[0]):
         who = _solution_frame()
         if who is not None:
             _flags.add(f"test_source_read: {os.path.basename(who)} opened a test file")
@@ -180,15 +218,6 @@ def _audit(event: str, args: tuple[object, ...], _flags: set[str] = _FLAGS) -> N
 
 
 sys.addaudithook(_audit)
-
-
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_call() -> object:
-    _IN_CALL[0] = True
-    try:
-        return (yield)
-    finally:
-        _IN_CALL[0] = False
 
 
 def _tampered_runtime() -> list[str]:
