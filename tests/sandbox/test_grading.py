@@ -60,8 +60,9 @@ def test_module_level_skip_cannot_pass(grade: Grade) -> None:
     files = {"solution.py": "import pytest\npytest.skip('nope', allow_module_level=True)\n"}
     assert grade(files)[1].reward == 0.0
     _, result = grade(files, isolation="in_process")
-    assert result.reward == 0.0
-    assert set(outcomes(result).values()) <= {"missing", "skipped"}
+    assert (result.status, result.reward) == (Status.INTEGRITY_VIOLATION, 0.0)
+    assert "integrity:framework_tampered" in result.flags  # the skip came from the solution
+    assert set(outcomes(result).values()) <= {"missing", "skipped", "error"}
 
 
 def test_editing_or_deleting_hidden_tests_in_the_agent_phase_has_no_effect(grade: Grade) -> None:
