@@ -25,6 +25,7 @@ from trialbox.errors import (
     WaitTimeout,
 )
 from trialbox.models import ExecutionRequest, ExecutionResult, Sample, Status
+from trialbox.models import ungradable as ungradable_result
 from trialbox.models.jsonl import load_tasks_and_samples
 from trialbox.sdk import Client, Handle, TaskSetRef, request_id
 from trialbox.sdk.core import local_twin_class
@@ -225,8 +226,9 @@ class RunJob:
         user can act on; empty when the run can start. Nothing has run either way."""
         problems: list[str] = []
         sample_list: list[Sample] = []
+        ungradable: dict[tuple[str, str], str] = {}
         try:
-            _, sample_list = load_tasks_and_samples(self.tasks, self.samples)
+            _, sample_list, ungradable = load_tasks_and_samples(self.tasks, self.samples)
         except InputError as exc:
             problems.append(str(exc))
         problem = _out_problem(self.tasks, self.samples, self.out)
@@ -264,6 +266,11 @@ class RunJob:
                 f"{changed[0].sample_id!r}, or its task): give a new --run-id to run them"
             ]
         self.resumed = len(self.rows)
+        for rid, sample in self.samples_by_id.items():  # what it wrote cannot run: its 0
+            reason = ungradable.get((sample.task_id, sample.sample_id))
+            if reason is not None and rid not in self.rows:
+                result = ungradable_result(rid, sample.task_id, sample.sample_id, reason)
+                self.rows[rid] = result_line(sample, self.requests_by_id[rid], result, None)
         return []
 
     @property

@@ -79,7 +79,7 @@ def test_grade_lists_every_invalid_line_and_runs_nothing(tmp_path: Path) -> None
     samples = write_jsonl(
         tmp_path / "samples.jsonl",
         [
-            {"task_id": "add-two", "sample_id": "a", "files": {"../evil.py": ""}},
+            {"task_id": "add-two", "sample_id": "a", "files": {"solution.py": 5}},
             {"task_id": "add-two", "sample_id": "b", "colour": "red"},
             {"task_id": "nope", "sample_id": "c"},
         ],
@@ -90,8 +90,30 @@ def test_grade_lists_every_invalid_line_and_runs_nothing(tmp_path: Path) -> None
     for expected in (
         "tasks.jsonl:2: limits.memory_mb: Input should be greater than or equal to 32",
         "tasks.jsonl:3: bad JSON",
-        "samples.jsonl:1: files[\"../evil.py\"]: path '../evil.py' has an empty",
+        'samples.jsonl:1: files["solution.py"]: a file is a text string',  # the trainer's
         "samples.jsonl:2: colour: unknown field",
         "samples.jsonl:3: task_id: task 'nope' is not in tasks.jsonl",
     ):
         assert expected in done.stderr
+
+
+def test_grade_scores_a_sample_whose_files_cannot_run_zero_and_grades_the_rest(
+    tmp_path: Path,
+) -> None:
+    # Was a break: a path the policy wrote out of the workspace stopped the whole batch.
+    tasks = write_jsonl(tmp_path / "tasks.jsonl", [ADD_TASK])
+    samples = write_jsonl(
+        tmp_path / "samples.jsonl",
+        [
+            {"task_id": "add-two", "sample_id": "good", "files": {"solution.py": CORRECT}},
+            {"task_id": "add-two", "sample_id": "up", "files": {"../up.py": CORRECT}},
+        ],
+    )
+    done = trialbox("sandbox", "grade", "--tasks", str(tasks), "--samples", str(samples))
+    assert done.returncode == 0, done.stderr
+    rows = [json.loads(line) for line in done.stdout.splitlines()]
+    assert [(r["sample_id"], r["status"], r["reward"], r["loss_mask"]) for r in rows] == [
+        ("good", "succeeded", 1.0, False),
+        ("up", "succeeded", 0.0, False),
+    ]
+    assert "must stay inside the workspace" in rows[1]["feedback"]

@@ -38,7 +38,7 @@ def task(**fields: object) -> str:
 
 
 def test_loads_the_public_example(tmp_path: Path) -> None:
-    tasks, samples = load_tasks_and_samples(*write(tmp_path, [TASK_LINE], [SAMPLE_LINE]))
+    tasks, samples, _ = load_tasks_and_samples(*write(tmp_path, [TASK_LINE], [SAMPLE_LINE]))
     [loaded] = tasks
     assert loaded.task_id == "add-two"
     assert loaded.workspace == {"solution.py": "def add(a, b):\n    raise NotImplementedError\n"}
@@ -197,7 +197,7 @@ def test_unicode_line_separators_inside_strings_are_not_record_breaks(tmp_path: 
     tasks.write_text(json.dumps(task, ensure_ascii=False) + "\n", encoding="utf-8")
     samples = tmp_path / "samples.jsonl"
     samples.write_text(SAMPLE_LINE + "\n")
-    loaded, _ = load_tasks_and_samples(tasks, samples)
+    loaded, _, _ = load_tasks_and_samples(tasks, samples)
     assert loaded[0].prompt == "a\u2028b\u0085c"
 
 
@@ -246,3 +246,21 @@ def test_a_whole_record_error_reads_as_one_sentence(tmp_path: Path) -> None:
         "tasks.jsonl:2: expected test 'solution.py::test_small' is not in a hidden_tests file "
         "(tests/test_add.py)"
     ]
+
+
+def test_what_a_policy_wrote_makes_its_sample_ungradable_not_the_file_invalid(
+    tmp_path: Path,
+) -> None:
+    # Was a break: one sample with a path out of the workspace (or text that is not valid
+    # Unicode) stopped the whole file: "nothing was run" for every sample.
+    samples = [
+        SAMPLE_LINE,
+        '{"task_id": "add-two", "sample_id": "up", "files": {"../up.py": "x"}}',
+        '{"task_id": "add-two", "sample_id": "sur", "files": {"solution.py": "\\ud83d"}}',
+        '{"task_id": "add-two", "sample_id": "nul", "commands": [["echo", "a\\u0000b"]]}',
+    ]
+    _, loaded, ungradable = load_tasks_and_samples(*write(tmp_path, [TASK_LINE], samples))
+    assert [s.sample_id for s in loaded] == ["s1", "up", "sur", "nul"]
+    assert sorted(ungradable) == [("add-two", "nul"), ("add-two", "sur"), ("add-two", "up")]
+    assert "must stay inside the workspace" in ungradable[("add-two", "up")]
+    assert loaded[1].files == {} and loaded[3].commands == []

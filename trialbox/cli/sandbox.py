@@ -13,6 +13,7 @@ from trialbox.errors import InputError, SandboxError
 from trialbox.models.jsonl import load_tasks_and_samples
 from trialbox.models.limits import Limits
 from trialbox.models.report import Status
+from trialbox.models.result import ungradable as ungradable_result
 from trialbox.scoring import score
 
 if TYPE_CHECKING:  # the runner is imported late: SDK-only commands never need it
@@ -89,7 +90,7 @@ def grade_command(
 ) -> None:
     """Agent phase, grading and scoring for every sample; one JSON result per line."""
     try:
-        task_list, sample_list = load_tasks_and_samples(tasks, samples)
+        task_list, sample_list, ungradable = load_tasks_and_samples(tasks, samples)
     except InputError as exc:
         _fail(str(exc), EXIT_USAGE)
     by_id = {task.task_id: task for task in task_list}
@@ -100,7 +101,11 @@ def grade_command(
     failed = False
     for sample in sample_list:
         task = by_id[sample.task_id]
-        result = score(task.grading, runner.run(task, sample))
+        reason = ungradable.get((sample.task_id, sample.sample_id))
+        if reason is not None:  # what this sample wrote cannot run: its 0, not the batch's
+            result = ungradable_result(None, sample.task_id, sample.sample_id, reason)
+        else:
+            result = score(task.grading, runner.run(task, sample))
         failed |= result.status == Status.SANDBOX_ERROR
         sys.stdout.write(result.model_dump_json(include=set(GRADE_FIELDS)) + "\n")
         sys.stdout.flush()

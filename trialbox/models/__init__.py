@@ -18,6 +18,7 @@ from trialbox.models.result import (
     Timings,
     result_for,
     reward_for,
+    ungradable,
 )
 from trialbox.models.sample import ExecutionRequest, Sample, TaskRef
 from trialbox.models.task import GradingSpec, Scorer, Task
@@ -48,4 +49,5 @@ __all__ = [
     "Timings",
     "result_for",
     "reward_for",
+    "ungradable",
 ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 from pathlib import Path
 from typing import Any, TypeVar
@@ -9,7 +10,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, ValidationError
 
 from trialbox.errors import InvalidInputFiles, LineError
-from trialbox.models.sample import Sample
+from trialbox.models.sample import Sample, written_by_policy
 from trialbox.models.task import Task
 
 M = TypeVar("M", bound=BaseModel)
@@ -110,10 +111,17 @@ def _decode(path: Path, errors: list[LineError]) -> str | None:
 
 
 def _read_jsonl(
-    path: Path, model: type[M], errors: list[LineError], invalid_ids: set[str] | None = None
+    path: Path,
+    model: type[M],
+    errors: list[LineError],
+    invalid_ids: set[str] | None = None,
+    ungradable: dict[tuple[str, str], str] | None = None,
 ) -> list[tuple[int, M]] | None:
     """The valid records by line number, or None when the file cannot be read at all.
-    `invalid_ids` collects the task_id of lines that failed validation, when it has one."""
+    `invalid_ids` collects the task_id of lines that failed validation, when it has one.
+    `ungradable` (samples): a line valid but for what the policy wrote (its files and
+    commands) is kept with none of them, and the reason goes there: the sample's 0, not an
+    error that stops the whole file."""
     name = path.name
     before = len(errors)
     text = _decode(path, errors)
@@ -142,6 +150,15 @@ def _read_jsonl(
         try:
             records.append((number, model.model_validate(raw)))
         except ValidationError as exc:
+            if ungradable is not None and written_by_policy(exc):
+                with contextlib.suppress(ValidationError):
+                    kept = model.model_validate(raw | {"files": {}, "commands": []})
+                    records.append((number, kept))
+                    found = _line_errors(name, number, raw, exc)
+                    reasons = [f"{e.field}: {e.reason}" for e in found]
+                    key = (str(raw["task_id"]), str(raw["sample_id"]))
+                    ungradable[key] = "; ".join(reasons)[:2000]
+                    continue
             if invalid_ids is not None and isinstance(raw.get("task_id"), str):
                 invalid_ids.add(raw["task_id"])
             errors.extend(_line_errors(name, number, raw, exc))
@@ -179,13 +196,18 @@ def load_tasks(tasks_path: Path) -> list[Task]:
     return [task for _, task in tasks or []]
 
 
-def load_tasks_and_samples(tasks_path: Path, samples_path: Path) -> tuple[list[Task], list[Sample]]:
-    """Validate both files fully; raise `InvalidInputFiles` listing every error, or return both."""
+def load_tasks_and_samples(
+    tasks_path: Path, samples_path: Path
+) -> tuple[list[Task], list[Sample], dict[tuple[str, str], str]]:
+    """Validate both files fully; raise `InvalidInputFiles` listing every error, or return
+    both and the samples whose files or commands cannot be graded, by (task_id, sample_id),
+    with why (kept in the samples without them: each scores 0, see `ungradable`)."""
     task_errors: list[LineError] = []
     sample_errors: list[LineError] = []
     invalid_tasks: set[str] = set()
     tasks, task_ids = _read_tasks(tasks_path, task_errors, invalid_tasks)
-    samples = _read_jsonl(samples_path, Sample, sample_errors)
+    ungradable: dict[tuple[str, str], str] = {}
+    samples = _read_jsonl(samples_path, Sample, sample_errors, ungradable=ungradable)
     # A tasks file that could not be read at all says nothing about which task ids exist.
     tasks_known = tasks is not None
     seen: dict[tuple[str, str], int] = {}
@@ -216,4 +238,4 @@ def load_tasks_and_samples(tasks_path: Path, samples_path: Path) -> tuple[list[T
     if errors:
         raise InvalidInputFiles(errors)
     assert tasks is not None and samples is not None
-    return [task for _, task in tasks], [sample for _, sample in samples]
+    return [task for _, task in tasks], [sample for _, sample in samples], ungradable

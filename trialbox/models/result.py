@@ -104,3 +104,23 @@ def result_for(
         feedback=feedback if feedback is not None else (error or ""),
         flags=flags or [],
     )
+
+
+INVALID_FILES_FLAG = "invalid_files"
+
+
+def ungradable(
+    request_id: str | None, task_id: str, sample_id: str, reason: str
+) -> ExecutionResult:
+    """The result of a sample whose files or commands cannot be run (text that is not valid
+    Unicode, a path out of the workspace): the policy wrote them, so it is the policy's 0,
+    `loss_mask` false, never a rejection of the batch it came in."""
+    return result_for(
+        request_id,
+        Status.SUCCEEDED,
+        scored_reward=0.0,
+        feedback=f"the files or commands this sample wrote cannot be graded: {reason}",
+        flags=[INVALID_FILES_FLAG],
+        task_id=task_id,
+        sample_id=sample_id,
+    )

@@ -7,7 +7,7 @@ import json
 import re
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, Field, model_validator
+from pydantic import AfterValidator, Field, ValidationError, model_validator
 
 from trialbox.models.common import (
     Files,
@@ -169,3 +169,16 @@ class ExecutionRequest(StrictModel):
         if self.task_ref is not None:
             TaskRef.parse(self.task_ref)
         return self
+
+
+def written_by_policy(exc: ValidationError) -> bool:
+    """Whether every error is in what the policy wrote: a file's path or text (a path out of
+    the workspace, text that is not valid Unicode) or a command's words. Not the shape of the
+    record, which the trainer's code builds: a wrong type or file mode stays its error."""
+
+    def policy_part(loc: tuple[int | str, ...]) -> bool:
+        return (
+            loc == ("files",) or (loc[0] == "files" and loc[-1] == "[key]") or loc[0] == "commands"
+        )
+
+    return all(e["type"] == "value_error" and policy_part(e["loc"]) for e in exc.errors())

@@ -10,7 +10,15 @@ from collections.abc import Sequence
 from pydantic import ValidationError
 
 from trialbox.errors import InputError
-from trialbox.models import ExecutionRequest, ExecutionResult, Status, Task, result_for
+from trialbox.models import (
+    ExecutionRequest,
+    ExecutionResult,
+    Status,
+    Task,
+    result_for,
+    ungradable,
+)
+from trialbox.models.sample import written_by_policy
 from trialbox.pipeline.record import validation_message
 from trialbox.sdk.extract import (
     NO_CODE_FEEDBACK,
@@ -23,9 +31,6 @@ from trialbox.sdk.extract import (
 from trialbox.sdk.tasksets import request_id
 
 __all__ = ["Extract", "extract_code", "plan"]
-
-INVALID_FILES_FLAG = "invalid_files"
-INVALID_FILES_FEEDBACK = "the files this completion wrote cannot be graded"
 
 
 def plan(
@@ -74,22 +79,21 @@ def plan(
                 )
                 continue
             except ValidationError as exc:
-                if any(e["loc"][:1] != ("files",) for e in exc.errors()):
+                if not written_by_policy(exc):
                     raise InputError(f"completion {index}: {validation_message(exc)}") from None
                 # What the completion wrote (an unencodable text, a path outside the
                 # workspace): the policy's 0, never the whole group's error.
                 invalid = validation_message(exc)
-        if invalid is None:
-            feedback, flag = NO_CODE_FEEDBACK, NO_CODE_FLAG
-        else:
-            feedback, flag = f"{INVALID_FILES_FEEDBACK}: {invalid}", INVALID_FILES_FLAG
+        if invalid is not None:
+            planned.append(ungradable(rid, task.task_id, sample_id, invalid))
+            continue
         planned.append(
             result_for(
                 rid,
                 Status.SUCCEEDED,
                 scored_reward=0.0,
-                feedback=feedback,
-                flags=[flag],
+                feedback=NO_CODE_FEEDBACK,
+                flags=[NO_CODE_FLAG],
                 task_id=task.task_id,
                 sample_id=sample_id,
             )

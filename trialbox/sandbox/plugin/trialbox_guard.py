@@ -96,4 +96,4 @@ def _build_class(func: Any, name: str, *bases: Any, **kwargs: Any) -> Any:
 def install(root: str) -> None:
     """From here on, classes the solution defines have their equality checked."""
     _SOLUTION_DIRS.append(os.path.join(root, ".solution", ""))
-    builtins.__build_class__ = _build_class
+    builtins.__build_class__ = _build_class  # type: ignore[assignment]
