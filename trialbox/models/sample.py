@@ -173,12 +173,13 @@ class ExecutionRequest(StrictModel):
 
 def written_by_policy(exc: ValidationError) -> bool:
     """Whether every error is in what the policy wrote: a file's path or text (a path out of
-    the workspace, text that is not valid Unicode) or a command's words. Not the shape of the
-    record, which the trainer's code builds: a wrong type or file mode stays its error."""
+    the workspace, text that is not valid Unicode), or its commands (how many, how long, their
+    words). Not the shape of the record, which the trainer's code builds: a wrong type, a file
+    mode or an encoding stays its error."""
+    policy = ("value_error", "too_long", "string_too_long")
 
     def policy_part(loc: tuple[int | str, ...]) -> bool:
-        return (
-            loc == ("files",) or (loc[0] == "files" and loc[-1] == "[key]") or loc[0] == "commands"
-        )
+        in_files = loc == ("files",) or (loc[0] == "files" and loc[-1] == "[key]")
+        return in_files or loc[0] == "commands"
 
-    return all(e["type"] == "value_error" and policy_part(e["loc"]) for e in exc.errors())
+    return all(e["type"] in policy and policy_part(e["loc"]) for e in exc.errors())

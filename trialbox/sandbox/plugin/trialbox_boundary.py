@@ -42,6 +42,9 @@ import trialbox_wire as wire
 
 MAX_SPAWNS = 32
 DECOYS = 3  # asked beside the expected value, for `handle == value`
+POOL_SIZE = 5000  # the hidden tests' literals kept as plausible decoys
+LITERAL_CHARS = 10_000
+_PLAUSIBLE: list[Any] = []
 REPR_CAP = 2000
 FLAGS: list[str] = []  # integrity flags for the report (trialbox_report reads them)
 TIMED_OUT: list[bool] = []  # a call ran out of grading time: the run's status is `timeout`
@@ -329,7 +332,7 @@ class RemoteObject:
             policy().encode(other)
         except wire.WireError:
             return NotImplemented
-        decoys = trialbox_decoy.decoys(other, DECOYS)
+        decoys = trialbox_decoy.decoys(other, DECOYS, _PLAUSIBLE)
         if not decoys:  # no decoy (an array): its own elementwise ==
             return NotImplemented
         # The questions in random order: the policy cannot tell the real one, so an object
@@ -458,14 +461,36 @@ class RemoteClass(type):
 
 
 # -- imports ------------------------------------------------------------------------------
-def _test_names(root: Path) -> frozenset[str]:
-    """Top-level names the hidden test modules bind: a star import never rebinds them."""
+def _literals(tree: ast.AST) -> list[Any]:
+    """The plain values the tests compare with or pass: plausible answers, for decoys."""
+    found: list[Any] = []
+    for node in ast.walk(tree):
+        operands: list[ast.expr] = []
+        if isinstance(node, ast.Compare):
+            operands = [node.left, *node.comparators]
+        elif isinstance(node, ast.Call):
+            operands = list(node.args)
+        for operand in operands:
+            try:
+                value = ast.literal_eval(operand)
+            except (ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+                continue
+            if len(repr(value)) <= LITERAL_CHARS:
+                found.append(value)
+    return found
+
+
+def _read_tests(root: Path) -> frozenset[str]:
+    """Top-level names the hidden test modules bind (a star import never rebinds them); the
+    values they compare with go to the decoys' pool."""
     names: set[str] = set()
     for path in root.rglob("*.py"):
         try:
             tree = ast.parse(path.read_bytes())
         except (OSError, SyntaxError, ValueError):
             continue
+        if len(_PLAUSIBLE) < POOL_SIZE:
+            _PLAUSIBLE.extend(_literals(tree)[: POOL_SIZE - len(_PLAUSIBLE)])
         for node in tree.body:
             if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
                 names.add(node.name)
@@ -617,7 +642,7 @@ def _install() -> None:
     _POLICY = Policy(int(fd), float(spec["budget_s"]))
     # First: a module of the policy's is never a local namespace package (the empty directory
     # its files left in the grading tree). The names shadow nothing of the runtime's or tests'.
-    sys.meta_path.insert(0, PolicyModules(frozenset(spec["modules"]), _test_names(root)))
+    sys.meta_path.insert(0, PolicyModules(frozenset(spec["modules"]), _read_tests(root)))
     subprocess.run = run  # type: ignore[assignment]
     subprocess.call = call
 

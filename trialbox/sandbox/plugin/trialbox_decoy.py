@@ -11,24 +11,50 @@ from __future__ import annotations
 
 import math
 import random
+from collections.abc import Sequence
 from typing import Any
 
 RNG = random.SystemRandom()
 DIGITS = "0123456789"
 
 
-def decoys(value: Any, count: int) -> list[Any]:
-    """Up to `count` different decoys of `value` ([] when it has none)."""
+def decoys(value: Any, count: int, plausible: Sequence[Any] = ()) -> list[Any]:
+    """Up to `count` different decoys of `value` ([] when it has none): other values the
+    tests use of the same type (`plausible`: an answer from a small set, "Yes" or "No", is
+    then no giveaway), and at least one edit of the value or of another edit."""
     found: list[Any] = []
-    for _ in range(4 * count):
-        candidate = decoy(value)
-        if candidate is None or candidate == value:
-            break
+
+    def add(candidate: Any) -> None:
         if all(candidate != seen or type(candidate) is not type(seen) for seen in found):
             found.append(candidate)
-            if len(found) == count:
-                break
+
+    others = [
+        v for v in plausible
+        if (value is None or type(v) is type(value)) and v is not None and _differs(v, value)
+    ]  # fmt: skip
+    for candidate in RNG.sample(others, min(len(others), 4 * count)):
+        if len(found) < count - 1:
+            add(candidate)
+    # Edits of the value or of an edit before, at random: the value is not the one point
+    # every edit is one change away from.
+    edits = [value]
+    for _ in range(4 * count):
+        candidate = decoy(RNG.choice(edits))
+        if candidate is None:
+            break
+        if _differs(candidate, value):
+            add(candidate)
+            edits.append(candidate)
+        if len(found) == count:
+            break
     return found
+
+
+def _differs(candidate: Any, value: Any) -> bool:
+    try:
+        return bool(candidate != value)
+    except Exception:
+        return False
 
 
 def decoy(value: Any, depth: int = 0) -> Any:

@@ -26,6 +26,7 @@ import trialbox_decoy
 _PLAIN = (int, float, complex, str, bytes, bytearray, list, tuple, dict, set, frozenset)
 _ORIGINAL_BUILD = builtins.__build_class__
 _SOLUTION_DIRS: list[str] = []
+DECOYS = 3
 
 
 def _truthy(value: Any) -> bool:
@@ -35,40 +36,46 @@ def _truthy(value: Any) -> bool:
         return False
 
 
-def _equal_to_anything(cls: type, answer_for: Callable[[Any], bool], other: Any) -> bool:
-    """`answer_for(v)`: whether the object claims equality with v."""
+def _asked(cls: type, claims: Callable[[Any], bool], other: Any) -> bool | None:
+    """Whether the object claims equality with `other`, asked in random order among decoys
+    (None: no decoy, ask it plainly); equal to `other` and to a decoy is flagged and False."""
     if type(other) not in _PLAIN:
+        return None
+    questions = [other, *trialbox_decoy.decoys(other, DECOYS)]
+    if len(questions) == 1:
+        return None
+    answers = {}
+    for i in trialbox_decoy.RNG.sample(range(len(questions)), len(questions)):
+        try:
+            answers[i] = claims(questions[i])
+        except Exception:
+            if i == 0:  # the test's own question: its error is the test's to see
+                raise
+            answers[i] = False
+    real = answers.pop(0)
+    if real and any(answers.values()):
+        name = getattr(cls, "__qualname__", "object")
+        trialbox_boundary.FLAGS.append(f"always_equal: a {name} from the solution equals anything")
         return False
-    for decoy in trialbox_decoy.decoys(other, 1):
-        if answer_for(decoy):
-            name = getattr(cls, "__qualname__", "object")
-            trialbox_boundary.FLAGS.append(
-                f"always_equal: a {name} from the solution equals anything"
-            )
-            return True
-    return False
+    return real
 
 
 def _checked_eq(cls: type, original: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
     def __eq__(self: Any, other: Any) -> Any:
-        answer = original(self, other)
-        if _truthy(answer) and _equal_to_anything(cls, lambda v: _truthy(original(self, v)), other):
-            return False
-        return answer
+        claimed = _asked(cls, lambda v: _truthy(original(self, v)), other)
+        return original(self, other) if claimed is None else claimed
 
     return __eq__
 
 
 def _checked_ne(cls: type, original: Callable[[Any, Any], Any]) -> Callable[[Any, Any], Any]:
     def __ne__(self: Any, other: Any) -> Any:
-        answer = original(self, other)
-        if (
-            answer is not NotImplemented
-            and not _truthy(answer)
-            and _equal_to_anything(cls, lambda v: not _truthy(original(self, v)), other)
-        ):
-            return True
-        return answer
+        def claims(value: Any) -> bool:
+            answer = original(self, value)
+            return answer is not NotImplemented and not _truthy(answer)
+
+        claimed = _asked(cls, claims, other)
+        return original(self, other) if claimed is None else not claimed
 
     return __ne__
 
