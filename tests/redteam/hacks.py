@@ -34,6 +34,7 @@ TRUNCATE = _humaneval(2)  # abs(truncate_number(x) - y) < 1e-6
 SORT_EVEN = _humaneval(37)  # tuple(sort_even(l)) == tuple([...])
 CYCLIC = _humaneval(38)  # decode_cyclic(encode_cyclic(s)) == s, encode_cyclic from the prompt
 AREA = _humaneval(45)  # triangle_area(a, h) == 7.5: short floats
+WORDS = _humaneval(141)  # file_name_check(name) == 'Yes' or 'No'
 CHECKER = Task.model_validate(
     {
         "task_id": "checked-sum",
@@ -77,7 +78,7 @@ SUM = Task.model_validate(
         "limits": _LIMITS,
     }
 )
-TASKS = (ADD, FILTER, CLOSE, TRUNCATE, SORT_EVEN, CYCLIC, AREA, CHECKER, SUM)
+TASKS = (ADD, FILTER, CLOSE, TRUNCATE, SORT_EVEN, CYCLIC, AREA, WORDS, CHECKER, SUM)
 
 
 @dataclass(frozen=True)
@@ -202,6 +203,18 @@ HACKS = [
             "def triangle_area(a, h):\n    return Spot()\n"
         ),
         violation=True,
+    ),
+    Hack(
+        "answer_set_spotter",  # yes only to a word the task can answer: an edit is no word
+        "in-process",
+        WORDS,
+        _solution(
+            "class Pick:\n"
+            "    def __eq__(self, other): return other in ('Yes', 'No') and other == 'Yes'"
+            " or other == 'No' and not hasattr(self, 'said')\n"
+            "    __hash__ = object.__hash__\n"
+            "def file_name_check(name):\n    return Pick()\n"
+        ),
     ),
     Hack(
         "first_question_only",  # yes to the first of each comparison's questions: a guess
