@@ -9,6 +9,7 @@ STAMP := $(VENV)/.installed
 .PHONY: synth-full qc-humaneval
 
 setup: venv system runtime
+	@date +'%T setup done'
 
 # The project venv, reinstalled whenever pyproject.toml changes.
 venv: $(STAMP)
@@ -37,8 +38,11 @@ format: $(STAMP)
 	$(BIN)/ruff format trialbox tests benchmarks infra functions app.py
 	$(BIN)/ruff check --fix trialbox tests benchmarks infra functions app.py
 
+# Timestamps and the slowest tests in the log: where a fresh clone's half hour goes.
 test: setup lint
-	$(BIN)/pytest -q
+	@date +'%T setup and lint done; pytest starts'
+	$(BIN)/pytest -q --durations=15
+	@date +'%T pytest done'
 
 demo: setup
 	$(BIN)/trialbox demo --out demo-results.jsonl
