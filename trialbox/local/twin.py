@@ -54,6 +54,23 @@ class LocalTwin:
         """What an SDK user needs to reach this twin."""
         return CREDENTIALS | {"AWS_ENDPOINT_URL": self.endpoint_url}
 
+    def sdk_env(self) -> dict[str, str]:
+        """The environment an SDK process needs to reach this twin (`trialbox local up` prints
+        it): the credentials and endpoint, and the stack's resources by TRIALBOX_* names."""
+        outputs = self.outputs
+        return self.env | {
+            c.ENV_ENDPOINT_URL: self.endpoint_url,
+            c.ENV_REQUESTS_QUEUE_URL: outputs[c.OUTPUT_REQUESTS_QUEUE_URL],
+            c.ENV_EXECUTIONS_TABLE: outputs[c.OUTPUT_EXECUTIONS_TABLE],
+            c.ENV_TRACES_BUCKET: outputs[c.OUTPUT_TRACES_BUCKET],
+            c.ENV_TASKSETS_BUCKET: outputs[c.OUTPUT_TASKSETS_BUCKET],
+            c.ENV_ROLLOUT_ARN: outputs[c.OUTPUT_ROLLOUT_ARN],
+            c.ENV_POOL_CAPACITY: str(self.workers),
+            c.ENV_WORK_QUEUE_URL: outputs[c.OUTPUT_WORK_QUEUE_URL],
+            c.ENV_SESSION_QUEUE_PREFIX: outputs[c.OUTPUT_SESSION_QUEUE_PREFIX],
+            c.ENV_CLUSTER: outputs[c.OUTPUT_CLUSTER],
+        }
+
     def client(self, service: str) -> Any:
         return client(self.endpoint_url, service)
 

@@ -70,6 +70,14 @@ def stack_resources(name: str, region: str | None, session: Any) -> tuple[Resour
     return resources, session
 
 
+def local_session(region: str | None = None) -> Any:
+    """A boto3 session for a local twin, which takes any credentials."""
+    return boto3.session.Session(
+        aws_access_key_id="local", aws_secret_access_key="local",
+        region_name=region or "us-east-1",
+    )  # fmt: skip
+
+
 def local_twin_class() -> type[LocalTwin]:
     """The local twin, or MissingExtra naming `trialbox[local]` when it is not installed."""
     try:
@@ -135,9 +143,7 @@ class AsyncClient:
         """A local twin on this machine (moto and bwrap sandboxes), stopped with the client.
         Starting it takes a few seconds, and blocks."""
         twin = local_twin_class()(workers=workers).start()
-        session = boto3.session.Session(
-            aws_access_key_id="local", aws_secret_access_key="local", region_name="us-east-1"
-        )
+        session = local_session()
         try:
             return cls(
                 Resources.from_outputs(twin.outputs),
@@ -288,21 +294,22 @@ class AsyncClient:
 
     async def run_group(
         self,
-        task: Task,
+        task: Task | str,
         completions: Sequence[str],
         extract: groups.Extract = groups.extract_code,
         *,
         group_id: str | None = None,
         timeout: float | None = None,
     ) -> list[ExecutionResult]:
-        """GRPO: N completions for one task -> N graded results, in order. Each completion's
-        code (`extract`) goes into the task's starter file; a completion with no code scores
-        0.0 with the flag `no_code`, without a sandbox. The group shares one pushed task.
-        The default `group_id` hashes the task and the submitted files, so the same group
-        runs once: pass a `group_id` to grade it anew (after a cancel, say)."""
-        ref = await self.push_tasks([task], name=f"group-{task.task_id}")
+        """GRPO: N completions for one task -> N graded results, in order. `task` is an
+        inline Task (pushed once per content) or a pushed task's ref (`ref.task(task_id)`).
+        Each completion's code (`extract`) goes into the task's starter file; a completion
+        with no code scores 0.0 with the flag `no_code`, without a sandbox. The default
+        `group_id` hashes the task and the submitted files, so the same group runs once: pass
+        a `group_id` to grade it anew (after a cancel, say)."""
+        task, task_ref = await self.resolve_task(task)
         plan = await asyncio.to_thread(  # extraction may be slow: never on the loop
-            groups.plan, task, ref.task(task.task_id), completions, extract, group_id
+            groups.plan, task, task_ref, completions, extract, group_id
         )
         handles = await self.submit([p for p in plan if isinstance(p, ExecutionRequest)])
         by_id = {h.request_id: h for h in handles}
@@ -311,6 +318,15 @@ class AsyncClient:
             p if isinstance(p, ExecutionResult) else by_id[p.request_id].future.result()
             for p in plan
         ]
+
+    async def resolve_task(self, task: Task | str) -> tuple[Task, str]:
+        """The task and its ref: a ref's task read from its task set (once per task set), or
+        an inline task pushed (once per content). A ref naming no task raises SessionError."""
+        self._check_open()
+        if isinstance(task, str):
+            return await self._session_io().task(task), task
+        ref = await self.push_tasks([task], name=f"group-{task.task_id}")
+        return task, ref.task(task.task_id)
 
     # --- sessions ----------------------------------------------------------------------------
 

@@ -20,6 +20,7 @@ __all__ = [
     "Extract",
     "defined_names",
     "extract_code",
+    "fenced_blocks",
     "files_for",
 ]
 
@@ -61,17 +62,24 @@ def extract_code(completion: str, defines: Collection[str] = ()) -> str | None:
     return _extract(completion, defines)
 
 
-def _extract(text: str, defines: Collection[str]) -> str | None:
+def fenced_blocks(text: str) -> list[tuple[str, str]]:
+    """Each non-blank fenced block of a completion, in order: (the first word of its info
+    string, lowercased, or ""; its content). CommonMark decides, as in `extract_code`."""
     if "```" not in text and "~~~" not in text:
-        return None  # no fence can open without three backticks or tildes
+        return []  # no fence can open without three backticks or tildes
+    blocks = []
+    for token in _MARKDOWN.parse(text):
+        if token.type == "fence" and token.content.strip():
+            words = token.info.split(maxsplit=1)
+            blocks.append((words[0].lower() if words else "", token.content))
+    return blocks
+
+
+def _extract(text: str, defines: Collection[str]) -> str | None:
     python: list[str] = []
     other: list[str] = []
-    for token in _MARKDOWN.parse(text):
-        if token.type != "fence" or not token.content.strip():
-            continue
-        words = token.info.split(maxsplit=1)
-        is_python = bool(words) and words[0].lower() in PYTHON_INFO
-        (python if is_python else other).append(token.content)
+    for info, content in fenced_blocks(text):
+        (python if info in PYTHON_INFO else other).append(content)
     for blocks in (python, other):
         solution = next((b for b in reversed(blocks) if _defines(b, defines)), None)
         if solution is not None:

@@ -33,10 +33,13 @@ class _Loop:
         self.thread.start()
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        return self.schedule(coro).result()
+
+    def schedule(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
         if self.loop.is_closed():  # the client was closed
             coro.close()
             raise TrialboxError("the client is closed")
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+        return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
     def stop(self) -> None:
         self.loop.call_soon_threadsafe(self.loop.stop)
@@ -179,9 +182,14 @@ class Client:
         taken = self._loop.run(self._async.withdraw([h._inner for h in handles]))
         return [inner[id(h)] for h in taken]
 
+    def schedule(self, coro: Coroutine[Any, Any, T]) -> concurrent.futures.Future[T]:
+        """Run a coroutine of `aio` on this client's loop, from any thread or event loop:
+        its future (`asyncio.wrap_future` awaits it from another loop)."""
+        return self._loop.schedule(coro)
+
     def run_group(
         self,
-        task: Task,
+        task: Task | str,
         completions: Sequence[str],
         extract: groups.Extract = groups.extract_code,
         *,

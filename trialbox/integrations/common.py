@@ -1,0 +1,239 @@
+"""What the adapters share: a picklable connection, tasks named by a dataset's cell, completions
+as text, and rewards with the platform's failures left out (None, never 0)."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import logging
+import os
+import threading
+from collections import Counter
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlparse
+
+import boto3
+from botocore.exceptions import BotoCoreError, ClientError
+from pydantic import ValidationError
+
+from trialbox.errors import InputError, SessionError, TrialboxError
+from trialbox.models import ExecutionResult, Task
+from trialbox.pipeline.record import validation_message
+from trialbox.sdk import AsyncClient, Client, Resources
+from trialbox.sdk.core import LOOPBACK, local_session
+from trialbox.sdk.extract import Extract, extract_code
+
+log = logging.getLogger("trialbox.integrations")
+
+TaskCell = Task | str | Mapping[str, Any]
+"""A dataset's task cell: a pushed task's ref (`name@version/task_id`), a Task, or its JSON."""
+
+
+@dataclass(frozen=True)
+class Connection:
+    """Where a deployment is, without a live client: what an adapter pickles. Each process
+    connects once (`client()`); a live client given in this process is reused as it is."""
+
+    resources: Resources | None = None  # None: the TRIALBOX_* environment
+    endpoint_url: str | None = None
+    region: str | None = None
+    stack: str | None = None  # read the resources from this stack's outputs instead
+    concurrency: int | None = None
+
+    @classmethod
+    def of(cls, client: Client | AsyncClient | Connection | str | None) -> Connection:
+        """From a live client (kept for this process), a stack name, or None (the
+        environment: `trialbox local up`'s exports, or TRIALBOX_* set by hand)."""
+        if client is None:
+            return cls()
+        if isinstance(client, Connection):
+            return client
+        if isinstance(client, str):
+            return cls(stack=client)
+        live = client if isinstance(client, Client) else None
+        aio = client.aio if isinstance(client, Client) else client
+        if not isinstance(aio, AsyncClient):
+            raise InputError(
+                f"expected a trialbox Client, a stack name or None, got {type(client).__name__}"
+            )
+        connection = cls(
+            resources=aio.resources,
+            endpoint_url=aio.endpoint_url,
+            region=aio._aws.session.region_name,
+            concurrency=aio.concurrency,
+        )
+        if live is not None:
+            with _lock:
+                _clients.setdefault((os.getpid(), connection), live)
+        return connection
+
+    def connect(self) -> Client:
+        if self.stack is not None:
+            return Client.from_stack(self.stack, region=self.region, concurrency=self.concurrency)
+        session = boto3.session.Session(region_name=self.region)
+        if _is_loopback(self.endpoint_url) and session.get_credentials() is None:
+            session = local_session(self.region)
+        return Client(
+            self.resources,
+            endpoint_url=self.endpoint_url,
+            session=session,
+            concurrency=self.concurrency,
+        )
+
+    def client(self) -> Client:
+        """This process's client for the connection (made on first use, thread-safe)."""
+        key = (os.getpid(), self)
+        with _lock:
+            if key not in _clients:
+                _clients[key] = self.connect()
+            return _clients[key]
+
+
+_clients: dict[tuple[int, Connection], Client] = {}
+_lock = threading.Lock()
+
+
+def _is_loopback(url: str | None) -> bool:
+    return urlparse(url or "").hostname in LOOPBACK
+
+
+def task_of(cell: object, column: str) -> Task | str:
+    """A task cell as `run_group` and sessions take it, or InputError naming the column."""
+    if isinstance(cell, Task):
+        return cell
+    if isinstance(cell, str) and not cell.lstrip().startswith("{"):
+        return cell  # a ref, checked when it is read
+    try:
+        raw = json.loads(cell) if isinstance(cell, str) else cell
+        return Task.model_validate(raw)
+    except (ValueError, ValidationError) as exc:
+        detail = validation_message(exc) if isinstance(exc, ValidationError) else str(exc)
+        raise InputError(
+            f"column {column!r}: expected a task ref (name@version/task_id), a task or its "
+            f"JSON; got {type(cell).__name__}: {detail}"
+        ) from None
+
+
+def task_or_cases(cell: object, column: str) -> Task | str:
+    """A cell that holds a task (as `task_of`) or test cases (as `io_task`), as verl's and
+    SkyRL's code datasets put test cases in their ground truth."""
+    if _looks_like_cases(cell):
+        return io_task(cell)
+    return task_of(cell, column)
+
+
+def _looks_like_cases(cell: object) -> bool:
+    if isinstance(cell, str | bytes):
+        try:
+            cell = json.loads(cell)
+        except ValueError:
+            return False
+    if isinstance(cell, list):
+        return True
+    return isinstance(cell, Mapping) and ("inputs" in cell or "cases" in cell)
+
+
+def io_task(cases: object, *, task_id: str | None = None, **io: Any) -> Task:
+    """An inline `io_match` task from test cases, as code datasets store them:
+    `{"inputs": [...], "outputs": [...]}` (APPS, verl's code sets), `{"cases": [...]}`, a list
+    of `{"input", "output"}`, or the JSON text of any of these. The program is `solution.py`."""
+    raw = json.loads(cases) if isinstance(cases, str | bytes) else cases
+    if isinstance(raw, list):
+        raw = {"cases": raw}
+    if not isinstance(raw, Mapping):
+        raise InputError(f"test cases must be a JSON object or list, got {type(raw).__name__}")
+    spec = dict(raw) | io
+    digest = hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()
+    try:
+        return Task.model_validate(
+            {
+                "task_id": task_id or f"io-{digest[:16]}",
+                "workspace": {"solution.py": ""},
+                "grading": {"scorer": "io_match", "io": spec},
+            }
+        )
+    except ValidationError as exc:
+        raise InputError(f"test cases: {validation_message(exc)}") from None
+
+
+def completion_text(completion: object) -> str:
+    """A completion as text: TRL's conversational form (a list of messages) is the content of
+    its last message."""
+    if isinstance(completion, str):
+        return completion
+    if isinstance(completion, list) and completion and isinstance(completion[-1], Mapping):
+        content = completion[-1].get("content", "")
+        return content if isinstance(content, str) else ""
+    raise InputError(f"a completion must be text or a list of messages, got {completion!r:.80}")
+
+
+def rewards(results: Sequence[ExecutionResult], mask_group: bool = False) -> list[float | None]:
+    """Each result's `reward_or_none`; with `mask_group`, every reward of a group is None when
+    any of its samples failed on the platform (its mean and std would be biased)."""
+    if mask_group and any(r.loss_mask for r in results):
+        return [None] * len(results)
+    return [r.reward_or_none for r in results]
+
+
+def is_infrastructure_failure(exc: BaseException) -> bool:
+    """An error that says nothing about the policy: its samples get None. Input errors (a bad
+    task cell, an extract function that fails, a task ref naming no task) are the trainer's,
+    and raise."""
+    if isinstance(exc, InputError | SessionError):
+        return False
+    return isinstance(exc, TrialboxError | BotoCoreError | ClientError | OSError)
+
+
+@dataclass
+class Graded:
+    """A batch's outcome: a reward (or None) per sample, and counts for the trainer's log."""
+
+    rewards: list[float | None]
+    counts: Counter[str]
+
+    @classmethod
+    def failed(cls, n: int) -> Graded:
+        """n samples the platform failed, with no result at all."""
+        return cls([None] * n, Counter(infrastructure_failed=n))
+
+    def metrics(self) -> dict[str, float]:
+        """Fractions of the batch, per status (`infrastructure_failed`: no result at all) and
+        `masked` (reward None)."""
+        total = max(1, len(self.rewards))
+        out = {f"trialbox/{status}": n / total for status, n in sorted(self.counts.items())}
+        out["trialbox/masked"] = sum(r is None for r in self.rewards) / total
+        return out
+
+
+async def grade_groups(
+    client: AsyncClient,
+    groups: Sequence[tuple[Task | str, Sequence[str]]],
+    extract: Extract = extract_code,
+    *,
+    mask_group: bool = False,
+    timeout: float | None = None,
+) -> list[Graded]:
+    """Each (task, completions) group graded concurrently. A group the platform fails as a
+    whole (the deployment unreachable, a timeout) is None for each sample, never 0."""
+    resolved = await asyncio.gather(*(client.resolve_task(task) for task, _ in groups))
+    outcomes = await asyncio.gather(
+        *(
+            client.run_group(ref, completions, extract, timeout=timeout)
+            for (_, ref), (_, completions) in zip(resolved, groups, strict=True)
+        ),
+        return_exceptions=True,
+    )
+    graded = []
+    for outcome, (_, completions) in zip(outcomes, groups, strict=True):
+        if isinstance(outcome, BaseException):
+            if not is_infrastructure_failure(outcome):
+                raise outcome
+            log.warning("a group of %d failed on the platform: %s", len(completions), outcome)
+            graded.append(Graded.failed(len(completions)))
+        else:
+            counts = Counter(r.status.value for r in outcome)
+            graded.append(Graded(rewards(outcome, mask_group), counts))
+    return graded

@@ -1,0 +1,288 @@
+"""SandboxFusion's `POST /run_code`, answered by Trialbox's pool: verl's recipes (ReTool,
+codecontests, apps) and the `sandbox-fusion` client switch with nothing but a URL.
+
+A call is one ungraded execution request: the code (and the request's files, base64 as in
+SandboxFusion) written to the workspace, the program run with its stdin, then each of
+`fetch_files` read back base64. Status codes: 200 with SandboxFusion's body for every run the
+pool finished, whatever the program did; 504 when the platform could not answer (the client's
+queue full, no result in time, a sandbox error), because verl retries only 504 and scores any
+other failure as a failed sample; 422 for a request that is not SandboxFusion's shape.
+
+`serve()` runs the endpoint on this machine: `trialbox local up` (a local twin behind it) and
+`trialbox sandbox-fusion-proxy` (a deployed stack behind it, the calls signed by the SDK's
+AWS credentials) both use it.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import signal
+import threading
+import uuid
+from enum import StrEnum
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from trialbox.errors import InputError, TrialboxError, WaitTimeout
+from trialbox.models import ExecutionRequest, ExecutionResult, Task
+from trialbox.models.common import EncodedFile
+from trialbox.models.limits import LimitOverrides
+from trialbox.models.report import CommandResult
+from trialbox.pipeline.record import validation_message
+from trialbox.sdk import Client
+
+log = logging.getLogger("trialbox.integrations.sandbox_fusion")
+
+# The languages whose toolchain the pool image has (Debian bookworm's python3 and bash): the
+# twin's sandboxes bind the host's /usr, so a compiler found here may be missing on AWS.
+PROGRAMS = {
+    "python": ("main.py", ["python3", "main.py"]),
+    "bash": ("main.sh", ["bash", "main.sh"]),
+}
+STDIN_FILE = ".stdin"
+ENDPOINT_ENV = "SANDBOX_FUSION_ENDPOINT"  # read by the sandbox-fusion client (at import)
+# A call waits this long beyond its own timeouts (the queue, a sandbox's start), then answers
+# 504: verl gives up on a call after compile_timeout + run_timeout + 10 s, and retries a 504.
+WAIT_MARGIN_S = 8.0
+MAX_BODY_BYTES = 64 * 1024 * 1024
+
+# The task a run_code call runs under: its limits are the ceiling a call may tighten. It is
+# never graded (`grade: false`), so its test is never run.
+RUN_CODE_TASK = Task(
+    task_id="sandbox-fusion-run-code",
+    hidden_tests={"tests/test_ungraded.py": "def test_ungraded():\n    pass\n"},
+    grading={"command": ["python", "-m", "pytest", "-q", "tests"]},
+    limits={"timeout_s": 60, "memory_mb": 1024},  # verl asks for 1024 MiB by default
+)
+
+
+class RunCodeRequest(BaseModel):
+    """SandboxFusion's request, as its client and verl send it (fields it does not know are
+    ignored, as SandboxFusion ignores them)."""
+
+    model_config = ConfigDict(extra="ignore")
+
+    code: str
+    language: str = "python"
+    stdin: str | None = None
+    compile_timeout: float = Field(default=10, gt=0)
+    run_timeout: float = Field(default=10, gt=0)
+    memory_limit_MB: int = Field(default=-1, description="-1: the pool's default")
+    files: dict[str, str | None] = Field(default_factory=dict, description="path: base64")
+    fetch_files: list[str] = Field(default_factory=list)
+
+
+class RunStatus(StrEnum):
+    SUCCESS = "Success"
+    FAILED = "Failed"
+    SANDBOX_ERROR = "SandboxError"
+
+
+class CommandRunStatus(StrEnum):
+    FINISHED = "Finished"
+    ERROR = "Error"
+    TIME_LIMIT_EXCEEDED = "TimeLimitExceeded"
+
+
+class CommandRunResult(BaseModel):
+    status: CommandRunStatus
+    execution_time: float | None = None
+    cpu_time: float | None = None
+    return_code: int | None = None
+    stdout: str | None = None
+    stderr: str | None = None
+
+
+class RunCodeResponse(BaseModel):
+    status: RunStatus
+    message: str = ""
+    compile_result: CommandRunResult | None = None
+    run_result: CommandRunResult | None = None
+    executor_pod_name: str | None = None
+    files: dict[str, str] = Field(default_factory=dict, description="path: base64")
+
+
+class PlatformFailure(TrialboxError):
+    """The pool could not answer a call (HTTP 504: verl and the client retry)."""
+
+
+def execution_request(call: RunCodeRequest) -> ExecutionRequest:
+    """The ungraded request that runs a call; InputError says what the caller must change."""
+    if call.language not in PROGRAMS:
+        raise InputError(
+            f"language {call.language!r} is not offered: {', '.join(PROGRAMS)} (the pool "
+            "image has no other toolchain)"
+        )
+    source, argv = PROGRAMS[call.language]
+    files: dict[str, Any] = {
+        path: EncodedFile(base64=content) for path, content in call.files.items() if content
+    }
+    files[source] = call.code
+    command = list(argv)
+    if call.stdin is not None:
+        files[STDIN_FILE] = call.stdin
+        command = ["sh", "-c", f'exec "$@" < {STDIN_FILE}', "sh", *argv]
+    fetches = [["base64", "-w0", "--", path] for path in call.fetch_files]
+    limits = {"timeout_s": call.run_timeout}
+    if call.memory_limit_MB > 0:
+        limits["memory_mb"] = max(32, call.memory_limit_MB)
+    try:
+        return ExecutionRequest(
+            request_id=f"sandbox-fusion-{uuid.uuid4().hex}",
+            task=RUN_CODE_TASK,
+            files=files,
+            commands=[command, *fetches],
+            grade=False,
+            limits=LimitOverrides.model_validate(limits),
+            tags={"source": "sandbox-fusion"},
+        )
+    except ValidationError as exc:
+        raise InputError(validation_message(exc)) from None
+
+
+def response_for(call: RunCodeRequest, result: ExecutionResult) -> RunCodeResponse:
+    """SandboxFusion's answer for a run the pool finished; PlatformFailure when it did not."""
+    if result.loss_mask or not result.commands:
+        raise PlatformFailure(result.error or result.feedback or f"status {result.status}")
+    run = _run_result(result.commands[0])
+    fetched = {}
+    for path, command in zip(call.fetch_files, result.commands[1:], strict=False):
+        if command.exit_code == 0 and not command.stdout_truncated:
+            fetched[path] = command.stdout.strip()
+    ok = run.status == CommandRunStatus.FINISHED and run.return_code == 0
+    return RunCodeResponse(
+        status=RunStatus.SUCCESS if ok else RunStatus.FAILED,
+        message="",
+        run_result=run,
+        executor_pod_name=None,
+        files=fetched,
+    )
+
+
+def _run_result(command: CommandResult) -> CommandRunResult:
+    if command.timed_out:
+        status = CommandRunStatus.TIME_LIMIT_EXCEEDED
+    else:
+        status = CommandRunStatus.FINISHED
+    return_code = command.exit_code
+    if return_code is None and command.signal:  # the shell's convention: 128 + the signal
+        return_code = 128 + _signal_number(command.signal)
+    stderr = command.stderr
+    if command.oom_killed:
+        stderr += "\nkilled: out of memory (memory_limit_MB)"
+    return CommandRunResult(
+        status=status,
+        execution_time=command.wall_s,
+        cpu_time=command.cpu_s,
+        return_code=return_code,
+        stdout=command.stdout,
+        stderr=stderr,
+    )
+
+
+def _signal_number(name: str) -> int:
+    try:
+        return int(signal.Signals[name if name.startswith("SIG") else f"SIG{name}"])
+    except KeyError:
+        return int(signal.SIGKILL)
+
+
+async def run_code(
+    client: Any, call: RunCodeRequest, wait_margin_s: float = WAIT_MARGIN_S
+) -> RunCodeResponse:
+    """One call through an AsyncClient: SandboxFusion's answer, or PlatformFailure when no
+    result came within the call's timeouts and `wait_margin_s`."""
+    request = execution_request(call)
+    timeout = call.compile_timeout + call.run_timeout * (1 + len(call.fetch_files))
+    timeout += wait_margin_s
+    handles = await client.submit([request])
+    try:
+        [result] = await client.gather(handles, timeout)
+    except WaitTimeout:
+        await client.cancel(handles)
+        raise PlatformFailure(f"no result within {timeout:.0f} s") from None
+    return response_for(call, result)
+
+
+class Endpoint:
+    """The HTTP endpoint over a Client: at most `max_pending` calls at once, the rest 504."""
+
+    def __init__(
+        self, client: Client, max_pending: int | None = None, wait_margin_s: float = WAIT_MARGIN_S
+    ) -> None:
+        self.client = client
+        self.wait_margin_s = wait_margin_s
+        self.slots = threading.BoundedSemaphore(max_pending or 4 * client.concurrency)
+
+    def answer(self, body: bytes) -> tuple[int, dict[str, Any]]:
+        """(HTTP status, JSON body) for a POST /run_code body."""
+        try:
+            call = RunCodeRequest.model_validate_json(body)
+            execution_request(call)  # refused here, before it takes a slot
+        except ValidationError as exc:
+            return HTTPStatus.UNPROCESSABLE_ENTITY, {"detail": validation_message(exc)}
+        except InputError as exc:
+            return HTTPStatus.UNPROCESSABLE_ENTITY, {"detail": str(exc)}
+        if not self.slots.acquire(blocking=False):
+            return _failure("overloaded: too many calls at once; retry")
+        try:
+            response = self.client.schedule(
+                run_code(self.client.aio, call, self.wait_margin_s)
+            ).result()
+        except (PlatformFailure, TrialboxError) as exc:
+            log.warning("run_code failed on the platform: %s", exc)
+            return _failure(str(exc))
+        finally:
+            self.slots.release()
+        return HTTPStatus.OK, response.model_dump(mode="json")
+
+
+def _failure(message: str) -> tuple[int, dict[str, Any]]:
+    body = RunCodeResponse(status=RunStatus.SANDBOX_ERROR, message=message)
+    return HTTPStatus.GATEWAY_TIMEOUT, body.model_dump(mode="json")
+
+
+def serve(endpoint: Endpoint, host: str = "127.0.0.1", port: int = 0) -> ThreadingHTTPServer:
+    """Serve `POST /run_code` on a daemon thread; `server.server_address` says the port and
+    `server.shutdown()` stops it."""
+
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self) -> None:
+            if self.path.rstrip("/") != "/run_code":
+                self._send(
+                    HTTPStatus.NOT_FOUND, {"detail": f"no route {self.path}: POST /run_code"}
+                )
+                return
+            length = int(self.headers.get("Content-Length") or 0)
+            if length > MAX_BODY_BYTES:
+                self._send(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, {"detail": "body over 64 MiB"})
+                return
+            self._send(*endpoint.answer(self.rfile.read(length)))
+
+        def _send(self, status: int, body: dict[str, Any]) -> None:
+            data = json.dumps(body).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, format: str, *args: Any) -> None:
+            log.debug("%s " + format, self.address_string(), *args)
+
+    server = ThreadingHTTPServer((host, port), Handler)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True, name="sandbox-fusion").start()
+    return server
+
+
+def url(server: ThreadingHTTPServer) -> str:
+    """The endpoint's base URL (clients append /run_code)."""
+    host, port = server.server_address[:2]
+    return f"http://{host!s}:{port}"

@@ -1,0 +1,109 @@
+"""SkyRL (skyrl-gym==0.4.0): `TrialboxTextEnv`, a `BaseTextEnv` backed by a Trialbox session,
+registered as "trialbox".
+
+A row names its task in `extras["task_ref"]`, or in `extras["reward_spec"]["ground_truth"]`
+(a task ref, a task's JSON, or test cases, graded as an inline `io_match` task). Each turn,
+the model's last fenced block decides: a `bash` (or `sh`) block runs in the workspace and its
+output is the next observation; any other code is the answer, placed in the task's starter
+file and graded, which ends the episode. At `max_turns` the workspace is graded as it is.
+
+SkyRL has no per-sample mask: a sample the platform failed (`loss_mask`) gets reward 0.0, with
+`metadata["loss_mask"]` true and its status, so that a trainer can drop it."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
+from skyrl_gym.envs.registration import register
+
+from trialbox.errors import InputError
+from trialbox.integrations.common import Connection, task_of, task_or_cases
+from trialbox.models import ExecutionResult, Task
+from trialbox.sdk.extract import extract_code, fenced_blocks, files_for
+
+__all__ = ["ENV_ID", "TrialboxTextEnv"]
+
+ENV_ID = "trialbox"
+SHELL_INFO = frozenset({"bash", "sh", "shell"})
+DEFAULT_MAX_TURNS = 4
+
+
+class TrialboxTextEnv(BaseTextEnv):  # type: ignore[misc]
+    """`env_config` (SkyRL's `environment.skyrl_gym.trialbox`): `stack` and `region` (else the
+    TRIALBOX_* environment), `max_turns`, `ttl_s`."""
+
+    def __init__(self, env_config: Mapping[str, Any] | None = None, extras: Any = None) -> None:
+        super().__init__()
+        config = dict(env_config or {})
+        extras = dict(extras or {})
+        self.connection = Connection(stack=config.get("stack"), region=config.get("region"))
+        self.max_turns = int(config.get("max_turns", DEFAULT_MAX_TURNS))
+        self.ttl_s = float(config.get("ttl_s", 1800))
+        self.task = _task(extras)
+        self.session: Any = None
+
+    def init(self, prompt: Any) -> tuple[Any, dict[str, Any]]:
+        self.session = self.connection.client().session(self.task, ttl_s=self.ttl_s)
+        return prompt, {"session_id": self.session.session_id}
+
+    def step(self, action: str) -> BaseTextEnvStepOutput:
+        self.turns += 1
+        blocks = fenced_blocks(action)
+        if blocks and blocks[-1][0] in SHELL_INFO and self.turns < self.max_turns:
+            text = self.session.step(commands=[["bash", "-c", blocks[-1][1]]]).feedback
+            return BaseTextEnvStepOutput(
+                observations=[{"role": "user", "content": text}],
+                reward=0.0,
+                done=False,
+                metadata={},
+            )
+        code = None if blocks and blocks[-1][0] in SHELL_INFO else extract_code(action)
+        files = files_for(self.workspace(), code)
+        if files:
+            self.session.write_files(files)
+        result = self.session.grade()
+        self.close()
+        return BaseTextEnvStepOutput(
+            observations=[], reward=_reward(result), done=True, metadata=_metadata(result)
+        )
+
+    def workspace(self) -> dict[str, Any]:
+        """The task's starter files, where an answer's code goes."""
+        return dict(self.session.aio.task.workspace)
+
+    def close(self) -> None:
+        if self.session is not None:
+            session, self.session = self.session, None
+            session.close()
+
+
+def _task(extras: dict[str, Any]) -> Task | str:
+    cell = extras.get("task_ref")
+    if cell is not None:
+        return task_of(cell, "task_ref")
+    truth = (extras.get("reward_spec") or {}).get("ground_truth")
+    if truth is None:
+        raise InputError(
+            'the row names no task: give extras "task_ref" or reward_spec.ground_truth'
+        )
+    return task_or_cases(truth, "reward_spec.ground_truth")
+
+
+def _reward(result: ExecutionResult) -> float:
+    reward = result.reward_or_none
+    return 0.0 if reward is None else reward
+
+
+def _metadata(result: ExecutionResult) -> dict[str, Any]:
+    return {
+        "status": result.status.value,
+        "loss_mask": result.loss_mask,
+        "tests_passed": result.tests_passed,
+        "tests_expected": result.tests_expected,
+        "feedback": result.feedback,
+    }
+
+
+register(id=ENV_ID, entry_point=f"{__name__}:TrialboxTextEnv")
