@@ -25,8 +25,10 @@ from trialbox.pipeline.record import validation_message
 from trialbox.sdk import AsyncClient, Client, Resources
 from trialbox.sdk.core import LOOPBACK, local_session
 from trialbox.sdk.extract import Extract, extract_code
+from trialbox.settings import ClientSettings
 
 log = logging.getLogger("trialbox.integrations")
+STACK_ENV = "TRIALBOX_STACK"  # the deployed stack an adapter reaches, when no client is given
 
 TaskCell = Task | str | Mapping[str, Any]
 """A dataset's task cell: a pushed task's ref (`name@version/task_id`), a Task, or its JSON."""
@@ -37,7 +39,7 @@ class Connection:
     """Where a deployment is, without a live client: what an adapter pickles. Each process
     connects once (`client()`); a live client given in this process is reused as it is."""
 
-    resources: Resources | None = None  # None: the TRIALBOX_* environment
+    resources: Resources | None = None
     endpoint_url: str | None = None
     region: str | None = None
     stack: str | None = None  # read the resources from this stack's outputs instead
@@ -48,7 +50,7 @@ class Connection:
         """From a live client (kept for this process), a stack name, or None (the
         environment: `trialbox local up`'s exports, or TRIALBOX_* set by hand)."""
         if client is None:
-            return cls()
+            return cls.from_env()
         if isinstance(client, Connection):
             return client
         if isinstance(client, str):
@@ -69,6 +71,16 @@ class Connection:
             with _lock:
                 _clients.setdefault((os.getpid(), connection), live)
         return connection
+
+    @classmethod
+    def from_env(cls) -> Connection:
+        """The process's environment: a stack named by TRIALBOX_STACK, else the TRIALBOX_*
+        resource names (`trialbox local up` prints them)."""
+        stack = os.environ.get(STACK_ENV)
+        if stack:
+            return cls(stack=stack)
+        settings = ClientSettings.from_env()
+        return cls(resources=Resources.from_settings(settings), endpoint_url=settings.endpoint_url)
 
     def connect(self) -> Client:
         if self.stack is not None:

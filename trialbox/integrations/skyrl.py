@@ -38,7 +38,10 @@ class TrialboxTextEnv(BaseTextEnv):  # type: ignore[misc]
         super().__init__()
         config = dict(env_config or {})
         extras = dict(extras or {})
-        self.connection = Connection(stack=config.get("stack"), region=config.get("region"))
+        stack = config.get("stack")
+        self.connection = (
+            Connection(stack=stack, region=config.get("region")) if stack else Connection.from_env()
+        )
         self.max_turns = int(config.get("max_turns", DEFAULT_MAX_TURNS))
         self.ttl_s = float(config.get("ttl_s", 1800))
         self.task = _task(extras)

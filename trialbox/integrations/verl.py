@@ -14,7 +14,6 @@ TRIALBOX_* variables `trialbox local up` prints, or TRIALBOX_STACK for a deploye
 from __future__ import annotations
 
 import asyncio
-import os
 from typing import Any
 
 from trialbox.errors import InputError
@@ -39,7 +38,6 @@ __all__ = [
     "episode_session",
 ]
 
-STACK_ENV = "TRIALBOX_STACK"
 # What TrialboxTool writes into `agent_data.extra_fields`; verl merges them into the reward's
 # `extra_info`, so that compute_score grades the episode's workspace.
 SESSION_FIELD = "trialbox_session"
@@ -49,7 +47,7 @@ TASK_FIELD = "trialbox_task"  # in extra_info (or the tool's create_kwargs): the
 
 def connection() -> Connection:
     """The process's deployment: a stack named by TRIALBOX_STACK, else TRIALBOX_* names."""
-    return Connection(stack=os.environ.get(STACK_ENV) or None)
+    return Connection.from_env()
 
 
 def task_cell(ground_truth: Any, extra_info: dict[str, Any] | None) -> Task | str:

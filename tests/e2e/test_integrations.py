@@ -1,0 +1,424 @@
+"""The trainer adapters on the local twin, called the way each framework calls them (the
+keyword arguments are those of trl 1.16.0, verl 0.9.1 and skyrl-gym 0.4.0; see
+docs/integrations.md), and SandboxFusion's endpoint through the real `sandbox-fusion` client
+and verl's own request shape."""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import multiprocessing
+import pickle
+import sys
+import threading
+import types
+from collections.abc import Iterator
+from typing import Any
+
+import pydantic
+import pytest
+import requests
+import sandbox_fusion
+import skyrl_gym
+
+from tests.sandbox.conftest import ADD_TASK, CORRECT
+from trialbox.errors import InputError
+from trialbox.integrations import sandbox_fusion as sf
+from trialbox.integrations import verl
+from trialbox.integrations.common import STACK_ENV, Connection
+from trialbox.integrations.skyrl import ENV_ID
+from trialbox.integrations.trl import TrialboxReward, environment_factory
+from trialbox.models import Task
+from trialbox.sdk import Client, Resources
+from trialbox.sdk.core import local_session
+
+RIGHT = f"Here it is:\n```python\n{CORRECT}```"
+WRONG = "```python\ndef add(a, b):\n    return a - b\n```"  # passes neither test
+HALF = "```python\ndef add(a, b):\n    return 3 if a > 0 else a - b\n```"  # passes one of two
+NO_CODE = "I cannot write code today."
+REVERSE_CASES = {"inputs": ["abc\n", "x\n"], "outputs": ["cba\n", "x\n"]}
+REVERSE = "```python\nprint(input()[::-1])\n```"
+
+
+@pytest.fixture(scope="module")
+def client() -> Iterator[Client]:
+    with Client.local(workers=2) as local:
+        yield local
+
+
+@pytest.fixture(scope="module")
+def ref(client: Client) -> str:
+    return client.push_tasks([Task.model_validate(ADD_TASK)], name="integrations").task("add-two")
+
+
+@pytest.fixture
+def twin_env(client: Client, monkeypatch: pytest.MonkeyPatch) -> None:
+    """The environment `trialbox local up` prints: what verl's and SkyRL's workers read."""
+    twin = client.aio._twin
+    assert twin is not None
+    for name, value in twin.sdk_env().items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.delenv(STACK_ENV, raising=False)
+
+
+def trl_call(reward: Any, completions: list[Any], cells: list[Any], **extra: Any) -> Any:
+    """As GRPOTrainer._calculate_rewards calls a reward function (trl 1.16.0)."""
+    return reward(
+        prompts=["Write add"] * len(completions),
+        completions=completions,
+        completion_ids=[[1, 2]] * len(completions),
+        task_ref=cells,
+        trainer_state=types.SimpleNamespace(global_step=0),
+        **extra,
+    )
+
+
+# --- TRL ---------------------------------------------------------------------------------------
+
+
+def test_trl_reward_grades_right_partial_wrong_and_no_code_and_logs_counts(
+    client: Client, ref: str
+) -> None:
+    metrics: dict[str, float] = {}
+    extra: dict[str, list[Any]] = {}
+    reward = TrialboxReward(client)
+    completions = [RIGHT, HALF, WRONG, NO_CODE]
+    got = trl_call(
+        reward,
+        completions,
+        [ref] * 4,
+        log_metric=metrics.__setitem__,
+        log_extra=lambda column, values: extra.setdefault(column, values),
+    )
+    assert got == [1.0, 0.5, 0.0, 0.0]
+    assert metrics["trialbox/succeeded"] == 1.0
+    assert metrics["trialbox/masked"] == 0.0
+    # A conversational dataset's completions, and an inline task's JSON as the cell.
+    conversational = [
+        [{"role": "assistant", "content": RIGHT}],
+        [{"role": "assistant", "content": WRONG}],
+    ]
+    assert trl_call(reward, conversational, [json.dumps(ADD_TASK)] * 2) == [1.0, 0.0]
+
+
+def test_trl_reward_without_trainer_extras_from_threads_and_after_pickling(
+    client: Client, ref: str
+) -> None:
+    reward = pickle.loads(pickle.dumps(TrialboxReward(client)))  # AsyncGRPOTrainer's way
+    results: list[Any] = []
+
+    def call(completion: str) -> None:
+        results.append(reward(prompts=["p", "p"], completions=[completion] * 2, task_ref=[ref] * 2))
+
+    threads = [threading.Thread(target=call, args=(c,)) for c in (RIGHT, WRONG)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert sorted(results) == [[0.0, 0.0], [1.0, 1.0]]
+
+
+def _score_in_a_spawned_child(reward: TrialboxReward, ref: str, out: Any) -> None:
+    out.put(reward(prompts=["p"], completions=[RIGHT], task_ref=[ref]))
+
+
+def test_trl_reward_pickled_into_a_spawned_process_connects_there(client: Client, ref: str) -> None:
+    context = multiprocessing.get_context("spawn")
+    out = context.Queue()
+    child = context.Process(
+        target=_score_in_a_spawned_child, args=(TrialboxReward(client), ref, out)
+    )
+    child.start()
+    child.join(120)
+    assert child.exitcode == 0
+    assert out.get(timeout=5) == [1.0]
+
+
+def test_trl_reward_gives_none_never_zero_when_the_platform_fails(client: Client, ref: str) -> None:
+    unreachable = Connection(resources=client.aio.resources, endpoint_url="http://127.0.0.1:9")
+    metrics: dict[str, float] = {}
+    got = trl_call(
+        TrialboxReward(unreachable), [RIGHT, WRONG], [ref] * 2, log_metric=metrics.__setitem__
+    )
+    assert got == [None, None]
+    assert metrics["trialbox/infrastructure_failed"] == 1.0
+    assert metrics["trialbox/masked"] == 1.0
+
+
+def test_trl_reward_says_what_is_wrong_with_the_dataset(client: Client, ref: str) -> None:
+    reward = TrialboxReward(client)
+    with pytest.raises(InputError, match="no column 'task_ref'"):
+        reward(prompts=["p"], completions=[RIGHT], task=[ref])
+    with pytest.raises(InputError, match="column 'task_ref'"):
+        trl_call(reward, [RIGHT], [{"task_id": "no grading"}])
+
+
+def test_trl_environment_runs_tools_in_a_session_and_grades_the_batch(
+    client: Client, ref: str
+) -> None:
+    factory = environment_factory(client)
+    # What GRPOTrainer does: the tools are the public methods but reset and get_reward.
+    first, second = factory(), factory()
+    tools = sorted(
+        name
+        for name, _ in __import__("inspect").getmembers(
+            type(first), predicate=__import__("inspect").isfunction
+        )
+        if name not in ("reset", "get_reward") and not name.startswith("_")
+    )
+    assert tools == ["bash", "run_python"]
+    assert first.reset(prompt=[{"role": "user", "content": "add"}], task_ref=ref) is None
+    assert second.reset(prompt=[{"role": "user", "content": "add"}], task_ref=ref) is None
+    assert "NotImplementedError" in first.bash(command="cat solution.py")
+    first.bash(command=f"cat > solution.py <<'EOF'\n{CORRECT}EOF")
+    assert "3" in first.run_python(code="from solution import add; print(add(1, 2))")
+    assert [first.get_reward(), second.get_reward()] == [1.0, 0.0]
+    # The pooled instance starts its next episode afresh.
+    first.reset(task_ref=ref)
+    assert "NotImplementedError" in first.bash(command="cat solution.py")
+    first.reset(task_ref=ref)  # the open session is closed, not leaked
+    assert first.get_reward() == 0.0
+
+
+# --- verl --------------------------------------------------------------------------------------
+
+
+def verl_call(**kwargs: Any) -> dict[str, Any]:
+    """As verl's NaiveRewardManager awaits an async compute_score (verl 0.9.1)."""
+    return asyncio.run(verl.compute_score(**kwargs))
+
+
+def test_verl_compute_score_grades_a_task_ref_and_verl_style_test_cases(
+    twin_env: None, ref: str
+) -> None:
+    right = verl_call(data_source="trialbox", solution_str=RIGHT, ground_truth=ref, extra_info={})
+    assert right == {"score": 1.0, "loss_mask": 0.0, "status": "succeeded", "tests": 2.0}
+    assert (
+        verl_call(data_source="x", solution_str=WRONG, ground_truth=ref, extra_info=None)["score"]
+        == 0.0
+    )
+    cases = json.dumps(REVERSE_CASES)  # verl's code sets keep their tests as JSON text
+    assert verl_call(data_source="apps", solution_str=REVERSE, ground_truth=cases)["score"] == 1.0
+    echo = "```python\nprint(input())\n```"
+    assert verl_call(data_source="apps", solution_str=echo, ground_truth=cases)["score"] == 0.5
+
+
+def test_verl_compute_score_is_zero_with_loss_mask_when_the_platform_fails(
+    twin_env: None, ref: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("TRIALBOX_ENDPOINT_URL", "http://127.0.0.1:9")
+    scored = verl_call(data_source="x", solution_str=RIGHT, ground_truth=ref)
+    assert scored == {
+        "score": 0.0,
+        "loss_mask": 1.0,
+        "status": "infrastructure_failed",
+        "tests": 0.0,
+    }
+
+
+class _Schema(pydantic.BaseModel):
+    """verl.tools.schemas.OpenAIFunctionToolSchema's shape (verl 0.9.1, schemas.py:52)."""
+
+    type: str
+    function: dict[str, Any]
+
+
+class _ToolResponse(pydantic.BaseModel):
+    """verl.tools.schemas.ToolResponse (verl 0.9.1, schemas.py:98)."""
+
+    text: str | None = None
+    image: list[Any] | None = None
+    video: list[Any] | None = None
+
+
+class _BaseTool:
+    """verl.tools.base_tool.BaseTool's constructor (verl 0.9.1, base_tool.py:36): verl imports
+    torch and ray, so the tool is tested against these copied signatures."""
+
+    def __init__(self, config: dict[str, Any], tool_schema: Any) -> None:
+        self.config = config
+        self.tool_schema = tool_schema or self.get_openai_tool_schema()
+        self.name = self.tool_schema.function["name"]
+
+    def get_openai_tool_schema(self) -> Any:
+        raise NotImplementedError
+
+
+@pytest.fixture
+def verl_tool(monkeypatch: pytest.MonkeyPatch) -> Any:
+    base = types.ModuleType("verl.tools.base_tool")
+    base.BaseTool = _BaseTool  # type: ignore[attr-defined]
+    schemas = types.ModuleType("verl.tools.schemas")
+    schemas.ToolResponse = _ToolResponse  # type: ignore[attr-defined]
+    schemas.OpenAIFunctionToolSchema = _Schema  # type: ignore[attr-defined]
+    for name, module in {
+        "verl": types.ModuleType("verl"),
+        "verl.tools": types.ModuleType("verl.tools"),
+        "verl.tools.base_tool": base,
+        "verl.tools.schemas": schemas,
+    }.items():
+        monkeypatch.setitem(sys.modules, name, module)
+    monkeypatch.delitem(sys.modules, "trialbox.integrations.verl_tool", raising=False)
+    from trialbox.integrations.verl_tool import TrialboxTool
+
+    return TrialboxTool
+
+
+def test_verl_tool_keeps_the_episode_session_across_calls_and_the_reward_grades_it(
+    twin_env: None, ref: str, verl_tool: Any
+) -> None:
+    async def episode() -> dict[str, Any]:
+        agent_data = types.SimpleNamespace(request_id="episode-1", extra_fields={})
+        create_kwargs = {"task": ref}
+
+        async def call(parameters: dict[str, Any]) -> str:
+            # tool_agent_loop._call_tool: a new instance id, one execute, a release, per call.
+            tool = verl_tool(config={"type": "native"}, tool_schema=None)
+            instance_id, _ = await tool.create(create_kwargs=create_kwargs)
+            try:
+                response, step_reward, _ = await tool.execute(
+                    instance_id, parameters, agent_data=agent_data
+                )
+            finally:
+                await tool.release(instance_id)
+            assert step_reward == 0.0
+            return str(response.text)
+
+        assert "NotImplementedError" in await call({"command": "cat solution.py"})
+        await call({"command": f"cat > solution.py <<'EOF'\n{CORRECT}EOF"})
+        assert "3" in await call(
+            {"command": "python -c 'from solution import add; print(add(1, 2))'"}
+        )
+        assert "give `command`" in await call({"code": "1"})
+        extra_info = {"index": 0} | agent_data.extra_fields  # naive.py merges tool_extra_fields
+        assert extra_info[verl.SESSION_FIELD] and extra_info[verl.CHECKPOINT_FIELD]
+        # The final response holds no code: the workspace the tool left is what is graded.
+        return await verl.compute_score("x", "done", ref, extra_info)
+
+    assert verl_call_async(episode()) == {
+        "score": 1.0,
+        "loss_mask": 0.0,
+        "status": "succeeded",
+        "tests": 2.0,
+    }
+    assert verl._episodes == {}  # compute_score closed the session in this process
+
+
+def verl_call_async(coro: Any) -> Any:
+    return asyncio.run(coro)
+
+
+def test_verl_tool_schema_is_verls_shape(verl_tool: Any) -> None:
+    tool = verl_tool(config={"type": "native", "program": "python"}, tool_schema=None)
+    assert tool.name == "run_python"
+    assert tool.tool_schema.function["parameters"]["required"] == ["code"]
+    with pytest.raises(InputError, match="program"):
+        verl_tool(config={"type": "native", "program": "ruby"}, tool_schema=None)
+
+
+# --- SkyRL -------------------------------------------------------------------------------------
+
+
+def test_skyrl_env_runs_bash_then_grades_the_answer(twin_env: None, ref: str) -> None:
+    env = skyrl_gym.make(ENV_ID, env_config={"max_turns": 3}, extras={"task_ref": ref})
+    prompt = [{"role": "user", "content": "Write add"}]
+    assert env.init(prompt)[0] == prompt
+    looked = env.step("Let me look.\n```bash\ncat solution.py\n```")
+    assert not looked["done"] and "NotImplementedError" in looked["observations"][0]["content"]
+    answered = env.step(RIGHT)
+    assert answered["done"] and answered["reward"] == 1.0
+    assert answered["metadata"]["loss_mask"] is False
+    env.close()
+
+
+def test_skyrl_env_grades_test_cases_in_the_ground_truth(twin_env: None) -> None:
+    extras = {"reward_spec": {"method": "rule", "ground_truth": json.dumps(REVERSE_CASES)}}
+    env = skyrl_gym.make(ENV_ID, env_config={}, extras=extras)
+    env.init([])
+    assert env.step(REVERSE)["reward"] == 1.0
+
+
+# --- SandboxFusion -----------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def endpoint(client: Client) -> Iterator[str]:
+    server = sf.serve(sf.Endpoint(client))
+    sandbox_fusion.set_endpoint(sf.url(server))
+    yield sf.url(server)
+    server.shutdown()
+
+
+def test_sandbox_fusion_client_runs_code_with_stdin_files_and_fetch(endpoint: str) -> None:
+    from sandbox_fusion import RunCodeRequest, run_code
+
+    ran = run_code(RunCodeRequest(code="print(input()[::-1])", stdin="hello", language="python"))
+    assert (ran.status, ran.run_result.stdout, ran.run_result.return_code) == (
+        "Success",
+        "olleh\n",
+        0,
+    )
+    files = {"in.txt": base64.b64encode(b"ab").decode()}
+    copied = run_code(
+        RunCodeRequest(
+            code="open('out.txt', 'w').write(open('in.txt').read() * 2)",
+            language="python",
+            files=files,
+            fetch_files=["out.txt", "never-written.txt"],
+        )
+    )
+    assert copied.files == {"out.txt": base64.b64encode(b"abab").decode()}
+    failed = run_code(RunCodeRequest(code="import sys; print('x'); sys.exit(3)", language="python"))
+    assert (failed.status, failed.run_result.return_code, failed.run_result.stdout) == (
+        "Failed",
+        3,
+        "x\n",
+    )
+    slow = run_code(RunCodeRequest(code="while True: pass", language="python", run_timeout=1))
+    assert (slow.status, slow.run_result.status) == ("Failed", "TimeLimitExceeded")
+    shell = run_code(RunCodeRequest(code="echo $((1 + 2))", language="bash"))
+    assert shell.run_result.stdout == "3\n"
+
+
+def test_verls_own_request_shape_and_its_verdicts(endpoint: str) -> None:
+    # verl/utils/reward_score/sandbox_fusion/utils.py: the URL as configured, this JSON.
+    payload = {
+        "compile_timeout": 10, "run_timeout": 10, "code": "print(int(input()) * 2)",
+        "stdin": "21\n", "memory_limit_MB": 1024, "language": "python", "files": {},
+        "fetch_files": [],
+    }  # fmt: skip
+    answered = requests.post(f"{endpoint}/run_code", data=json.dumps(payload), timeout=30)
+    assert answered.status_code == 200
+    body = answered.json()
+    assert body["status"] == "Success" and body["run_result"]["stdout"].rstrip("\n") == "42"
+    hungry = payload | {"code": "x = bytearray(400 * 2**20); print(len(x))", "memory_limit_MB": 64}
+    starved = requests.post(f"{endpoint}/run_code", json=hungry, timeout=30).json()
+    assert starved["status"] == "Failed" and starved["run_result"]["return_code"] != 0
+
+
+def test_bad_requests_are_422_with_the_reason(endpoint: str) -> None:
+    other = requests.post(f"{endpoint}/run_code", json={"code": "x", "language": "cpp"}, timeout=30)
+    assert other.status_code == 422 and "python, bash" in other.json()["detail"]
+    shapeless = requests.post(f"{endpoint}/run_code", json={"language": "python"}, timeout=30)
+    assert shapeless.status_code == 422 and "code" in shapeless.json()["detail"]
+    assert requests.post(f"{endpoint}/elsewhere", json={}, timeout=30).status_code == 404
+
+
+def test_overload_and_platform_failures_answer_504_which_verl_retries(client: Client) -> None:
+    full = sf.Endpoint(client, max_pending=1)
+    assert full.slots.acquire(blocking=False)  # one call in flight
+    status, body = full.answer(json.dumps({"code": "print(1)", "language": "python"}).encode())
+    assert (status, body["status"]) == (504, "SandboxError")
+    unreachable = Client(
+        Resources.from_outputs(client.aio._twin.outputs),  # type: ignore[union-attr]
+        endpoint_url="http://127.0.0.1:9",
+        session=local_session(),
+    )
+    try:
+        status, body = sf.Endpoint(unreachable).answer(
+            b'{"code": "print(1)", "language": "python"}'
+        )
+    finally:
+        unreachable.close()
+    assert (status, body["status"]) == (504, "SandboxError")
