@@ -6,7 +6,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
 .PHONY: setup venv system runtime lint format test demo bench clean template synth lock
-.PHONY: synth-full qc-humaneval
+.PHONY: synth-full qc-humaneval integration-smoke
 
 setup: venv system runtime
 	@date +'%T setup done'
@@ -62,6 +62,15 @@ bench: setup
 qc-humaneval: setup
 	$(BIN)/python -m trialbox.qc.humaneval .qc-humaneval.jsonl
 	$(BIN)/trialbox tasks validate .qc-humaneval.jsonl --json qc-humaneval.json
+
+# TRL's real GRPOTrainer (torch on the CPU) for 2 steps against the local twin, in its own venv
+# cached outside the checkout (about 1.5 GB; torch 2.13.0's CPU wheel where pip finds it on
+# this machine, else PyPI's, which pulls in the CUDA libraries: about 3 GB more).
+SMOKE_VENV ?= $(HOME)/.cache/trialbox/trl-venv
+integration-smoke: system runtime
+	test -x $(SMOKE_VENV)/bin/python || $(PYTHON) -m venv $(SMOKE_VENV)
+	$(SMOKE_VENV)/bin/pip install -q 'torch==2.13.0' 'trl==1.16.0' -e '.[local]'
+	$(SMOKE_VENV)/bin/python tests/smoke/trl_grpo.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
