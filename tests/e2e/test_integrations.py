@@ -9,11 +9,15 @@ import asyncio
 import base64
 import json
 import multiprocessing
+import os
 import pickle
+import runpy
+import subprocess
 import sys
 import threading
 import types
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pydantic
@@ -21,6 +25,7 @@ import pytest
 import requests
 import sandbox_fusion
 import skyrl_gym
+import yaml
 
 from tests.sandbox.conftest import ADD_TASK, CORRECT
 from trialbox.errors import InputError
@@ -422,3 +427,53 @@ def test_overload_and_platform_failures_answer_504_which_verl_retries(client: Cl
     finally:
         unreachable.close()
     assert (status, body["status"]) == (504, "SandboxError")
+
+
+# --- the examples, as a user runs them -----------------------------------------------------------
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def run_example(name: str, client: Client, *args: str, **env: str) -> str:
+    twin = client.aio._twin
+    assert twin is not None
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / name), *args],
+        env=os.environ | twin.sdk_env() | env, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+    return done.stdout
+
+
+def test_example_verl_reward_scores_a_sample_and_its_yaml_names_it(client: Client) -> None:
+    printed = run_example("verl_reward.py", client)
+    assert printed.strip() == str(
+        {"score": 1.0, "loss_mask": 0.0, "status": "succeeded", "tests": 2.0}
+    )
+    config = yaml.safe_load((ROOT / "examples" / "verl_reward.yaml").read_text())
+    spec = config["reward"]["custom_reward_function"]
+    module = runpy.run_path(str(ROOT / spec["path"]))  # verl's load_extern_object, by path
+    assert module[spec["name"]] is verl.compute_score
+
+
+def test_example_verl_tool_runs_an_episode(
+    twin_env: None, ref: str, verl_tool: Any, monkeypatch: pytest.MonkeyPatch, capsys: Any
+) -> None:
+    monkeypatch.setattr(sys, "argv", ["verl_tool.py", ref])
+    runpy.run_path(str(ROOT / "examples" / "verl_tool.py"), run_name="__main__")
+    printed = capsys.readouterr().out
+    assert "raise NotImplementedError" in printed
+    assert printed.strip().endswith(
+        str({"score": 1.0, "loss_mask": 0.0, "status": "succeeded", "tests": 2.0})
+    )
+
+
+def test_example_skyrl_env(client: Client, ref: str) -> None:
+    printed = run_example("skyrl_env.py", client, ref)
+    assert "raise NotImplementedError" in printed
+    assert printed.strip().endswith("reward: 1.0 done: True")
+
+
+def test_example_sandbox_fusion_client(client: Client, endpoint: str) -> None:
+    printed = run_example("sandbox_fusion_client.py", client, SANDBOX_FUSION_ENDPOINT=endpoint)
+    assert printed == "Success xoblairt\n"

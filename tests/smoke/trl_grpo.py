@@ -11,9 +11,12 @@ failure): every reward is None, never 0. Exits non-zero if anything differs.
 from __future__ import annotations
 
 import json
+import os
+import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -27,6 +30,7 @@ from trialbox.integrations.trl import TrialboxReward
 from trialbox.models import Task
 from trialbox.sdk import Client
 
+ROOT = Path(__file__).resolve().parents[2]
 TASK = {
     "task_id": "add-two",
     "prompt": "Write add(a, b) in solution.py",
@@ -80,6 +84,19 @@ class RecordedReward(TrialboxReward):
         return rewards
 
 
+def run_example(model_dir: str, client: Client) -> str:
+    twin = client.aio._twin
+    assert twin is not None
+    done = subprocess.run(
+        [sys.executable, str(ROOT / "examples" / "trl_grpo.py"), model_dir],
+        env=os.environ | twin.sdk_env(), capture_output=True, text=True, timeout=600,
+        cwd=model_dir,
+    )  # fmt: skip
+    if done.returncode != 0:
+        print(done.stderr[-3000:], file=sys.stderr)
+    return done.stdout
+
+
 def main() -> int:
     torch.manual_seed(0)
     tok = tokenizer()
@@ -115,13 +132,20 @@ def main() -> int:
                 processing_class=tok, rollout_func=rollout,
             )  # fmt: skip
             trainer.train()
-        logs = [entry for entry in trainer.state.log_history if "trialbox/masked" in entry]
+            logs = [entry for entry in trainer.state.log_history if "trialbox/masked" in entry]
+            # examples/trl_grpo.py as a user runs it: the model by path, the twin by env.
+            model.save_pretrained(f"{out}/model")
+            tok.save_pretrained(f"{out}/model")
+            example = run_example(f"{out}/model", client)
     for step, rewards in sorted(reward.returned.items()):
         print(f"step {step}: rewards {rewards} ({reward.seconds[step]:.2f} s for the group)")
     for step, entry in enumerate(logs, 1):
         shown = {k: v for k, v in entry.items() if k.startswith(("trialbox/", "reward"))}
         print(f"step {step} logged: {json.dumps(shown, sort_keys=True)}")
+    print(f"examples/trl_grpo.py printed: {example!r}")
     problems = []
+    if "step 1 reward mean: 0.0" not in example:  # a random model writes no code
+        problems.append("examples/trl_grpo.py did not train")
     if reward.returned != EXPECTED:
         problems.append(f"rewards {reward.returned} != {EXPECTED}")
     if len(logs) != 2 or logs[0]["trialbox/succeeded"] != 1.0 or logs[1]["trialbox/masked"] != 1.0:
