@@ -17,6 +17,7 @@ from trialbox.settings import ClientSettings
 
 ROOT = Path(__file__).resolve().parents[2]
 SDK_DOC = ROOT / "docs" / "sdk.md"
+INTEGRATIONS_DOC = ROOT / "docs" / "integrations.md"
 README = ROOT / "README.md"
 EXAMPLES = {path.read_text(): path for path in sorted((ROOT / "examples").glob("*.py"))}
 REMOVED = ["trialbox.client", "trialbox/client.py", "trialbox.driver", "trialbox/driver.py"]
@@ -47,12 +48,20 @@ HEADERS = {"status", "variable", "exception"}
 SNIPPETS = [block for block in python_blocks(SDK_DOC) if block not in EXAMPLES]
 
 
-def test_every_example_file_is_in_the_sdk_page_verbatim() -> None:
-    shown = python_blocks(SDK_DOC)
+def test_every_example_file_is_in_a_page_verbatim() -> None:
+    shown = python_blocks(SDK_DOC) + python_blocks(INTEGRATIONS_DOC)
     assert [p.name for text, p in EXAMPLES.items() if text not in shown] == []
     assert {"sdk_quickstart.py", "sdk_async.py", "grpo_group.py"} <= {
         p.name for p in EXAMPLES.values()
     }
+
+
+def test_the_integrations_page_shows_only_example_files_and_their_yaml() -> None:
+    assert all(block in EXAMPLES for block in python_blocks(INTEGRATIONS_DOC))
+    tokens = MarkdownIt("commonmark").parse(INTEGRATIONS_DOC.read_text())
+    shown = [t.content for t in tokens if t.type == "fence" and t.info == "yaml"]
+    for path in sorted((ROOT / "examples").glob("*.yaml")):
+        assert path.read_text() in shown, path.name
 
 
 def test_the_readme_shows_only_example_files() -> None:

@@ -2,6 +2,7 @@
 
 import typer
 
+from trialbox.cli.fusion import proxy_command
 from trialbox.cli.local import local_app
 from trialbox.cli.run import demo_command, run_command
 from trialbox.cli.sandbox import sandbox_app
@@ -15,6 +16,7 @@ app.add_typer(local_app, name="local")
 app.add_typer(tasks_app, name="tasks")
 app.command("run")(run_command)
 app.command("demo")(demo_command)
+app.command("sandbox-fusion-proxy")(proxy_command)
 
 
 def main() -> None:

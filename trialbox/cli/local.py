@@ -47,6 +47,7 @@ def up(
     server = sandbox_fusion.serve(sandbox_fusion.Endpoint(client), port=sandbox_fusion_port)
     typer.echo("# SandboxFusion's POST /run_code (the sandbox-fusion client and verl read this):")
     typer.echo(f"export {sandbox_fusion.ENDPOINT_ENV}={sandbox_fusion.url(server)}")
+    typer.echo(f"# verl: reward.sandbox_fusion.url={sandbox_fusion.url(server)}/run_code")
     typer.echo("# serving until Ctrl-C")
     try:
         threading.Event().wait()
