@@ -56,6 +56,7 @@ bench: setup
 	$(BIN)/python benchmarks/grading_boundary.py
 	$(BIN)/python benchmarks/performance_noise.py
 	$(BIN)/python benchmarks/performance_noise.py --load memory
+	$(BIN)/python benchmarks/integrations_overhead.py
 
 # Task QC over all 164 HumanEval problems (not part of `make test`): reference, starter,
 # flakiness, limits, mutation score and leakage per task; every check in qc-humaneval.json.
