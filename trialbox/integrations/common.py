@@ -21,6 +21,7 @@ from pydantic import ValidationError
 
 from trialbox.errors import InputError, SessionError, TrialboxError
 from trialbox.models import ExecutionResult, Task
+from trialbox.models.iomatch import IoSpec
 from trialbox.pipeline.record import validation_message
 from trialbox.sdk import AsyncClient, Client, Resources
 from trialbox.sdk.core import LOOPBACK, local_session
@@ -157,14 +158,14 @@ def io_task(cases: object, *, task_id: str | None = None, **io: Any) -> Task:
         raw = {"cases": raw}
     if not isinstance(raw, Mapping):
         raise InputError(f"test cases must be a JSON object or list, got {type(raw).__name__}")
-    spec = dict(raw) | io
-    digest = hashlib.sha256(json.dumps(spec, sort_keys=True, default=str).encode()).hexdigest()
     try:
+        spec = IoSpec.model_validate(dict(raw) | io)
+        digest = hashlib.sha256(spec.model_dump_json().encode()).hexdigest()  # the same cases
         return Task.model_validate(
             {
                 "task_id": task_id or f"io-{digest[:16]}",
                 "workspace": {"solution.py": ""},
-                "grading": {"scorer": "io_match", "io": spec},
+                "grading": {"scorer": "io_match", "io": spec.model_dump()},
             }
         )
     except ValidationError as exc:

@@ -1,0 +1,84 @@
+"""What the adapters share: task cells, test cases, completions and the None rule."""
+
+from __future__ import annotations
+
+import json
+import pickle
+
+import pytest
+
+from tests.sandbox.conftest import ADD_TASK
+from trialbox.errors import AwsCallError, InputError, SessionError
+from trialbox.integrations.common import (
+    Connection,
+    completion_text,
+    io_task,
+    is_infrastructure_failure,
+    rewards,
+    task_of,
+    task_or_cases,
+)
+from trialbox.models import Status, Task, result_for
+from trialbox.sdk import Resources
+
+
+def result(status: Status, reward: float | None = None) -> object:
+    return result_for("r", status, scored_reward=reward)
+
+
+def test_rewards_are_none_for_the_platforms_failures_and_a_whole_group_on_request() -> None:
+    group = [result(Status.SUCCEEDED, 1.0), result(Status.SANDBOX_ERROR), result(Status.TIMEOUT)]
+    assert rewards(group) == [1.0, None, 0.0]  # type: ignore[arg-type]
+    assert rewards(group, mask_group=True) == [None, None, None]  # type: ignore[arg-type]
+    clean = [result(Status.SUCCEEDED, 0.5), result(Status.OOM)]
+    assert rewards(clean, mask_group=True) == [0.5, 0.0]  # type: ignore[arg-type]
+
+
+def test_task_cells_are_refs_tasks_or_task_json_and_anything_else_says_so() -> None:
+    assert task_of("set@v/t", "task_ref") == "set@v/t"
+    assert isinstance(task_of(json.dumps(ADD_TASK), "task_ref"), Task)
+    assert isinstance(task_of(ADD_TASK, "task_ref"), Task)
+    with pytest.raises(InputError, match=r"column 'task_ref'.*hidden_tests"):
+        task_of({"task_id": "x"}, "task_ref")
+    with pytest.raises(InputError, match="column 'task_ref'"):
+        task_of("{not json", "task_ref")
+
+
+def test_test_cases_in_every_form_datasets_use_become_io_match_tasks() -> None:
+    forms = [
+        {"inputs": ["1\n"], "outputs": ["1\n"]},
+        json.dumps({"inputs": ["1\n"], "outputs": ["1\n"]}),
+        {"cases": [{"input": "1\n", "output": "1\n"}]},
+        [{"input": "1\n", "output": "1\n"}],
+    ]
+    tasks = [task_or_cases(form, "ground_truth") for form in forms]
+    assert all(isinstance(t, Task) and t.grading.scorer == "io_match" for t in tasks)
+    assert len({t.task_id for t in tasks if isinstance(t, Task)}) == 1  # the same cases
+    with pytest.raises(InputError, match="2 inputs but 1 outputs"):
+        io_task({"inputs": ["1", "2"], "outputs": ["1"]})
+    with pytest.raises(InputError, match="fn_name"):
+        io_task({"inputs": ["1"], "outputs": ["1"], "fn_name": "f"})
+
+
+def test_completions_are_text_or_the_last_message() -> None:
+    assert completion_text("x") == "x"
+    assert completion_text([{"role": "assistant", "content": "y"}]) == "y"
+    with pytest.raises(InputError):
+        completion_text(3)
+
+
+def test_the_trainers_errors_raise_and_the_platforms_do_not() -> None:
+    assert is_infrastructure_failure(AwsCallError("down"))
+    assert is_infrastructure_failure(ConnectionRefusedError())
+    assert not is_infrastructure_failure(InputError("bad"))
+    assert not is_infrastructure_failure(SessionError("no task"))
+    assert not is_infrastructure_failure(ValueError("a bug"))
+
+
+def test_a_connection_pickles_without_a_live_client() -> None:
+    resources = Resources("q", "t", "b", "s")
+    connection = Connection(resources=resources, endpoint_url="http://127.0.0.1:1")
+    assert pickle.loads(pickle.dumps(connection)) == connection
+    assert Connection.of("my-stack") == Connection(stack="my-stack")
+    with pytest.raises(InputError, match="expected a trialbox Client"):
+        Connection.of(42)  # type: ignore[arg-type]
