@@ -14,6 +14,7 @@ from __future__ import annotations
 from aws_cdk import ArnFormat, Fn, Stack
 from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_stepfunctions as sfn
@@ -38,6 +39,7 @@ class ClientPolicy(Construct):
         work: sqs.IQueue,
         session_queues: str,
         pool_tasks: tuple[str, str],
+        run_code: lambda_.IFunction,
     ) -> None:
         """`pool_tasks`: the ARN pattern of the pool's tasks, and cdk-nag's name for it."""
         super().__init__(scope, construct_id)
@@ -101,6 +103,15 @@ class ClientPolicy(Construct):
                     "s3:GetObject",
                     traces.arn_for_objects(f"{keys.SESSIONS_PREFIX}*"),
                 ),
+                # trialbox sandbox-fusion-proxy: SandboxFusion's /run_code, a function URL
+                # with IAM auth, which takes both actions (function URLs since October 2025).
+                iam.PolicyStatement(
+                    sid="RunCodeUrl",
+                    actions=["lambda:InvokeFunctionUrl"],
+                    resources=[run_code.function_arn],
+                    conditions={"StringEquals": {"lambda:FunctionUrlAuthType": "AWS_IAM"}},
+                ),
+                _allow("RunCodeInvoke", "lambda:InvokeFunction", run_code.function_arn),
             ],
         )
         tasksets_id, traces_id = logical_id(tasksets), logical_id(traces)

@@ -14,6 +14,7 @@ from infra.nag import acknowledge, grant_objects, logical_id
 from infra.network import Network
 from infra.orchestration import Orchestration
 from infra.pool import Pool
+from infra.run_code import RUN_CODE_TIMEOUT, RunCode
 from infra.sessions import (
     WORKER_ACTIONS,
     grant_session_queues,
@@ -60,7 +61,7 @@ class TrialboxStack(Stack):
         def function(name: str, env: dict[str, str], timeout: Duration) -> TrialboxFunction:
             return TrialboxFunction(
                 self,
-                name.capitalize(),
+                name.title().replace("_", ""),
                 name=name,
                 code=code,
                 environment=env,
@@ -161,6 +162,24 @@ class TrialboxStack(Stack):
             {executions: "DescribeExecution on the Rollout's own executions (a redelivery check)"},
         )
         orchestration.rollout.grant_task_response(worker)
+        run_code = RunCode(
+            self,
+            "SandboxFusion",
+            function=function(
+                "run_code",
+                buckets
+                | {
+                    c.ENV_REQUESTS_QUEUE_URL: intake.requests.queue.queue_url,
+                    c.ENV_EXECUTIONS_TABLE: storage.executions.table_name,
+                    c.ENV_POOL_CAPACITY: str(config.pool.max_workers),
+                },
+                RUN_CODE_TIMEOUT,
+            ),
+            requests=intake.requests.queue,
+            table=storage.executions,
+            traces=storage.traces,
+            max_concurrency=4 * config.pool.max_workers,
+        )
         client_policy = ClientPolicy(
             self,
             "TrialboxClientPolicy",
@@ -172,6 +191,7 @@ class TrialboxStack(Stack):
             work=pool.work.queue,
             session_queues=session_queues_arn(self, session_prefix),
             pool_tasks=(pool.tasks_arn, pool.tasks_finding),
+            run_code=run_code.function,
         )
 
         # Every paging alarm in the stack, wherever it is built, goes to the topic (an aspect).
@@ -193,6 +213,7 @@ class TrialboxStack(Stack):
             c.OUTPUT_POOL_CAPACITY: str(config.pool.max_workers),
             c.OUTPUT_CLUSTER: pool.cluster.cluster_name,
             c.OUTPUT_CLIENT_POLICY_ARN: client_policy.policy.managed_policy_arn,
+            c.OUTPUT_RUN_CODE_URL: run_code.url.url,
             c.OUTPUT_STACK_VERSION: __version__,  # the SDK refuses a stack of another major.minor
         }
         for name, value in outputs.items():

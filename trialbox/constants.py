@@ -35,6 +35,7 @@ OUTPUT_POOL_CAPACITY = "PoolMaxWorkers"  # jobs the pool runs at once, at most
 OUTPUT_CLUSTER = "PoolClusterName"  # the pool's ECS cluster: a lost worker's stop reason
 # The customer managed policy with what the SDK and `trialbox run --stack` call (a trainer's).
 OUTPUT_CLIENT_POLICY_ARN = "TrialboxClientPolicyArn"
+OUTPUT_RUN_CODE_URL = "SandboxFusionUrl"  # POST /run_code (a function URL, IAM auth)
 OUTPUT_STACK_VERSION = "TrialboxVersion"  # the trialbox version that synthesized the stack
 
 # Error names the Rollout state machine routes on.

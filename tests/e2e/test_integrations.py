@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import http.server
 import json
 import multiprocessing
 import os
@@ -15,10 +16,11 @@ import runpy
 import subprocess
 import sys
 import threading
+import time
 import types
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import pydantic
 import pytest
@@ -28,6 +30,7 @@ import skyrl_gym
 import yaml
 
 from tests.sandbox.conftest import ADD_TASK, CORRECT
+from trialbox import constants as c
 from trialbox.errors import InputError
 from trialbox.integrations import sandbox_fusion as sf
 from trialbox.integrations import verl
@@ -348,11 +351,13 @@ def test_skyrl_env_grades_test_cases_in_the_ground_truth(twin_env: None) -> None
 
 
 @pytest.fixture(scope="module")
-def endpoint(client: Client) -> Iterator[str]:
-    server = sf.serve(sf.Endpoint(client))
-    sandbox_fusion.set_endpoint(sf.url(server))
-    yield sf.url(server)
-    server.shutdown()
+def endpoint(client: Client) -> str:
+    """The twin's function URL of the RunCode function (its real handler, as on AWS)."""
+    twin = client.aio._twin
+    assert twin is not None
+    url = twin.outputs[c.OUTPUT_RUN_CODE_URL].rstrip("/")
+    sandbox_fusion.set_endpoint(url)
+    return url
 
 
 def test_sandbox_fusion_client_runs_code_with_stdin_files_and_fetch(endpoint: str) -> None:
@@ -414,7 +419,7 @@ def test_overload_and_platform_failures_answer_504_which_verl_retries(client: Cl
     full = sf.Endpoint(client, max_pending=1)
     assert full.slots.acquire(blocking=False)  # one call in flight
     status, body = full.answer(json.dumps({"code": "print(1)", "language": "python"}).encode())
-    assert (status, body["status"]) == (504, "SandboxError")
+    assert (status, json.loads(body)["status"]) == (504, "SandboxError")
     unreachable = Client(
         Resources.from_outputs(client.aio._twin.outputs),  # type: ignore[union-attr]
         endpoint_url="http://127.0.0.1:9",
@@ -426,7 +431,7 @@ def test_overload_and_platform_failures_answer_504_which_verl_retries(client: Cl
         )
     finally:
         unreachable.close()
-    assert (status, body["status"]) == (504, "SandboxError")
+    assert (status, json.loads(body)["status"]) == (504, "SandboxError")
 
 
 # --- the examples, as a user runs them -----------------------------------------------------------
@@ -477,3 +482,71 @@ def test_example_skyrl_env(client: Client, ref: str) -> None:
 def test_example_sandbox_fusion_client(client: Client, endpoint: str) -> None:
     printed = run_example("sandbox_fusion_client.py", client, SANDBOX_FUSION_ENDPOINT=endpoint)
     assert printed == "Success xoblairt\n"
+
+
+def test_the_proxy_signs_each_call_and_forwards_it_to_the_function_url(endpoint: str) -> None:
+    from sandbox_fusion import RunCodeRequest, run_code
+
+    server = sf.serve(sf.Proxy(endpoint, local_session(), timeout_s=60))
+    try:
+        call = RunCodeRequest(code="print(6 * 7)", language="python")
+        assert run_code(call, endpoint=sf.url(server)).run_result.stdout == "42\n"
+    finally:
+        server.shutdown()
+
+
+class _Recorder(http.server.BaseHTTPRequestHandler):
+    """A stand-in for AWS's side of the function URL: it answers `status` and keeps the
+    request's headers."""
+
+    status = 200
+    seen: ClassVar[list[dict[str, str]]] = []
+
+    def do_POST(self) -> None:
+        self.rfile.read(int(self.headers["Content-Length"]))
+        type(self).seen.append(dict(self.headers))
+        self.send_response(self.status)
+        self.send_header("Content-Length", "2")
+        self.end_headers()
+        self.wfile.write(b"{}")
+
+    def log_message(self, *args: Any) -> None:
+        pass
+
+
+@pytest.mark.parametrize(
+    ("aws", "proxy"), [(200, 200), (422, 422), (403, 403), (429, 504), (502, 504)]
+)
+def test_the_proxy_signs_with_sigv4_and_maps_awss_answers(aws: int, proxy: int) -> None:
+    _Recorder.status = aws
+    _Recorder.seen = []
+    fake = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _Recorder)
+    threading.Thread(target=fake.serve_forever, daemon=True).start()
+    try:
+        url = f"http://127.0.0.1:{fake.server_address[1]}/"
+        status, body = sf.Proxy(url, local_session(), timeout_s=10).answer(b'{"code": "1"}')
+    finally:
+        fake.shutdown()
+    assert status == proxy
+    authorization = _Recorder.seen[0]["Authorization"]
+    assert authorization.startswith("AWS4-HMAC-SHA256 Credential=local/")
+    assert "/us-east-1/lambda/aws4_request" in authorization
+    if proxy == 403:
+        assert "TrialboxClientPolicy" in json.loads(body)["detail"]
+    if proxy == 504:
+        assert json.loads(body)["status"] == "SandboxError"
+
+
+def test_the_proxy_answers_504_when_the_function_url_is_unreachable() -> None:
+    status, body = sf.Proxy("http://127.0.0.1:9/", local_session(), timeout_s=5).answer(b"{}")
+    assert (status, json.loads(body)["status"]) == (504, "SandboxError")
+
+
+def test_a_call_answers_504_before_the_lambda_runs_out_of_time(client: Client) -> None:
+    slow = json.dumps(
+        {"code": "import time; time.sleep(30)", "language": "python", "run_timeout": 40}
+    )
+    started = time.monotonic()
+    status, body = sf.Endpoint(client).answer(slow.encode(), time_left_s=4.0)
+    assert (status, json.loads(body)["status"]) == (504, "SandboxError")
+    assert time.monotonic() - started < 4.0

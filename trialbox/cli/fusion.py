@@ -1,5 +1,5 @@
-"""`trialbox sandbox-fusion-proxy`: SandboxFusion's POST /run_code on the trainer node, backed
-by a deployed stack; the SDK signs every call with the node's AWS credentials."""
+"""`trialbox sandbox-fusion-proxy`: SandboxFusion's POST /run_code on the trainer node, each
+call signed (SigV4) and sent to the deployed stack's RunCode function URL."""
 
 from __future__ import annotations
 
@@ -9,9 +9,10 @@ from typing import Annotated
 
 import typer
 
+from trialbox import constants as c
 from trialbox.errors import TrialboxError
 from trialbox.integrations import sandbox_fusion
-from trialbox.sdk import Client
+from trialbox.sdk.core import stack_resources
 
 
 def proxy_command(
@@ -19,19 +20,23 @@ def proxy_command(
     region: Annotated[str | None, typer.Option(help="its region (else AWS_REGION)")] = None,
     host: Annotated[str, typer.Option(help="the address to serve on")] = "127.0.0.1",
     port: Annotated[int, typer.Option(help="the port (0: any free one)")] = 8080,
-    max_pending: Annotated[
-        int | None, typer.Option(help="calls at once before 504 (default: 4 per pool worker)")
-    ] = None,
 ) -> None:
-    """Serve POST /run_code for verl and the sandbox-fusion client until Ctrl-C."""
+    """Serve POST /run_code for verl and the sandbox-fusion client until Ctrl-C: each call
+    signed with this node's AWS credentials and sent to the stack's RunCode function URL."""
     try:
-        client = Client.from_stack(stack, region=region)
+        resources, session = stack_resources(stack, region, None)
     except TrialboxError as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
+    if not resources.run_code_url:
+        typer.echo(f"error: stack {stack!r} has no {c.OUTPUT_RUN_CODE_URL} output: deploy this "
+                   "version's stack", err=True)  # fmt: skip
+        raise typer.Exit(2)
     signal.signal(signal.SIGTERM, signal.default_int_handler)
-    endpoint = sandbox_fusion.Endpoint(client, max_pending)
-    server = sandbox_fusion.serve(endpoint, host, port)
+    proxy = sandbox_fusion.Proxy(
+        resources.run_code_url, session, sandbox_fusion.FUNCTION_TIMEOUT_S + 5
+    )
+    server = sandbox_fusion.serve(proxy, host, port)
     url = sandbox_fusion.url(server)
     typer.echo(f"export {sandbox_fusion.ENDPOINT_ENV}={url}")
     typer.echo(f"# verl: reward.sandbox_fusion.url={url}/run_code")
@@ -41,4 +46,3 @@ def proxy_command(
         typer.echo("stopping")
     finally:
         server.shutdown()
-        client.close()

@@ -8,10 +8,10 @@ from typing import Annotated
 
 import typer
 
+from trialbox import constants as c
 from trialbox.errors import MissingExtra
 from trialbox.integrations import sandbox_fusion
-from trialbox.sdk import Client, Resources, default_concurrency
-from trialbox.sdk.core import local_session, local_twin_class
+from trialbox.sdk.core import local_twin_class
 
 local_app = typer.Typer(no_args_is_help=True, help="The local twin: the pipeline on this machine.")
 
@@ -20,9 +20,6 @@ local_app = typer.Typer(no_args_is_help=True, help="The local twin: the pipeline
 def up(
     workers: Annotated[int, typer.Option(help="bwrap pool workers")] = 2,
     port: Annotated[int, typer.Option(help="moto's port (0: any free one)")] = 0,
-    sandbox_fusion_port: Annotated[
-        int, typer.Option(help="SandboxFusion's POST /run_code on this port (0: any free one)")
-    ] = 0,
 ) -> None:
     """Start the twin and print what an SDK user (and a SandboxFusion client) needs; Ctrl-C
     stops it."""
@@ -38,22 +35,14 @@ def up(
     typer.echo(f"local twin at {twin.endpoint_url} with {workers} workers. For the SDK:")
     for name, value in exports.items():
         typer.echo(f"export {name}={value}")
-    client = Client(
-        Resources.from_outputs(outputs),
-        endpoint_url=twin.endpoint_url,
-        session=local_session(),
-        concurrency=default_concurrency(workers),
-    )
-    server = sandbox_fusion.serve(sandbox_fusion.Endpoint(client), port=sandbox_fusion_port)
-    typer.echo("# SandboxFusion's POST /run_code (the sandbox-fusion client and verl read this):")
-    typer.echo(f"export {sandbox_fusion.ENDPOINT_ENV}={sandbox_fusion.url(server)}")
-    typer.echo(f"# verl: reward.sandbox_fusion.url={sandbox_fusion.url(server)}/run_code")
+    url = outputs[c.OUTPUT_RUN_CODE_URL].rstrip("/")
+    typer.echo("# SandboxFusion's POST /run_code (the sandbox-fusion client reads this):")
+    typer.echo(f"export {sandbox_fusion.ENDPOINT_ENV}={url}")
+    typer.echo(f"# verl: reward.sandbox_fusion.url={url}/run_code")
     typer.echo("# serving until Ctrl-C")
     try:
         threading.Event().wait()
     except KeyboardInterrupt:
         typer.echo("stopping")
     finally:
-        server.shutdown()
-        client.close()
         twin.stop()

@@ -23,8 +23,11 @@ import uuid
 from enum import StrEnum
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from typing import Any, Protocol
 
+import urllib3
+from botocore.auth import SigV4Auth
+from botocore.awsrequest import AWSRequest
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from trialbox.errors import InputError, TrialboxError, WaitTimeout
@@ -44,10 +47,14 @@ PROGRAMS = {
     "bash": ("main.sh", ["bash", "main.sh"]),
 }
 STDIN_FILE = ".stdin"
+MAX_FETCH_FILES = 16
 ENDPOINT_ENV = "SANDBOX_FUSION_ENDPOINT"  # read by the sandbox-fusion client (at import)
 # A call waits this long beyond its own timeouts (the queue, a sandbox's start), then answers
 # 504: verl gives up on a call after compile_timeout + run_timeout + 10 s, and retries a 504.
 WAIT_MARGIN_S = 8.0
+# The RunCode function's timeout on AWS (infra/run_code.py): a call's runs and fetches fit in
+# it, or it answers 504 a second before it ends (Endpoint.answer's `time_left_s`).
+FUNCTION_TIMEOUT_S = 300
 MAX_BODY_BYTES = 64 * 1024 * 1024
 
 # The task a run_code call runs under: its limits are the ceiling a call may tighten. It is
@@ -73,7 +80,7 @@ class RunCodeRequest(BaseModel):
     run_timeout: float = Field(default=10, gt=0)
     memory_limit_MB: int = Field(default=-1, description="-1: the pool's default")
     files: dict[str, str | None] = Field(default_factory=dict, description="path: base64")
-    fetch_files: list[str] = Field(default_factory=list)
+    fetch_files: list[str] = Field(default_factory=list, max_length=MAX_FETCH_FILES)
 
 
 class RunStatus(StrEnum):
@@ -191,19 +198,24 @@ def _signal_number(name: str) -> int:
         return int(signal.SIGKILL)
 
 
+def wait_s(call: RunCodeRequest, margin_s: float) -> float:
+    """How long a call waits for its result: its runs' timeouts (each at most the task's
+    limit), then `margin_s`."""
+    run_s = min(call.run_timeout, RUN_CODE_TASK.limits.timeout_s)
+    return run_s * (1 + len(call.fetch_files)) + margin_s
+
+
 async def run_code(
     client: Any, call: RunCodeRequest, wait_margin_s: float = WAIT_MARGIN_S
 ) -> RunCodeResponse:
     """One call through an AsyncClient: SandboxFusion's answer, or PlatformFailure when no
-    result came within the call's timeouts and `wait_margin_s`."""
+    result came within `wait_s`. The request then still runs to its end, unread."""
     request = execution_request(call)
-    timeout = call.compile_timeout + call.run_timeout * (1 + len(call.fetch_files))
-    timeout += wait_margin_s
+    timeout = max(0.0, wait_s(call, wait_margin_s))
     handles = await client.submit([request])
     try:
         [result] = await client.gather(handles, timeout)
     except WaitTimeout:
-        await client.cancel(handles)
         raise PlatformFailure(f"no result within {timeout:.0f} s") from None
     return response_for(call, result)
 
@@ -218,35 +230,91 @@ class Endpoint:
         self.wait_margin_s = wait_margin_s
         self.slots = threading.BoundedSemaphore(max_pending or 4 * client.concurrency)
 
-    def answer(self, body: bytes) -> tuple[int, dict[str, Any]]:
-        """(HTTP status, JSON body) for a POST /run_code body."""
+    def answer(self, body: bytes, time_left_s: float | None = None) -> tuple[int, str]:
+        """(HTTP status, JSON body) for a POST /run_code body; with `time_left_s` (a Lambda's
+        remaining time), a call answers 504 a second before it runs out."""
         try:
             call = RunCodeRequest.model_validate_json(body)
             execution_request(call)  # refused here, before it takes a slot
         except ValidationError as exc:
-            return HTTPStatus.UNPROCESSABLE_ENTITY, {"detail": validation_message(exc)}
+            return _json(HTTPStatus.UNPROCESSABLE_ENTITY, {"detail": validation_message(exc)})
         except InputError as exc:
-            return HTTPStatus.UNPROCESSABLE_ENTITY, {"detail": str(exc)}
+            return _json(HTTPStatus.UNPROCESSABLE_ENTITY, {"detail": str(exc)})
         if not self.slots.acquire(blocking=False):
             return _failure("overloaded: too many calls at once; retry")
+        margin = self.wait_margin_s
+        if time_left_s is not None:
+            margin = min(margin, time_left_s - 1 - wait_s(call, 0))
         try:
-            response = self.client.schedule(
-                run_code(self.client.aio, call, self.wait_margin_s)
-            ).result()
+            coro = run_code(self.client.aio, call, margin)
+            response = self.client.schedule(coro).result()
         except (PlatformFailure, TrialboxError) as exc:
             log.warning("run_code failed on the platform: %s", exc)
             return _failure(str(exc))
         finally:
             self.slots.release()
-        return HTTPStatus.OK, response.model_dump(mode="json")
+        return _json(HTTPStatus.OK, response.model_dump(mode="json"))
 
 
-def _failure(message: str) -> tuple[int, dict[str, Any]]:
+def _json(status: int, body: dict[str, Any]) -> tuple[int, str]:
+    return status, json.dumps(body)
+
+
+def _failure(message: str) -> tuple[int, str]:
     body = RunCodeResponse(status=RunStatus.SANDBOX_ERROR, message=message)
-    return HTTPStatus.GATEWAY_TIMEOUT, body.model_dump(mode="json")
+    return _json(HTTPStatus.GATEWAY_TIMEOUT, body.model_dump(mode="json"))
 
 
-def serve(endpoint: Endpoint, host: str = "127.0.0.1", port: int = 0) -> ThreadingHTTPServer:
+class Proxy:
+    """The trainer node's side of the AWS front: each call forwarded to the stack's RunCode
+    function URL, signed with SigV4 (IAM auth) by the node's credentials. The function's
+    answer passes through; a throttle (429), a Lambda error or no answer is 504, which verl
+    retries; a refused signature (403) says which permission is missing."""
+
+    def __init__(self, url: str, session: Any, timeout_s: float) -> None:
+        self.url = url.rstrip("/") + "/run_code"
+        self.session = session
+        self.timeout_s = timeout_s
+        self.http = urllib3.PoolManager(maxsize=64)
+
+    def answer(self, body: bytes, time_left_s: float | None = None) -> tuple[int, str]:
+        request = AWSRequest(
+            method="POST", url=self.url, data=body, headers={"Content-Type": "application/json"}
+        )
+        credentials = self.session.get_credentials()
+        if credentials is None:
+            return _json(HTTPStatus.FORBIDDEN, {"detail": "no AWS credentials on this node"})
+        SigV4Auth(
+            credentials.get_frozen_credentials(), "lambda", self.session.region_name
+        ).add_auth(request)
+        try:
+            answered = self.http.request(
+                "POST", self.url, body=body, headers=dict(request.headers.items()),
+                timeout=self.timeout_s, retries=False,
+            )  # fmt: skip
+        except urllib3.exceptions.HTTPError as exc:
+            return _failure(f"the RunCode function did not answer: {exc}")
+        return proxied(answered.status, answered.data.decode(errors="replace"))
+
+
+def proxied(status: int, body: str) -> tuple[int, str]:
+    """The proxy's answer for the function URL's."""
+    if status in (HTTPStatus.OK, HTTPStatus.UNPROCESSABLE_ENTITY, HTTPStatus.GATEWAY_TIMEOUT):
+        return status, body
+    if status == HTTPStatus.FORBIDDEN:
+        detail = (
+            "the function URL refused this node's credentials: its role needs "
+            "TrialboxClientPolicy (lambda:InvokeFunctionUrl and lambda:InvokeFunction)"
+        )
+        return _json(HTTPStatus.FORBIDDEN, {"detail": detail, "aws": body[:500]})
+    return _failure(f"the RunCode function answered {status}: {body[:500]}")
+
+
+class Answers(Protocol):
+    def answer(self, body: bytes, time_left_s: float | None = None) -> tuple[int, str]: ...
+
+
+def serve(endpoint: Answers, host: str = "127.0.0.1", port: int = 0) -> ThreadingHTTPServer:
     """Serve `POST /run_code` on a daemon thread; `server.server_address` says the port and
     `server.shutdown()` stops it."""
 
@@ -265,8 +333,8 @@ def serve(endpoint: Endpoint, host: str = "127.0.0.1", port: int = 0) -> Threadi
                 return
             self._send(*endpoint.answer(self.rfile.read(length)))
 
-        def _send(self, status: int, body: dict[str, Any]) -> None:
-            data = json.dumps(body).encode()
+        def _send(self, status: int, body: dict[str, Any] | str) -> None:
+            data = (body if isinstance(body, str) else json.dumps(body)).encode()
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))

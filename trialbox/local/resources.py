@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -140,7 +141,12 @@ class Resolver:
         return self.physical[name]["Ref"]
 
 
-def create(template: dict[str, Any], clients: dict[str, Any]) -> LocalStack:
+def create(
+    template: dict[str, Any],
+    clients: dict[str, Any],
+    function_url: Callable[[str], str] | None = None,
+) -> LocalStack:
+    """`function_url(function)`: where the twin serves a function's URL (None: nowhere)."""
     resolver = Resolver(template)
     resources = resolver.resources
     stack = LocalStack()
@@ -245,6 +251,10 @@ def create(template: dict[str, Any], clients: dict[str, Any]) -> LocalStack:
         )
 
     arns = {resolver.physical[f]["Arn"]: f for f in stack.functions}
+    for logical in by_type.get("AWS::Lambda::Url", []):
+        target = arns[resolver.resolve(resources[logical]["Properties"]["TargetFunctionArn"])]
+        url = function_url(target) if function_url else f"http://function-url.invalid/{target}/"
+        resolver.physical[logical]["FunctionUrl"] = url
     for logical in by_type.get("AWS::Events::Rule", []):
         props = resources[logical]["Properties"]
         if "ScheduleExpression" not in props or props.get("State") == "DISABLED":

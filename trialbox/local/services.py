@@ -29,6 +29,7 @@ from moto.server import ThreadedMotoServer
 from trialbox import constants as c
 from trialbox.errors import TrialboxError
 from trialbox.local import patches, principals, requestlog
+from trialbox.local.function_urls import FunctionUrl
 from trialbox.local.functions import FunctionHost
 from trialbox.local.poller import Poller, Scheduler
 from trialbox.local.resources import REGION, create
@@ -72,7 +73,13 @@ def serve(port: int, heartbeat_s: int, log_dir: Path, ready: IO[str], until: IO[
     requests.post(f"{endpoint}/moto-api/state-manager/set-transition", json=frozen, timeout=10)
     services = ("s3", "sqs", "dynamodb", "stepfunctions", "ecs")
     clients = {s: client(endpoint, s, principals.SETUP) for s in services}
-    stack = create(load_template(), clients)
+    urls: dict[str, FunctionUrl] = {}
+
+    def function_url(function: str) -> str:
+        urls[function] = FunctionUrl(function)
+        return urls[function].url
+
+    stack = create(load_template(), clients, function_url)
     env = CREDENTIALS | {
         "AWS_ENDPOINT_URL": endpoint,
         "POWERTOOLS_TRACE_DISABLED": "true",
@@ -82,6 +89,8 @@ def serve(port: int, heartbeat_s: int, log_dir: Path, ready: IO[str], until: IO[
     functions = FunctionHost(stack.functions, env, log_dir)
     functions.start()
     patches.route_lambda_invocations(functions.invoke)
+    for url in urls.values():
+        url.start(functions.invoke)
     patches.keep_early_callbacks()
     patches.accept_early_heartbeats()
     patches.keep_failure_causes()

@@ -8,11 +8,14 @@ the type of any extractor; one that returns `{path: code}` places its own files.
 from __future__ import annotations
 
 import ast
+import functools
 from collections.abc import Callable, Collection, Mapping
-
-from markdown_it import MarkdownIt
+from typing import TYPE_CHECKING
 
 from trialbox.errors import InputError
+
+if TYPE_CHECKING:
+    from markdown_it import MarkdownIt
 
 __all__ = [
     "NO_CODE_FEEDBACK",
@@ -33,10 +36,17 @@ NO_CODE_FLAG = "no_code"
 PYTHON_INFO = frozenset({"python", "py", "python3", "py3"})
 """First word of a fence's info string (lowercased) that marks the block as Python."""
 
-# Block structure only: fences are block tokens, and skipping inline parsing keeps pathological
-# inline input (5 MB of "[" or "*a ") linear and fast. HTML blocks are off so a `<think>` line
-# is text: as an HTML block it would swallow the fences that follow it up to a blank line.
-_MARKDOWN = MarkdownIt("commonmark", {"html": False}).disable("inline")
+
+@functools.cache
+def _markdown() -> MarkdownIt:
+    """Block structure only: fences are block tokens, and skipping inline parsing keeps
+    pathological inline input (5 MB of "[" or "*a ") linear and fast. HTML blocks are off so
+    a `<think>` line is text: as an HTML block it would swallow the fences that follow it up
+    to a blank line. Imported when first used: the Lambda functions import the SDK and never
+    extract code (their bundle has no markdown-it)."""
+    from markdown_it import MarkdownIt
+
+    return MarkdownIt("commonmark", {"html": False}).disable("inline")
 
 
 def extract_code(completion: str, defines: Collection[str] = ()) -> str | None:
@@ -68,7 +78,7 @@ def fenced_blocks(text: str) -> list[tuple[str, str]]:
     if "```" not in text and "~~~" not in text:
         return []  # no fence can open without three backticks or tildes
     blocks = []
-    for token in _MARKDOWN.parse(text):
+    for token in _markdown().parse(text):
         if token.type == "fence" and token.content.strip():
             words = token.info.split(maxsplit=1)
             blocks.append((words[0].lower() if words else "", token.content))

@@ -31,6 +31,7 @@ class Resources:
     work_queue_url: str | None = None  # sessions open there
     session_queue_prefix: str | None = None  # sessions' own queues are named with it
     cluster: str | None = None  # the pool's ECS cluster: why a session's worker stopped
+    run_code_url: str | None = None  # SandboxFusion's /run_code: a function URL, IAM auth
 
     @classmethod
     def from_outputs(cls, outputs: dict[str, str]) -> Resources:
@@ -57,6 +58,7 @@ class Resources:
             work_queue_url=outputs.get(c.OUTPUT_WORK_QUEUE_URL),
             session_queue_prefix=outputs.get(c.OUTPUT_SESSION_QUEUE_PREFIX),
             cluster=outputs.get(c.OUTPUT_CLUSTER),
+            run_code_url=outputs.get(c.OUTPUT_RUN_CODE_URL),
         )
 
     @classmethod

@@ -1,0 +1,30 @@
+"""RunCode: SandboxFusion's POST /run_code behind a Lambda function URL (IAM auth), run as an
+ungraded execution request on the pool (trialbox.integrations.sandbox_fusion)."""
+
+from typing import Any
+
+from aws_lambda_powertools import Logger, Tracer
+from aws_lambda_powertools.event_handler import LambdaFunctionUrlResolver, Response
+from aws_lambda_powertools.utilities.typing import LambdaContext
+
+from trialbox.integrations.sandbox_fusion import Endpoint
+from trialbox.sdk import Client
+
+logger = Logger()
+tracer = Tracer()
+app = LambdaFunctionUrlResolver()
+endpoint = Endpoint(Client())  # the TRIALBOX_* resources of the function's environment
+
+
+@app.post("/run_code")
+def run_code() -> Response[str]:
+    time_left_s = app.lambda_context.get_remaining_time_in_millis() / 1000
+    body = (app.current_event.decoded_body or "").encode()
+    status, answer = endpoint.answer(body, time_left_s)
+    return Response(status_code=status, content_type="application/json", body=answer)
+
+
+@logger.inject_lambda_context
+@tracer.capture_lambda_handler
+def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
+    return app.resolve(event, context)

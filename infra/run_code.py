@@ -1,0 +1,49 @@
+"""SandboxFusion's POST /run_code on AWS: the RunCode function behind a function URL with IAM
+auth (no API Gateway, so no 29 s integration timeout). It sends each call into the pipeline
+as an ungraded request and polls its result, as the SDK does; `trialbox
+sandbox-fusion-proxy` on the trainer node signs the calls (docs/integrations.md)."""
+
+from __future__ import annotations
+
+from aws_cdk import Duration
+from aws_cdk import aws_dynamodb as dynamodb
+from aws_cdk import aws_iam as iam
+from aws_cdk import aws_lambda as lambda_
+from aws_cdk import aws_s3 as s3
+from aws_cdk import aws_sqs as sqs
+from constructs import Construct
+
+from infra.lambdas import TrialboxFunction
+from infra.nag import grant_objects
+from trialbox import keys
+from trialbox.integrations.sandbox_fusion import FUNCTION_TIMEOUT_S
+
+RUN_CODE_TIMEOUT = Duration.seconds(FUNCTION_TIMEOUT_S)
+
+
+class RunCode(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        function: TrialboxFunction,
+        requests: sqs.IQueue,
+        table: dynamodb.ITable,
+        traces: s3.IBucket,
+        max_concurrency: int,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        self.function = function.function
+        # At most this many calls at once (Lambda answers more with 429, which the proxy
+        # turns into the 504 verl retries): the pool's admission, as the SDK's concurrency.
+        cfn = self.function.node.default_child
+        assert isinstance(cfn, lambda_.CfnFunction)
+        cfn.reserved_concurrent_executions = max_concurrency
+        self.url = self.function.add_function_url(auth_type=lambda_.FunctionUrlAuthType.AWS_IAM)
+        function.role.add_to_principal_policy(
+            iam.PolicyStatement(actions=["sqs:SendMessage"], resources=[requests.queue_arn])
+        )
+        table.grant(function.role, "dynamodb:BatchGetItem")
+        payloads = {f"{keys.PAYLOADS_PREFIX}*": "a call over 128 KiB is sent by reference"}
+        grant_objects(function.role, traces, reads={}, puts=payloads)
