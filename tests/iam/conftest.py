@@ -6,6 +6,7 @@ the traces bucket, a Record that fails into the state machine's own fallback wri
 
 from __future__ import annotations
 
+import base64
 import json
 import threading
 import time
@@ -22,6 +23,7 @@ from tests.sandbox.conftest import ADD_TASK, CORRECT
 from trialbox import constants as c
 from trialbox.cli.run import run_job
 from trialbox.errors import RequestIdReused
+from trialbox.integrations.sandbox_fusion import Proxy
 from trialbox.local import principals
 from trialbox.local.requestlog import ENV_REQUEST_LOG
 from trialbox.local.resources import REGION
@@ -36,6 +38,7 @@ from trialbox.pipeline.stores import ObjectStore
 from trialbox.runs import RunJob
 from trialbox.sandbox.runner import Runner
 from trialbox.sdk import Client, Resources
+from trialbox.sdk.core import local_session
 from trialbox.worker.loop import Worker
 from trialbox.worker.run import job_runner
 from trialbox.worker.sessions import SessionHost
@@ -177,6 +180,20 @@ def _session_calls(sdk: Client, results: dict[str, ExecutionResult]) -> None:
     short.close()
 
 
+def _run_code_calls(twin: LocalTwin) -> None:
+    """SandboxFusion's /run_code through the proxy (signed as the SDK's principal) and the
+    twin's function URL: a call, and one over 128 KiB that the function sends by reference."""
+    proxy = Proxy(twin.output(c.OUTPUT_RUN_CODE_URL), local_session(), timeout_s=120)
+    big = base64.b64encode(b"x" * 200_000).decode()
+    calls = [
+        {"code": "print(6 * 7)", "language": "python"},
+        {"code": "print(len(open('big').read()))", "language": "python", "files": {"big": big}},
+    ]
+    for call, printed in zip(calls, ["42\n", "200000\n"], strict=True):
+        status, body = proxy.answer(json.dumps(call).encode())
+        assert (status, json.loads(body)["run_result"]["stdout"]) == (200, printed), body
+
+
 def _leftover_queues(twin: LocalTwin, sqs: Any) -> tuple[str, str]:
     """Session queues nobody will end: one past its TTL (the reaper deletes it) and one made
     by hand without the tag (the reaper reads its age and keeps it)."""
@@ -230,6 +247,7 @@ def _drive(
     (results["iam-turn"],) = sdk.run([request("iam-turn", WRONG, base_checkpoint=checkpoint)],
                                      timeout=120)  # fmt: skip
     _session_calls(sdk, results)
+    _run_code_calls(twin)
     _lost_host(twin, sdk, workers)
     deadline = time.monotonic() + 30
     while expired in sqs.list_queues().get("QueueUrls", []):

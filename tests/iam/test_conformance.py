@@ -47,6 +47,17 @@ UNUSED = [
         Unused("function Dispatcher*", action, "arn:aws:sqs:*:*:IntakeRequests*", EVENT_SOURCE)
         for action in ("sqs:ChangeMessageVisibility", "sqs:GetQueueUrl")
     ),
+    *(
+        Unused(
+            SDK,
+            action,
+            "arn:aws:lambda:*:function:RunCodeFunction*",
+            "the RunCode function URL (trialbox sandbox-fusion-proxy): the twin serves function "
+            "URLs outside moto, so no request of the SDK's is recorded; "
+            "tests/infra/test_stack.py checks the grant against the URL's auth type",
+        )
+        for action in ("lambda:InvokeFunctionUrl", "lambda:InvokeFunction")
+    ),
     Unused(
         WORKER,
         "ecs:UpdateTaskProtection",
@@ -101,7 +112,7 @@ def test_the_run_took_every_path_and_every_principal_called(recorded: Recorded) 
     assert (recorded.cli_exit, len(recorded.cli_traces)) == (0, 2)
     callers = Counter(e["key"] for e in recorded.entries)
     functions = {k for k in callers if k.startswith(principals.FUNCTION_PREFIX)}
-    assert len(functions) == 5  # dispatcher, prepare, scorer, recorder, reaper
+    assert len(functions) == 6  # dispatcher, prepare, scorer, recorder, reaper, run_code
     for key in (principals.SDK, principals.WORKER, principals.STATE_MACHINES):
         assert callers[key] > 0, f"no call recorded from {key}"
 

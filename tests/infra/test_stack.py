@@ -13,8 +13,10 @@ import aws_cdk as cdk
 import pytest
 from aws_cdk.assertions import Match, Template
 
+from infra.config import StackConfig
 from tests.infra.conftest import ROOT, definition, only, resources
 from trialbox import constants as c
+from trialbox.integrations.sandbox_fusion import FUNCTION_TIMEOUT_S, RUN_CODE_TASK
 from trialbox.settings import work_visibility_s
 from trialbox.worker.metrics import held_sessions_line
 
@@ -284,7 +286,7 @@ def test_lambdas_are_arm64_with_powertools_and_explicit_logs(template: Template)
         for k, f in resources(template, "AWS::Lambda::Function").items()
         if f["Properties"]["Handler"].startswith("functions.")
     }
-    assert len(functions) == 5
+    assert len(functions) == 6
     for function in functions.values():
         props = function["Properties"]
         assert props["Architectures"] == ["arm64"]
@@ -302,8 +304,33 @@ def test_outputs_have_stable_names(template: Template) -> None:
         c.OUTPUT_EXECUTIONS_TABLE,
         c.OUTPUT_ROLLOUT_ARN,
         c.OUTPUT_POOL_CAPACITY,
+        c.OUTPUT_RUN_CODE_URL,
     ):
         assert outputs[name]["Export"]["Name"] == f"Trialbox-{name}"
+
+
+def test_run_code_is_a_function_url_with_iam_auth_that_the_client_policy_may_call(
+    template: Template,
+) -> None:
+    (url,) = resources(template, "AWS::Lambda::Url").values()
+    assert url["Properties"]["AuthType"] == "AWS_IAM"  # never a public URL
+    function_id = url["Properties"]["TargetFunctionArn"]["Fn::GetAtt"][0]
+    function = resources(template, "AWS::Lambda::Function")[function_id]["Properties"]
+    assert function["Handler"] == "functions.run_code.handler.handler"
+    # Lambda's timeout bounds a call; the handler answers 504 a second before it (the
+    # endpoint reads its remaining time), and a call's run fits in it.
+    assert function["Timeout"] == FUNCTION_TIMEOUT_S > RUN_CODE_TASK.limits.timeout_s + 10
+    context = json.loads((ROOT / "cdk.json").read_text())["context"]["trialbox"]
+    config = StackConfig.from_context(context)
+    assert function["ReservedConcurrentExecutions"] == 4 * config.pool.max_workers
+    (policy,) = resources(template, "AWS::IAM::ManagedPolicy").values()
+    statements = {s["Sid"]: s for s in policy["Properties"]["PolicyDocument"]["Statement"]}
+    target = {"Fn::GetAtt": [function_id, "Arn"]}
+    invoke_url = statements["RunCodeUrl"]
+    assert (invoke_url["Action"], invoke_url["Resource"]) == ("lambda:InvokeFunctionUrl", target)
+    assert invoke_url["Condition"] == {"StringEquals": {"lambda:FunctionUrlAuthType": "AWS_IAM"}}
+    invoke = statements["RunCodeInvoke"]
+    assert (invoke["Action"], invoke["Resource"]) == ("lambda:InvokeFunction", target)
 
 
 def test_bad_config_fails_synth_with_the_field_name() -> None:
