@@ -1,7 +1,8 @@
 """What each trainer adapter adds on the local twin: a reward (a GRPO group of 4) through
 TrialboxReward and verl's compute_score against `run_group`; a tool call through TRL's
 environment, verl's tool and SkyRL's env against `session.step`; a SandboxFusion call over
-HTTP against the same execution request through the SDK. Interleaved, median of n each.
+the twin's function URL (the RunCode handler) against the same execution request through the
+SDK. Interleaved, median of n each.
 
     .venv/bin/python benchmarks/integrations_overhead.py -n 10
 """
@@ -25,6 +26,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.e2e.test_integrations import _BaseTool, _Schema, _ToolResponse
 from tests.sandbox.conftest import ADD_TASK
+from trialbox import constants as c
 from trialbox.integrations import sandbox_fusion as sf
 from trialbox.integrations import verl
 from trialbox.integrations.trl import TrialboxReward, environment_factory
@@ -64,8 +66,7 @@ def main() -> None:
         os.environ.update(client.aio._twin.sdk_env())  # type: ignore[union-attr]
         ref = client.push_tasks([Task.model_validate(ADD_TASK)], name="bench").task("add-two")
         reward = TrialboxReward(client)
-        server = sf.serve(sf.Endpoint(client))
-        url = sf.url(server) + "/run_code"
+        url = client.aio._twin.outputs[c.OUTPUT_RUN_CODE_URL] + "run_code"  # type: ignore[union-attr]
         times: dict[str, list[float]] = {}
 
         def group(rep: int) -> list[str]:
@@ -127,7 +128,6 @@ def main() -> None:
                 "run_code: HTTP /run_code",
                 timed(lambda: requests.post(url, json=payload, timeout=60)),
             )
-        server.shutdown()
         session.close()
         sky.close()
     medians = {name: statistics.median(values) for name, values in times.items()}
