@@ -64,14 +64,21 @@ qc-humaneval: setup
 	$(BIN)/python -m trialbox.qc.humaneval .qc-humaneval.jsonl
 	$(BIN)/trialbox tasks validate .qc-humaneval.jsonl --json qc-humaneval.json
 
-# TRL's real GRPOTrainer (torch on the CPU) for 2 steps against the local twin, in its own venv
-# cached outside the checkout (about 1.5 GB; torch 2.13.0's CPU wheel where pip finds it on
-# this machine, else PyPI's, which pulls in the CUDA libraries: about 3 GB more).
+# The frameworks' own code against the local twin, each in its venv cached outside the checkout
+# (torch 2.13.0's CPU wheel where pip finds it on this machine, else PyPI's, which pulls in the
+# CUDA libraries: about 3 GB more). TRL: GRPOTrainer for 2 steps with TrialboxReward (1.5 GB).
+# verl: its tool loader, agent loop call, reward loader and SandboxFusion client (2.1 GB; verl
+# imports cachetools, fastapi and uvicorn without declaring them), against `trialbox local up`.
 SMOKE_VENV ?= $(HOME)/.cache/trialbox/trl-venv
+VERL_VENV ?= $(HOME)/.cache/trialbox/verl-venv
 integration-smoke: system runtime
 	test -x $(SMOKE_VENV)/bin/python || $(PYTHON) -m venv $(SMOKE_VENV)
 	$(SMOKE_VENV)/bin/pip install -q 'torch==2.13.0' 'trl==1.16.0' -e '.[local]'
 	$(SMOKE_VENV)/bin/python tests/smoke/trl_grpo.py
+	test -x $(VERL_VENV)/bin/python || $(PYTHON) -m venv $(VERL_VENV)
+	$(VERL_VENV)/bin/pip install -q 'torch==2.13.0' 'verl==0.9.1' 'cachetools==8.0.2' \
+		'fastapi==0.165.0' 'uvicorn==0.55.0' -e .
+	$(BIN)/python tests/smoke/with_twin.py $(VERL_VENV)/bin/python tests/smoke/verl_real.py
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
