@@ -31,7 +31,7 @@ import yaml
 
 from tests.sandbox.conftest import ADD_TASK, CORRECT
 from trialbox import constants as c
-from trialbox.errors import InputError
+from trialbox.errors import InputError, SessionError
 from trialbox.integrations import sandbox_fusion as sf
 from trialbox.integrations import verl
 from trialbox.integrations.common import STACK_ENV, Connection
@@ -550,3 +550,87 @@ def test_a_call_answers_504_before_the_lambda_runs_out_of_time(client: Client) -
     status, body = sf.Endpoint(client).answer(slow.encode(), time_left_s=4.0)
     assert (status, json.loads(body)["status"]) == (504, "SandboxError")
     assert time.monotonic() - started < 4.0
+
+
+# --- red team: what a hostile caller or an odd dataset found (each failed before its fix) ------
+
+
+def test_a_ref_to_a_task_set_never_pushed_or_malformed_is_the_trainers_error(
+    client: Client,
+) -> None:
+    reward = TrialboxReward(client)
+    with pytest.raises(SessionError, match=r"no task set rt@0+ was pushed"):
+        trl_call(reward, [RIGHT], ["rt@" + "0" * 64 + "/add-two"])
+    with pytest.raises(InputError, match="not of the form taskset@version/task_id"):
+        trl_call(reward, [RIGHT], ["justaname"])
+
+
+def test_odd_completions_are_their_samples_zero_and_messages_their_assistants_text(
+    client: Client, ref: str
+) -> None:
+    reward = TrialboxReward(client)
+    odd = [None, 5, {"content": RIGHT}, []]
+    assert trl_call(reward, odd, [ref] * 4) == [0.0, 0.0, 0.0, 0.0]
+    parts = [{"role": "assistant", "content": [{"type": "text", "text": RIGHT}]}]
+    tool_last = [{"role": "assistant", "content": RIGHT}, {"role": "tool", "content": "3"}]
+    assert trl_call(reward, [parts, tool_last], [ref] * 2) == [1.0, 1.0]
+    with pytest.raises(InputError, match="2 completions but 1 prompts"):
+        reward(prompts=["p"], completions=[RIGHT, WRONG], task_ref=[ref] * 2)
+
+
+def test_configuration_mistakes_are_input_errors_and_a_graded_episode_says_so(
+    twin_env: None, client: Client, ref: str
+) -> None:
+    forged = {verl.CHECKPOINT_FIELD: "not-a-checkpoint", verl.SESSION_FIELD: "s"}
+    with pytest.raises(InputError, match=verl.CHECKPOINT_FIELD):
+        verl_call(data_source="x", solution_str=RIGHT, ground_truth=ref, extra_info=forged)
+    with pytest.raises(InputError, match="max_turns"):
+        skyrl_gym.make(ENV_ID, env_config={"max_turns": "abc"}, extras={"task_ref": ref})
+    env = skyrl_gym.make(ENV_ID, env_config={}, extras={"task_ref": ref})
+    env.init([])
+    env.step(RIGHT)
+    with pytest.raises(InputError, match="no episode"):
+        env.step(RIGHT)
+    episode = environment_factory(client)()
+    episode.reset(task_ref=ref)
+    assert episode.get_reward() == 0.0
+    assert episode.bash(command="true").startswith("error: the episode is graded")
+
+
+def test_skyrl_an_output_block_after_the_work_replaces_nothing(twin_env: None, ref: str) -> None:
+    env = skyrl_gym.make(ENV_ID, env_config={}, extras={"task_ref": ref})
+    env.init([])
+    env.step(f"```bash\ncat > solution.py <<'EOF'\n{CORRECT}EOF\n```")
+    assert env.step("It prints:\n```\n3\n```")["reward"] == 1.0
+
+
+def test_run_code_bodies_that_are_not_utf8_are_422_not_a_crash(endpoint: str) -> None:
+    answered = requests.post(
+        f"{endpoint}/run_code", data=b'{"code": "print(1) # \xe9"}', timeout=30
+    )
+    assert answered.status_code == 422
+
+
+def test_run_code_fetches_large_files_only_regular_ones_and_only_in_the_workspace(
+    endpoint: str,
+) -> None:
+    big = {"code": "open('out.bin', 'wb').write(b'a' * 100_000)", "language": "python"}
+    fetched = requests.post(
+        f"{endpoint}/run_code", json=big | {"fetch_files": ["out.bin"]}, timeout=60
+    )
+    assert base64.b64decode(fetched.json()["files"]["out.bin"]) == b"a" * 100_000
+    fifos = "import os\nfor i in range(4): os.mkfifo(f'p{i}')\n"
+    call = {
+        "code": fifos,
+        "language": "python",
+        "run_timeout": 3,
+        "fetch_files": [f"p{i}" for i in range(4)],
+    }
+    started = time.monotonic()
+    blocked = requests.post(f"{endpoint}/run_code", json=call, timeout=60)
+    assert blocked.json()["files"] == {} and time.monotonic() - started < 10
+    for outside in ("/etc/passwd", "../x"):
+        refused = requests.post(
+            f"{endpoint}/run_code", json={"code": "1", "fetch_files": [outside]}, timeout=30
+        )
+        assert refused.status_code == 422, outside

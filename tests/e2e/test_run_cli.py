@@ -12,6 +12,7 @@ import time
 from pathlib import Path
 
 import pytest
+import requests
 
 from tests.sandbox.conftest import ADD_TASK, CORRECT
 
@@ -250,20 +251,28 @@ def test_local_up_serves_the_sdk_until_ctrl_c(tmp_path: Path) -> None:
         assert banner.startswith("local twin at http://127.0.0.1:"), serving.communicate()
         exports: dict[str, str] = {}
         for line in iter(serving.stdout.readline, "# serving until Ctrl-C\n"):
-            name, _, value = line.removeprefix("export ").strip().partition("=")
-            exports[name] = value
+            if line.startswith("export "):
+                name, _, value = line.removeprefix("export ").strip().partition("=")
+                exports[name] = value
         assert exports["AWS_ENDPOINT_URL"] == banner.split()[3]
         env = os.environ | exports
         code = (
-            "from trialbox import Client\n"
+            "from trialbox import Client, Task\n"
             "from tests.e2e.conftest import request\n"
-            "from tests.sandbox.conftest import CORRECT\n"
-            "print(Client().run([request('up-1', CORRECT)], timeout=120)[0].reward)\n"
+            "from tests.sandbox.conftest import ADD_TASK, CORRECT\n"
+            "client = Client()\n"
+            "print(client.run([request('up-1', CORRECT)], timeout=120)[0].reward)\n"
+            "with client.session(Task.model_validate(ADD_TASK)) as session:\n"  # sessions too
+            "    print(session.exec(['echo', 'hi']).stdout.strip())\n"
         )
         done = subprocess.run(
             [sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=180
         )
-        assert done.stdout.strip() == "1.0", done.stderr
+        assert done.stdout.split() == ["1.0", "hi"], done.stderr
+        # SandboxFusion's endpoint, where the sandbox-fusion client looks for it.
+        fusion = exports["SANDBOX_FUSION_ENDPOINT"] + "/run_code"
+        ran = requests.post(fusion, json={"code": "print(7)", "language": "python"}, timeout=60)
+        assert ran.json()["run_result"]["stdout"] == "7\n"
         # The CLI against that twin keeps the traces too: its S3 ends when it stops.
         tasks, samples = inputs(tmp_path)
         out = tmp_path / "r.jsonl"

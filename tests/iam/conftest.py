@@ -221,6 +221,22 @@ def _lost_host(twin: LocalTwin, sdk: Client, workers: list[Worker]) -> None:
         assert session.exec(["true"]).status == Status.SUCCEEDED
 
 
+def _delete_bucket(s3: Any, bucket: str) -> None:
+    """Empty and delete a bucket that late writers (a Recorder still tracing, a worker's
+    session file) may write to meanwhile: again until it is gone."""
+    deadline = time.monotonic() + 60
+    while True:
+        for found in s3.list_objects_v2(Bucket=bucket).get("Contents", []):
+            s3.delete_object(Bucket=bucket, Key=found["Key"])
+        try:
+            s3.delete_bucket(Bucket=bucket)
+            return
+        except s3.exceptions.ClientError as exc:
+            if exc.response["Error"]["Code"] != "BucketNotEmpty" or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
 def _drive(
     twin: LocalTwin, tmp: Path, workers: list[Worker]
 ) -> tuple[dict[str, ExecutionResult], int, list[str]]:
@@ -278,10 +294,7 @@ def _drive(
     cli_exit, cli_traces = _cli_run(twin, tmp)
     # Last: without the traces bucket Prepare fails, and Record on every retry; the state
     # machine then writes the `sandbox_error` result itself.
-    bucket = twin.output(c.OUTPUT_TRACES_BUCKET)
-    for found in s3.list_objects_v2(Bucket=bucket).get("Contents", []):
-        s3.delete_object(Bucket=bucket, Key=found["Key"])
-    s3.delete_bucket(Bucket=bucket)
+    _delete_bucket(s3, twin.output(c.OUTPUT_TRACES_BUCKET))
     (results["iam-norecord"],) = sdk.run([request("iam-norecord", CORRECT)], timeout=120)
     sdk.close()
     return results, cli_exit, cli_traces

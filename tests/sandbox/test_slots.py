@@ -80,3 +80,19 @@ def test_disk_clamp_is_noted_in_the_result(runner: Runner) -> None:
         "to the memory limit"
     ]
     assert result.provenance is not None and result.provenance.limits.disk_mb == 32
+
+
+def test_a_slot_the_rlimit_backend_left_dirty_is_swept_by_a_bwrap_runner(runner: Runner) -> None:
+    """A machine that has both backends (the tests, a worker image on a bwrap host): a slot
+    whose last rlimit holder died leaves a plain directory with files, not a tmpfs."""
+    slots = runner.slots
+    with slots.idle([0]) as held:
+        assert held, "slot 0 is busy"
+        (slot,) = held
+        slot.work_dir.mkdir(parents=True, exist_ok=True)
+        (slot.work_dir / "left").write_text("by a dead rlimit runner")
+    (slots.locks_dir / "0.dirty").touch()
+    config = runner.config.model_copy(update={"backend": "bwrap"})
+    Runner(config)  # its startup sweep
+    assert not (slot.work_dir / "left").exists()
+    assert not (slots.locks_dir / "0.dirty").exists()

@@ -22,6 +22,7 @@ from pydantic import ValidationError
 from trialbox.errors import InputError, SessionError, TrialboxError
 from trialbox.models import ExecutionResult, Task
 from trialbox.models.iomatch import IoSpec
+from trialbox.models.sample import TaskRef
 from trialbox.pipeline.record import validation_message
 from trialbox.sdk import AsyncClient, Client, Resources
 from trialbox.sdk.core import LOOPBACK, local_session
@@ -118,7 +119,11 @@ def task_of(cell: object, column: str) -> Task | str:
     if isinstance(cell, Task):
         return cell
     if isinstance(cell, str) and not cell.lstrip().startswith("{"):
-        return cell  # a ref, checked when it is read
+        try:
+            TaskRef.parse(cell)  # its task is read when it is used
+        except ValueError as exc:
+            raise InputError(f"column {column!r}: {exc}") from None
+        return cell
     try:
         raw = json.loads(cell) if isinstance(cell, str) else cell
         return Task.model_validate(raw)
@@ -173,14 +178,25 @@ def io_task(cases: object, *, task_id: str | None = None, **io: Any) -> Task:
 
 
 def completion_text(completion: object) -> str:
-    """A completion as text: TRL's conversational form (a list of messages) is the content of
-    its last message."""
+    """A completion as text. TRL's conversational form (a list of messages) is the content of
+    its last assistant message (text parts joined). Anything else is no text: the sample's
+    0.0 (`no_code`), never the batch's error."""
     if isinstance(completion, str):
         return completion
-    if isinstance(completion, list) and completion and isinstance(completion[-1], Mapping):
-        content = completion[-1].get("content", "")
-        return content if isinstance(content, str) else ""
-    raise InputError(f"a completion must be text or a list of messages, got {completion!r:.80}")
+    if isinstance(completion, list):
+        messages = [m for m in completion if isinstance(m, Mapping)]
+        said = [m for m in messages if m.get("role") == "assistant"] or messages
+        return _content_text(said[-1].get("content")) if said else ""
+    return ""
+
+
+def _content_text(content: object) -> str:
+    if isinstance(content, str):
+        return content
+    if isinstance(content, list):  # content parts: [{"type": "text", "text": ...}, ...]
+        parts = [p.get("text") for p in content if isinstance(p, Mapping)]
+        return "".join(p for p in parts if isinstance(p, str))
+    return ""
 
 
 def rewards(results: Sequence[ExecutionResult], mask_group: bool = False) -> list[float | None]:

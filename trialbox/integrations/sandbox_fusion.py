@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from trialbox.errors import InputError, TrialboxError, WaitTimeout
 from trialbox.models import ExecutionRequest, ExecutionResult, Task
-from trialbox.models.common import EncodedFile
+from trialbox.models.common import EncodedFile, RelPath
 from trialbox.models.limits import LimitOverrides
 from trialbox.models.report import CommandResult
 from trialbox.pipeline.record import validation_message
@@ -48,6 +48,9 @@ PROGRAMS = {
 }
 STDIN_FILE = ".stdin"
 MAX_FETCH_FILES = 16
+MAX_FETCH_BYTES = 3 * 1024 * 1024  # a fetched file, before base64
+# A fetch reads a regular file only (a FIFO or a device would block it until its timeout).
+FETCH = ["sh", "-c", 'test -f "./$1" && exec base64 -w0 "./$1"', "fetch"]
 ENDPOINT_ENV = "SANDBOX_FUSION_ENDPOINT"  # read by the sandbox-fusion client (at import)
 # A call waits this long beyond its own timeouts (the queue, a sandbox's start), then answers
 # 504: verl gives up on a call after compile_timeout + run_timeout + 10 s, and retries a 504.
@@ -63,7 +66,9 @@ RUN_CODE_TASK = Task(
     task_id="sandbox-fusion-run-code",
     hidden_tests={"tests/test_ungraded.py": "def test_ungraded():\n    pass\n"},
     grading={"command": ["python", "-m", "pytest", "-q", "tests"]},
-    limits={"timeout_s": 60, "memory_mb": 1024},  # verl asks for 1024 MiB by default
+    # verl asks for 1024 MiB by default; output is the program's, and each fetched file's
+    # base64 (a function URL answers at most 6 MB in all).
+    limits={"timeout_s": 60, "memory_mb": 1024, "output_bytes": MAX_FETCH_BYTES * 4 // 3 + 4},
 )
 
 
@@ -80,7 +85,9 @@ class RunCodeRequest(BaseModel):
     run_timeout: float = Field(default=10, gt=0)
     memory_limit_MB: int = Field(default=-1, description="-1: the pool's default")
     files: dict[str, str | None] = Field(default_factory=dict, description="path: base64")
-    fetch_files: list[str] = Field(default_factory=list, max_length=MAX_FETCH_FILES)
+    fetch_files: list[RelPath] = Field(
+        default_factory=list, max_length=MAX_FETCH_FILES, description="workspace paths"
+    )
 
 
 class RunStatus(StrEnum):
@@ -133,7 +140,7 @@ def execution_request(call: RunCodeRequest) -> ExecutionRequest:
     if call.stdin is not None:
         files[STDIN_FILE] = call.stdin
         command = ["sh", "-c", f'exec "$@" < {STDIN_FILE}', "sh", *argv]
-    fetches = [["base64", "-w0", "--", path] for path in call.fetch_files]
+    fetches = [[*FETCH, path] for path in call.fetch_files]
     limits = {"timeout_s": call.run_timeout}
     if call.memory_limit_MB > 0:
         limits["memory_mb"] = max(32, call.memory_limit_MB)
@@ -156,14 +163,16 @@ def response_for(call: RunCodeRequest, result: ExecutionResult) -> RunCodeRespon
     if result.loss_mask or not result.commands:
         raise PlatformFailure(result.error or result.feedback or f"status {result.status}")
     run = _run_result(result.commands[0])
-    fetched = {}
+    fetched, unfetched = {}, []
     for path, command in zip(call.fetch_files, result.commands[1:], strict=False):
         if command.exit_code == 0 and not command.stdout_truncated:
             fetched[path] = command.stdout.strip()
+        elif command.stdout_truncated:
+            unfetched.append(f"{path}: over {MAX_FETCH_BYTES // 2**20} MiB, not fetched")
     ok = run.status == CommandRunStatus.FINISHED and run.return_code == 0
     return RunCodeResponse(
         status=RunStatus.SUCCESS if ok else RunStatus.FAILED,
-        message="",
+        message="; ".join(unfetched),
         run_result=run,
         executor_pod_name=None,
         files=fetched,

@@ -4,8 +4,9 @@ registered as "trialbox".
 A row names its task in `extras["task_ref"]`, or in `extras["reward_spec"]["ground_truth"]`
 (a task ref, a task's JSON, or test cases, graded as an inline `io_match` task). Each turn,
 the model's last fenced block decides: a `bash` (or `sh`) block runs in the workspace and its
-output is the next observation; any other code is the answer, placed in the task's starter
-file and graded, which ends the episode. At `max_turns` the workspace is graded as it is.
+output is the next observation; otherwise the episode ends and is graded, with the last
+Python block (or unlabelled block defining a starter name) written to the task's starter file
+first, if there is one. At `max_turns` the workspace is graded as it is.
 
 SkyRL has no per-sample mask: a sample the platform failed (`loss_mask`) gets reward 0.0, with
 `metadata["loss_mask"]` true and its status, so that a trainer can drop it."""
@@ -21,7 +22,7 @@ from skyrl_gym.envs.registration import register
 from trialbox.errors import InputError
 from trialbox.integrations.common import Connection, task_of, task_or_cases
 from trialbox.models import ExecutionResult, Task
-from trialbox.sdk.extract import extract_code, fenced_blocks, files_for
+from trialbox.sdk.extract import PYTHON_INFO, defined_names, fenced_blocks, files_for
 
 __all__ = ["ENV_ID", "TrialboxTextEnv"]
 
@@ -42,8 +43,11 @@ class TrialboxTextEnv(BaseTextEnv):  # type: ignore[misc]
         self.connection = (
             Connection(stack=stack, region=config.get("region")) if stack else Connection.from_env()
         )
-        self.max_turns = int(config.get("max_turns", DEFAULT_MAX_TURNS))
-        self.ttl_s = float(config.get("ttl_s", 1800))
+        try:
+            self.max_turns = int(config.get("max_turns", DEFAULT_MAX_TURNS))
+            self.ttl_s = float(config.get("ttl_s", 1800))
+        except (TypeError, ValueError) as exc:
+            raise InputError(f"env_config: max_turns and ttl_s are numbers ({exc})") from None
         self.task = _task(extras)
         self.session: Any = None
 
@@ -52,6 +56,8 @@ class TrialboxTextEnv(BaseTextEnv):  # type: ignore[misc]
         return prompt, {"session_id": self.session.session_id}
 
     def step(self, action: str) -> BaseTextEnvStepOutput:
+        if self.session is None:
+            raise InputError("no episode: init() starts one (this one may have ended)")
         self.turns += 1
         blocks = fenced_blocks(action)
         if blocks and blocks[-1][0] in SHELL_INFO and self.turns < self.max_turns:
@@ -62,8 +68,7 @@ class TrialboxTextEnv(BaseTextEnv):  # type: ignore[misc]
                 done=False,
                 metadata={},
             )
-        code = None if blocks and blocks[-1][0] in SHELL_INFO else extract_code(action)
-        files = files_for(self.workspace(), code)
+        files = files_for(self.workspace(), self._answer(blocks))
         if files:
             self.session.write_files(files)
         result = self.session.grade()
@@ -71,6 +76,16 @@ class TrialboxTextEnv(BaseTextEnv):  # type: ignore[misc]
         return BaseTextEnvStepOutput(
             observations=[], reward=_reward(result), done=True, metadata=_metadata(result)
         )
+
+    def _answer(self, blocks: list[tuple[str, str]]) -> str | None:
+        """The last block that is Python (by its info string), or unlabelled and defining a
+        name the starter file defines: an output or a note in a block replaces nothing."""
+        defines = set().union(*(defined_names(str(c)) for c in self.workspace().values()))
+        answers = [
+            code for info, code in blocks
+            if info in PYTHON_INFO or (info == "" and not defined_names(code).isdisjoint(defines))
+        ]  # fmt: skip
+        return answers[-1] if answers else None
 
     def workspace(self) -> dict[str, Any]:
         """The task's starter files, where an answer's code goes."""

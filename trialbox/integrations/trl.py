@@ -82,6 +82,8 @@ class TrialboxReward:
         cells = columns[self.task_column]
         if len(cells) != len(completions):
             raise InputError(f"{len(completions)} completions but {len(cells)} task cells")
+        if prompts is not None and len(prompts) != len(completions):
+            raise InputError(f"{len(completions)} completions but {len(prompts)} prompts")
         texts = [completion_text(c) for c in completions]
         groups = self._groups(cells, prompts, texts)
         client = self.connection.client()
@@ -209,6 +211,8 @@ class TrialboxEnvironment:
     def _run(self, argv: list[str]) -> str:
         if self._opening is None:
             return "error: no episode (reset was not called)"
+        if self._graded is not None:
+            return "error: the episode is graded; the next reset starts another"
         try:
             called = self._client().schedule(self._step(self._opening, argv)).result()
         except Exception as exc:

@@ -16,6 +16,8 @@ from __future__ import annotations
 import asyncio
 from typing import Any
 
+from pydantic import ValidationError
+
 from trialbox.errors import InputError
 from trialbox.integrations.common import (
     Connection,
@@ -25,9 +27,11 @@ from trialbox.integrations.common import (
     task_or_cases,
 )
 from trialbox.models import ExecutionRequest, ExecutionResult, Task
+from trialbox.pipeline.record import validation_message
 from trialbox.sdk import Client
 from trialbox.sdk.extract import extract_code
 from trialbox.sdk.sessions import AsyncSession
+from trialbox.sdk.tasksets import request_id
 
 __all__ = [
     "CHECKPOINT_FIELD",
@@ -95,11 +99,14 @@ async def _grade(
     checkpoint = extra_info.get(CHECKPOINT_FIELD)
     if checkpoint:
         await close_session(extra_info.get(SESSION_FIELD))
-        request = ExecutionRequest(
-            request_id=f"verl-{extra_info.get(SESSION_FIELD) or checkpoint}-grade"[:80],
-            task_ref=ref,
-            base_checkpoint=checkpoint,
-        )
+        try:
+            request = ExecutionRequest(
+                request_id=request_id("verl", str(extra_info.get(SESSION_FIELD)), checkpoint),
+                task_ref=ref,
+                base_checkpoint=checkpoint,
+            )
+        except ValidationError as exc:
+            raise InputError(f"extra_info.{CHECKPOINT_FIELD}: {validation_message(exc)}") from None
         (result,) = await aio.run([request])
         return result
     (result,) = await aio.run_group(ref, [completion_text(solution)], extract_code)

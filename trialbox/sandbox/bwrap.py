@@ -17,7 +17,7 @@ from trialbox.sandbox import processes, seccomp
 from trialbox.sandbox.backend import Backend, CommandSpec, Launched, Measured
 from trialbox.sandbox.cgroups import Cgroup, cgroup_class
 from trialbox.sandbox.config import SandboxConfig
-from trialbox.sandbox.fs import mount_tmpfs, unmount
+from trialbox.sandbox.fs import mount_tmpfs, remove_tree, unmount
 from trialbox.sandbox.runtime import Runtime
 from trialbox.sandbox.slots import Slot
 
@@ -121,7 +121,7 @@ class BwrapBackend(Backend):
     def release_dir(self, path: Path) -> None:
         if path.exists():
             unmount(path)
-            path.rmdir()
+            remove_tree(path)  # empty once unmounted, unless the rlimit backend left it there
 
     def _cgroup(self, slot: Slot) -> Cgroup:
         if slot.index not in self._cgroups:

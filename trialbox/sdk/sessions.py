@@ -25,8 +25,10 @@ from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
+from botocore.exceptions import ClientError
+
 from trialbox import keys
-from trialbox.errors import SessionError, TrialboxError
+from trialbox.errors import AwsCallError, SessionError, TrialboxError
 from trialbox.models import ExecutionRequest, ExecutionResult, Status, Task
 from trialbox.models.common import FileContent
 from trialbox.models.limits import LimitOverrides
@@ -80,12 +82,28 @@ class SessionIO:
         return await loop.run_in_executor(self.executor, lambda: call(fn, **kwargs))
 
     async def task(self, ref: str) -> Task:
-        parsed = TaskRef.parse(ref)
+        """A pushed task; SessionError when the ref is malformed or names no task (the
+        caller's to fix), AwsCallError when S3 cannot be read."""
+        try:
+            parsed = TaskRef.parse(ref)
+        except ValueError as exc:
+            raise SessionError(f"task_ref: {exc}") from None
         key = keys.taskset_key(parsed.taskset, parsed.version)
         if key not in self._tasks:
-            answer = await self.run(
-                self.aws.s3.get_object, Bucket=self.aws.resources.tasksets_bucket, Key=key
-            )
+            try:
+                answer = await self.run(
+                    self.aws.s3.get_object, Bucket=self.aws.resources.tasksets_bucket, Key=key
+                )
+            except AwsCallError as exc:
+                cause = exc.__cause__
+                if isinstance(cause, ClientError) and cause.response["Error"]["Code"] in (
+                    "NoSuchKey", "404",
+                ):  # fmt: skip
+                    raise SessionError(
+                        f"task_ref {ref!r}: no task set {parsed.taskset}@{parsed.version} "
+                        "was pushed to this deployment"
+                    ) from None
+                raise
             body = await asyncio.to_thread(answer["Body"].read)
             rows = (json.loads(line) for line in body.decode().splitlines() if line.strip())
             self._tasks[key] = {row["task_id"]: row for row in rows if isinstance(row, dict)}
