@@ -125,7 +125,7 @@ def main() -> None:
                 timed(lambda: client.run([sf.execution_request(call)])),
             )
             add(
-                "run_code: HTTP /run_code",
+                "run_code: function URL /run_code",
                 timed(lambda: requests.post(url, json=payload, timeout=60)),
             )
         session.close()
