@@ -16,9 +16,9 @@ from constructs import Construct
 from infra.lambdas import TrialboxFunction
 from infra.nag import grant_objects
 from trialbox import keys
-from trialbox.integrations.sandbox_fusion import FUNCTION_TIMEOUT_S
+from trialbox.constants import RUN_CODE_TIMEOUT_S
 
-RUN_CODE_TIMEOUT = Duration.seconds(FUNCTION_TIMEOUT_S)
+RUN_CODE_TIMEOUT = Duration.seconds(RUN_CODE_TIMEOUT_S)
 
 
 class RunCode(Construct):

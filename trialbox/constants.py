@@ -36,6 +36,9 @@ OUTPUT_CLUSTER = "PoolClusterName"  # the pool's ECS cluster: a lost worker's st
 # The customer managed policy with what the SDK and `trialbox run --stack` call (a trainer's).
 OUTPUT_CLIENT_POLICY_ARN = "TrialboxClientPolicyArn"
 OUTPUT_RUN_CODE_URL = "SandboxFusionUrl"  # POST /run_code (a function URL, IAM auth)
+# The RunCode function's timeout: a /run_code call's runs and fetches fit in it, or it answers
+# 504 a second before it ends (trialbox.integrations.sandbox_fusion).
+RUN_CODE_TIMEOUT_S = 300
 OUTPUT_STACK_VERSION = "TrialboxVersion"  # the trialbox version that synthesized the stack
 
 # Error names the Rollout state machine routes on.

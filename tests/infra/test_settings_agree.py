@@ -21,7 +21,8 @@ from tests.infra.conftest import ROOT, only, resources
 from trialbox import constants as c
 from trialbox import settings as s
 from trialbox.pipeline.stores import ObjectStore
-from trialbox.settings import EnvSettings, FunctionSettings, WorkerSettings
+from trialbox.sdk import Resources
+from trialbox.settings import ClientSettings, EnvSettings, FunctionSettings, WorkerSettings
 from trialbox.worker.loop import Worker
 
 # What each handler reads beyond what its source shows by name (a floor, should parsing miss).
@@ -194,6 +195,7 @@ def test_the_worker_container_sets_every_variable_the_worker_needs(template: Tem
 
 def test_each_function_gets_the_settings_its_handler_reads(template: Template) -> None:
     envs = functions(template)
+    envs.pop("run_code")  # an SDK client: the next test
     assert envs.keys() == NEEDED.keys()
     for name, env in envs.items():
         read = fields_read(ROOT / "functions" / name / "handler.py")
@@ -213,3 +215,14 @@ def test_the_stack_defaults_are_the_settings_constants(template: Template) -> No
     for name, env in functions(template).items():
         if c.ENV_RESULT_TTL_DAYS in env:
             assert FunctionSettings.from_env(env).result_ttl_days == config.result_ttl_days, name
+
+
+def test_the_run_code_function_gets_what_its_sdk_client_reads(template: Template) -> None:
+    """RunCode's handler is an SDK client (`Client()`): ClientSettings from its environment."""
+    env = functions(template)["run_code"]
+    resources = Resources.from_settings(ClientSettings.from_env(env))
+    (queue_id, _) = only(template, "AWS::SQS::Queue", "IntakeRequestsQueue")
+    (table_id, _) = only(template, "AWS::DynamoDB::Table")
+    assert resources.requests_queue_url == _value({"Ref": queue_id})
+    assert resources.executions_table == _value({"Ref": table_id})
+    assert resources.capacity == StackConfig().pool.max_workers

@@ -63,8 +63,10 @@ def test_test_cases_in_every_form_datasets_use_become_io_match_tasks() -> None:
 def test_completions_are_text_or_the_last_message() -> None:
     assert completion_text("x") == "x"
     assert completion_text([{"role": "assistant", "content": "y"}]) == "y"
-    with pytest.raises(InputError):
-        completion_text(3)
+    parts = [{"role": "assistant", "content": [{"type": "text", "text": "a"}, {"text": "b"}]}]
+    assert completion_text(parts) == "ab"
+    assert completion_text([{"role": "assistant", "content": "c"}, {"role": "tool"}]) == "c"
+    assert completion_text(3) == completion_text(None) == ""  # no code: the sample's 0.0
 
 
 def test_the_trainers_errors_raise_and_the_platforms_do_not() -> None:

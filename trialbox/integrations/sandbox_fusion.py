@@ -30,6 +30,7 @@ from botocore.auth import SigV4Auth
 from botocore.awsrequest import AWSRequest
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
+from trialbox.constants import RUN_CODE_TIMEOUT_S
 from trialbox.errors import InputError, TrialboxError, WaitTimeout
 from trialbox.models import ExecutionRequest, ExecutionResult, Task
 from trialbox.models.common import EncodedFile, RelPath
@@ -55,9 +56,7 @@ ENDPOINT_ENV = "SANDBOX_FUSION_ENDPOINT"  # read by the sandbox-fusion client (a
 # A call waits this long beyond its own timeouts (the queue, a sandbox's start), then answers
 # 504: verl gives up on a call after compile_timeout + run_timeout + 10 s, and retries a 504.
 WAIT_MARGIN_S = 8.0
-# The RunCode function's timeout on AWS (infra/run_code.py): a call's runs and fetches fit in
-# it, or it answers 504 a second before it ends (Endpoint.answer's `time_left_s`).
-FUNCTION_TIMEOUT_S = 300
+FUNCTION_TIMEOUT_S = RUN_CODE_TIMEOUT_S  # on AWS; Endpoint.answer's `time_left_s` reads it
 MAX_BODY_BYTES = 64 * 1024 * 1024
 
 # The task a run_code call runs under: its limits are the ceiling a call may tighten. It is
