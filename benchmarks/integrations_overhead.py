@@ -24,7 +24,7 @@ import requests
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.e2e.test_integrations import _BaseTool, _Schema, _ToolResponse
+from tests.e2e import verl_signatures
 from tests.sandbox.conftest import ADD_TASK
 from trialbox import constants as c
 from trialbox.integrations import sandbox_fusion as sf
@@ -44,22 +44,11 @@ def timed(fn: Callable[[], object]) -> float:
     return time.perf_counter() - start
 
 
-def stub_verl() -> None:
-    """verl imports torch and ray: its tool base class, by its copied signature."""
-    base = types.ModuleType("verl.tools.base_tool")
-    base.BaseTool = _BaseTool  # type: ignore[attr-defined]
-    schemas = types.ModuleType("verl.tools.schemas")
-    schemas.ToolResponse = _ToolResponse  # type: ignore[attr-defined]
-    schemas.OpenAIFunctionToolSchema = _Schema  # type: ignore[attr-defined]
-    sys.modules |= {"verl": types.ModuleType("verl"), "verl.tools": types.ModuleType("verl.tools")}
-    sys.modules |= {"verl.tools.base_tool": base, "verl.tools.schemas": schemas}
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("-n", type=int, default=10)
     n = parser.parse_args().n
-    stub_verl()
+    sys.modules |= verl_signatures.modules()  # verl imports torch and ray
     from trialbox.integrations.verl_tool import TrialboxTool
 
     with Client.local(workers=2) as client:

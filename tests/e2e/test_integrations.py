@@ -22,13 +22,13 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any, ClassVar
 
-import pydantic
 import pytest
 import requests
 import sandbox_fusion
 import skyrl_gym
 import yaml
 
+from tests.e2e import verl_signatures
 from tests.sandbox.conftest import ADD_TASK, CORRECT
 from trialbox import constants as c
 from trialbox.errors import InputError, SessionError
@@ -225,47 +225,9 @@ def test_verl_compute_score_is_zero_with_loss_mask_when_the_platform_fails(
     }
 
 
-class _Schema(pydantic.BaseModel):
-    """verl.tools.schemas.OpenAIFunctionToolSchema's shape (verl 0.9.1, schemas.py:52)."""
-
-    type: str
-    function: dict[str, Any]
-
-
-class _ToolResponse(pydantic.BaseModel):
-    """verl.tools.schemas.ToolResponse (verl 0.9.1, schemas.py:98)."""
-
-    text: str | None = None
-    image: list[Any] | None = None
-    video: list[Any] | None = None
-
-
-class _BaseTool:
-    """verl.tools.base_tool.BaseTool's constructor (verl 0.9.1, base_tool.py:36): verl imports
-    torch and ray, so the tool is tested against these copied signatures."""
-
-    def __init__(self, config: dict[str, Any], tool_schema: Any) -> None:
-        self.config = config
-        self.tool_schema = tool_schema or self.get_openai_tool_schema()
-        self.name = self.tool_schema.function["name"]
-
-    def get_openai_tool_schema(self) -> Any:
-        raise NotImplementedError
-
-
 @pytest.fixture
 def verl_tool(monkeypatch: pytest.MonkeyPatch) -> Any:
-    base = types.ModuleType("verl.tools.base_tool")
-    base.BaseTool = _BaseTool  # type: ignore[attr-defined]
-    schemas = types.ModuleType("verl.tools.schemas")
-    schemas.ToolResponse = _ToolResponse  # type: ignore[attr-defined]
-    schemas.OpenAIFunctionToolSchema = _Schema  # type: ignore[attr-defined]
-    for name, module in {
-        "verl": types.ModuleType("verl"),
-        "verl.tools": types.ModuleType("verl.tools"),
-        "verl.tools.base_tool": base,
-        "verl.tools.schemas": schemas,
-    }.items():
+    for name, module in verl_signatures.modules().items():
         monkeypatch.setitem(sys.modules, name, module)
     monkeypatch.delitem(sys.modules, "trialbox.integrations.verl_tool", raising=False)
     from trialbox.integrations.verl_tool import TrialboxTool

@@ -3,13 +3,12 @@ call signed (SigV4) and sent to the deployed stack's RunCode function URL."""
 
 from __future__ import annotations
 
-import signal
-import threading
 from typing import Annotated
 
 import typer
 
 from trialbox import constants as c
+from trialbox.cli.serving import echo_run_code_url, serve_until_interrupted, stop_on_sigterm
 from trialbox.errors import TrialboxError
 from trialbox.integrations import sandbox_fusion
 from trialbox.sdk.core import stack_resources
@@ -32,17 +31,10 @@ def proxy_command(
         typer.echo(f"error: stack {stack!r} has no {c.OUTPUT_RUN_CODE_URL} output: deploy this "
                    "version's stack", err=True)  # fmt: skip
         raise typer.Exit(2)
-    signal.signal(signal.SIGTERM, signal.default_int_handler)
+    stop_on_sigterm()
     proxy = sandbox_fusion.Proxy(
         resources.run_code_url, session, sandbox_fusion.FUNCTION_TIMEOUT_S + 5
     )
     server = sandbox_fusion.serve(proxy, host, port)
-    url = sandbox_fusion.url(server)
-    typer.echo(f"export {sandbox_fusion.ENDPOINT_ENV}={url}")
-    typer.echo(f"# verl: reward.sandbox_fusion.url={url}/run_code")
-    try:
-        threading.Event().wait()
-    except KeyboardInterrupt:
-        typer.echo("stopping")
-    finally:
-        server.shutdown()
+    echo_run_code_url(sandbox_fusion.url(server))
+    serve_until_interrupted(server.shutdown)

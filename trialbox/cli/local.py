@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-import signal
-import threading
 from typing import Annotated
 
 import typer
 
 from trialbox import constants as c
+from trialbox.cli.serving import echo_run_code_url, serve_until_interrupted, stop_on_sigterm
 from trialbox.errors import MissingExtra
-from trialbox.integrations import sandbox_fusion
 from trialbox.sdk.core import local_twin_class
 
 local_app = typer.Typer(no_args_is_help=True, help="The local twin: the pipeline on this machine.")
@@ -28,21 +26,13 @@ def up(
     except MissingExtra as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
-    signal.signal(signal.SIGTERM, signal.default_int_handler)  # stop as on Ctrl-C
+    stop_on_sigterm()
     twin = twin_class(workers=workers, port=port).start()
-    outputs = twin.outputs
     exports = twin.sdk_env()
     typer.echo(f"local twin at {twin.endpoint_url} with {workers} workers. For the SDK:")
     for name, value in exports.items():
         typer.echo(f"export {name}={value}")
-    url = outputs[c.OUTPUT_RUN_CODE_URL].rstrip("/")
     typer.echo("# SandboxFusion's POST /run_code (the sandbox-fusion client reads this):")
-    typer.echo(f"export {sandbox_fusion.ENDPOINT_ENV}={url}")
-    typer.echo(f"# verl: reward.sandbox_fusion.url={url}/run_code")
+    echo_run_code_url(twin.outputs[c.OUTPUT_RUN_CODE_URL].rstrip("/"))
     typer.echo("# serving until Ctrl-C")
-    try:
-        threading.Event().wait()
-    except KeyboardInterrupt:
-        typer.echo("stopping")
-    finally:
-        twin.stop()
+    serve_until_interrupted(twin.stop)

@@ -4,6 +4,7 @@ as text, and rewards with the platform's failures left out (None, never 0)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import json
 import logging
@@ -13,7 +14,6 @@ from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
-from urllib.parse import urlparse
 
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
@@ -25,7 +25,7 @@ from trialbox.models.iomatch import IoSpec
 from trialbox.models.sample import TaskRef
 from trialbox.pipeline.record import validation_message
 from trialbox.sdk import AsyncClient, Client, Resources
-from trialbox.sdk.core import LOOPBACK, local_session
+from trialbox.sdk.core import is_loopback, local_session
 from trialbox.sdk.extract import Extract, extract_code
 from trialbox.settings import ClientSettings
 
@@ -88,7 +88,7 @@ class Connection:
         if self.stack is not None:
             return Client.from_stack(self.stack, region=self.region, concurrency=self.concurrency)
         session = boto3.session.Session(region_name=self.region)
-        if _is_loopback(self.endpoint_url) and session.get_credentials() is None:
+        if is_loopback(self.endpoint_url) and session.get_credentials() is None:
             session = local_session(self.region)
         return Client(
             self.resources,
@@ -108,10 +108,6 @@ class Connection:
 
 _clients: dict[tuple[int, Connection], Client] = {}
 _lock = threading.Lock()
-
-
-def _is_loopback(url: str | None) -> bool:
-    return urlparse(url or "").hostname in LOOPBACK
 
 
 def task_of(cell: object, column: str) -> Task | str:
@@ -138,20 +134,15 @@ def task_of(cell: object, column: str) -> Task | str:
 def task_or_cases(cell: object, column: str) -> Task | str:
     """A cell that holds a task (as `task_of`) or test cases (as `io_task`), as verl's and
     SkyRL's code datasets put test cases in their ground truth."""
-    if _looks_like_cases(cell):
-        return io_task(cell)
-    return task_of(cell, column)
-
-
-def _looks_like_cases(cell: object) -> bool:
+    parsed = cell  # decoded once: a ground truth's cases may be megabytes of JSON
     if isinstance(cell, str | bytes):
-        try:
-            cell = json.loads(cell)
-        except ValueError:
-            return False
-    if isinstance(cell, list):
-        return True
-    return isinstance(cell, Mapping) and ("inputs" in cell or "cases" in cell)
+        with contextlib.suppress(ValueError):
+            parsed = json.loads(cell)
+    if isinstance(parsed, list) or (
+        isinstance(parsed, Mapping) and ("inputs" in parsed or "cases" in parsed)
+    ):
+        return io_task(parsed)
+    return task_of(parsed if isinstance(parsed, Mapping) else cell, column)
 
 
 def io_task(cases: object, *, task_id: str | None = None, **io: Any) -> Task:

@@ -200,10 +200,8 @@ def _run_result(command: CommandResult) -> CommandRunResult:
 
 
 def _signal_number(name: str) -> int:
-    try:
-        return int(signal.Signals[name if name.startswith("SIG") else f"SIG{name}"])
-    except KeyError:
-        return int(signal.SIGKILL)
+    """The runner names its kills as `signal.Signals` does ("SIGKILL")."""
+    return int(signal.Signals.__members__.get(name, signal.SIGKILL))
 
 
 def wait_s(call: RunCodeRequest, margin_s: float) -> float:
@@ -214,11 +212,11 @@ def wait_s(call: RunCodeRequest, margin_s: float) -> float:
 
 
 async def run_code(
-    client: Any, call: RunCodeRequest, wait_margin_s: float = WAIT_MARGIN_S
+    client: Any, call: RunCodeRequest, request: ExecutionRequest, wait_margin_s: float
 ) -> RunCodeResponse:
-    """One call through an AsyncClient: SandboxFusion's answer, or PlatformFailure when no
-    result came within `wait_s`. The request then still runs to its end, unread."""
-    request = execution_request(call)
+    """One call (`request` is its `execution_request`) through an AsyncClient: SandboxFusion's
+    answer, or PlatformFailure when no result came within `wait_s`. The request then still
+    runs to its end, unread."""
     timeout = max(0.0, wait_s(call, wait_margin_s))
     handles = await client.submit([request])
     try:
@@ -243,7 +241,7 @@ class Endpoint:
         remaining time), a call answers 504 a second before it runs out."""
         try:
             call = RunCodeRequest.model_validate_json(body)
-            execution_request(call)  # refused here, before it takes a slot
+            request = execution_request(call)  # refused here, before it takes a slot
         except ValidationError as exc:
             return _json(HTTPStatus.UNPROCESSABLE_ENTITY, {"detail": validation_message(exc)})
         except InputError as exc:
@@ -254,7 +252,7 @@ class Endpoint:
         if time_left_s is not None:
             margin = min(margin, time_left_s - 1 - wait_s(call, 0))
         try:
-            coro = run_code(self.client.aio, call, margin)
+            coro = run_code(self.client.aio, call, request, margin)
             response = self.client.schedule(coro).result()
         except (PlatformFailure, TrialboxError) as exc:
             log.warning("run_code failed on the platform: %s", exc)

@@ -87,8 +87,15 @@ class TrialboxReward:
         texts = [completion_text(c) for c in completions]
         groups = self._groups(cells, prompts, texts)
         client = self.connection.client()
+        grading = grade_groups(
+            client.aio,
+            [(task, completions) for task, completions, _ in groups],
+            self.extract,
+            mask_group=self.mask_failed_groups,
+            timeout=self.timeout,
+        )
         try:
-            graded = client.schedule(self._grade(client.aio, groups)).result()
+            graded = client.schedule(grading).result()
         except Exception as exc:
             if not is_infrastructure_failure(exc):
                 raise
@@ -112,25 +119,17 @@ class TrialboxReward:
         """Completions of the same task and prompt form a group (TRL's generations of one
         prompt), in first-seen order."""
         groups: dict[str, tuple[Task | str, list[str], list[int]]] = {}
+        tasks: dict[str, Task | str] = {}  # each distinct cell read once, not per generation
         for index, cell in enumerate(cells):
-            task = task_of(cell, self.task_column)
-            key = task if isinstance(task, str) else task.model_dump_json()
-            key += "\0" + repr(prompts[index] if prompts is not None else "")
+            cell_key = cell if isinstance(cell, str) else repr(cell)
+            if cell_key not in tasks:
+                tasks[cell_key] = task_of(cell, self.task_column)
+            task = tasks[cell_key]
+            key = cell_key + "\0" + repr(prompts[index] if prompts is not None else "")
             entry = groups.setdefault(key, (task, [], []))
             entry[1].append(texts[index])
             entry[2].append(index)
         return list(groups.values())
-
-    async def _grade(
-        self, client: AsyncClient, groups: list[tuple[Task | str, list[str], list[int]]]
-    ) -> list[Graded]:
-        return await grade_groups(
-            client,
-            [(task, completions) for task, completions, _ in groups],
-            self.extract,
-            mask_group=self.mask_failed_groups,
-            timeout=self.timeout,
-        )
 
 
 class TrialboxEnvironment:
@@ -214,7 +213,7 @@ class TrialboxEnvironment:
         if self._graded is not None:
             return "error: the episode is graded; the next reset starts another"
         try:
-            called = self._client().schedule(self._step(self._opening, argv)).result()
+            called = self._connection.client().schedule(self._step(self._opening, argv)).result()
         except Exception as exc:
             if not is_infrastructure_failure(exc):
                 raise
@@ -229,15 +228,12 @@ class TrialboxEnvironment:
 
     def _start_grading(self) -> None:
         if self._opening is not None and self._graded is None:
-            self._graded = self._client().schedule(_grade(self._opening))
+            self._graded = self._connection.client().schedule(_grade(self._opening))
 
     def _end(self) -> None:
         if self._opening is not None and self._graded is None:
-            self._client().schedule(_close(self._opening))
+            self._connection.client().schedule(_close(self._opening))
         self._opening = self._graded = None
-
-    def _client(self) -> Client:
-        return self._connection.client()
 
 
 async def _grade(opening: concurrent.futures.Future[AsyncSession]) -> ExecutionResult:

@@ -38,7 +38,6 @@ __all__ = [
     "SESSION_FIELD",
     "close_session",
     "compute_score",
-    "connection",
     "episode_session",
 ]
 
@@ -47,11 +46,6 @@ __all__ = [
 SESSION_FIELD = "trialbox_session"
 CHECKPOINT_FIELD = "trialbox_checkpoint"
 TASK_FIELD = "trialbox_task"  # in extra_info (or the tool's create_kwargs): the row's task
-
-
-def connection() -> Connection:
-    """The process's deployment: a stack named by TRIALBOX_STACK, else TRIALBOX_* names."""
-    return Connection.from_env()
 
 
 def task_cell(ground_truth: Any, extra_info: dict[str, Any] | None) -> Task | str:
@@ -79,7 +73,7 @@ async def compute_score(
     workspace is graded as the tool left it. A sample the platform failed scores 0.0 with
     `loss_mask` 1.0: verl has no way to leave a sample out, so filter on that key (its
     reward_extra_info column) or count it."""
-    client = connection().client()
+    client = Connection.from_env().client()
     future = client.schedule(_grade(client, solution_str, ground_truth, extra_info or {}))
     try:
         result = await asyncio.wrap_future(future)
@@ -126,7 +120,7 @@ async def episode_session(key: str, task: Task | str, ttl_s: float) -> AsyncSess
     """The episode's session, opened by its first call (on the client's loop)."""
     opening = _episodes.get(key)
     if opening is None:
-        aio = connection().client().aio
+        aio = Connection.from_env().client().aio
         opening = _episodes[key] = asyncio.ensure_future(aio.session(task, ttl_s=ttl_s).open())
     try:
         return await asyncio.shield(opening)

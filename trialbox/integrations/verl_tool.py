@@ -18,12 +18,11 @@ from verl.tools.base_tool import BaseTool
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 
 from trialbox.errors import InputError
-from trialbox.integrations.common import is_infrastructure_failure, task_or_cases
+from trialbox.integrations.common import Connection, is_infrastructure_failure, task_or_cases
 from trialbox.integrations.verl import (
     CHECKPOINT_FIELD,
     SESSION_FIELD,
     TASK_FIELD,
-    connection,
     episode_session,
 )
 from trialbox.models import Task
@@ -83,7 +82,7 @@ class TrialboxTool(BaseTool):  # type: ignore[misc]
         source = parameters.get(parameter)
         if not isinstance(source, str):
             return ToolResponse(text=f"error: give `{parameter}` as a string"), 0.0, {}
-        client = connection().client()
+        client = Connection.from_env().client()
         call = _call(agent_data.request_id, task, self.ttl_s, [*argv, source], self.timeout_s)
         try:
             session_id, result = await asyncio.wrap_future(client.schedule(call))

@@ -70,6 +70,11 @@ def stack_resources(name: str, region: str | None, session: Any) -> tuple[Resour
     return resources, session
 
 
+def is_loopback(url: str | None) -> bool:
+    """An endpoint on this machine: a local twin's."""
+    return urlparse(url or "").hostname in LOOPBACK
+
+
 def local_session(region: str | None = None) -> Any:
     """A boto3 session for a local twin, which takes any credentials."""
     return boto3.session.Session(
@@ -165,8 +170,7 @@ class AsyncClient:
     def is_local(self) -> bool:
         """A local twin (in-process, or `trialbox local up` on this machine), whose S3 and
         table end when it stops."""
-        host = urlparse(self.endpoint_url or "").hostname
-        return self._twin is not None or host in LOOPBACK
+        return self._twin is not None or is_loopback(self.endpoint_url)
 
     # --- task sets -----------------------------------------------------------------------------
 
