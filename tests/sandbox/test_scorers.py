@@ -58,15 +58,24 @@ PERF_TASK: dict[str, Any] = {
         "command": ["python", "-m", "pytest", "-q", "tests"],
         "scorer": "performance",
         # A wide tolerance: this test checks the mechanism, not this machine's noise (that is
-        # benchmarks/performance_noise.py's); the slow solution is about 5x the reference.
+        # benchmarks/performance_noise.py's). The slow solution is about 6x the reference, so
+        # its factor (about 0.25) stays under 0.7 even if noise halves the gap.
         "performance": {
-            "workload": "from solution import total\nprint(total(6_000_000))\n",
+            "workload": "from solution import total\nprint(total(4_000_000))\n",
             "tolerance": 0.5,
         },
     },
     "limits": {"timeout_s": 20, "memory_mb": 512},
 }
-SLOW = "def total(n):\n    t = 0\n    for i in range(n):\n        t += i\n    return t\n"
+# The same answers, computed three times over by a Python loop: several times the CPU.
+SLOW = (
+    "def total(n):\n"
+    "    for _ in range(3):\n"
+    "        t = 0\n"
+    "        for i in range(n):\n"
+    "            t += i\n"
+    "    return t\n"
+)
 
 
 def _perf(**changes: Any) -> Task:
@@ -80,7 +89,7 @@ def test_performance_scores_speed_against_the_reference(runner: Runner) -> None:
     same = _grade(runner, task, SUM_REFERENCE)
     assert (same.status, same.reward) == (Status.SUCCEEDED, 1.0), same.reward_breakdown
     assert same.reward_breakdown["speed_factor"] == 1.0
-    slow = _grade(runner, task, SLOW)  # the same answers, several times the CPU
+    slow = _grade(runner, task, SLOW)
     assert slow.status == Status.SUCCEEDED
     assert slow.reward is not None and 0 < slow.reward < 0.7, slow.reward_breakdown
     assert slow.reward_breakdown["cpu_s"] > slow.reward_breakdown["reference_cpu_s"]
