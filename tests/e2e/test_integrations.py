@@ -210,6 +210,14 @@ def test_verl_compute_score_grades_a_task_ref_and_verl_style_test_cases(
     assert verl_call(data_source="apps", solution_str=REVERSE, ground_truth=cases)["score"] == 1.0
     echo = "```python\nprint(input())\n```"
     assert verl_call(data_source="apps", solution_str=echo, ground_truth=cases)["score"] == 0.5
+    # A call-based problem, as PRIME's and TACO's code sets store it; a LeetCode-style answer.
+    calls = json.dumps(
+        {"fn_name": "twice", "inputs": [[2], [[1, 2]]], "outputs": [[4], [[1, 2, 1, 2]]]}
+    )
+    method = (
+        "```python\nclass Solution:\n    def twice(self, x: Any) -> Any:\n        return x * 2\n```"
+    )
+    assert verl_call(data_source="taco", solution_str=method, ground_truth=calls)["score"] == 1.0
 
 
 def test_verl_compute_score_is_zero_with_loss_mask_when_the_platform_fails(

@@ -143,8 +143,18 @@ def test_the_apps_form_and_bad_specs() -> None:
     assert Task.model_validate_json(SUM.model_dump_json()) == SUM  # the job spec round trip
     with pytest.raises(ValidationError, match="2 inputs but 1 outputs"):
         _task({"inputs": ["1\n", "2\n"], "outputs": ["1\n"]})
-    with pytest.raises(ValidationError, match="call-based problems"):
-        _task({"inputs": [[1]], "outputs": [[1]], "fn_name": "f"})
+    with pytest.raises(ValidationError, match="JSON list of its arguments"):
+        _task({"cases": [{"input": "{}", "output": "1"}], "fn_name": "f"})
+    with pytest.raises(ValidationError, match="remove program"):
+        _task({"inputs": [[1]], "outputs": [[1]], "fn_name": "f", "program": ["python", "x.py"]})
+    with pytest.raises(ValidationError, match="fn_name"):
+        _task({"inputs": [[1]], "outputs": [[1]], "fn_name": "os.system"})
+    with pytest.raises(ValidationError, match="testtype"):
+        _task({"cases": [{"input": "1", "output": "1", "testtype": "interactive"}]})
+    assert (
+        _task({"inputs": ["1\n"], "outputs": ["1\n"], "fn_name": ""}).grading.io
+        == _task({"cases": [{"input": "1\n", "output": "1\n"}]}).grading.io
+    )  # APPS writes fn_name "" for a stdin problem
     with pytest.raises(ValidationError, match=r"needs grading\.io"):
         _task(None)  # type: ignore[arg-type]
     with pytest.raises(ValidationError, match="remove hidden_tests"):
@@ -158,3 +168,109 @@ def test_the_apps_form_and_bad_specs() -> None:
             SUM.model_dump()
             | {"grading": {"command": ["pytest"], "io": {"cases": [{"input": "", "output": ""}]}}}
         )
+
+
+# Call-based problems, as APPS, TACO and PRIME store them: a case's input is the JSON list of
+# the arguments, its output the JSON of the return value (APPS wraps it in a one-item list).
+CALLS = _task(
+    {
+        "fn_name": "pair_sum",
+        "inputs": [[[1, 2, 3], 4], [[5], 5], [[], 0]],
+        "outputs": [[[0, 2]], [[]], [[]]],
+    }
+)
+PAIR_SUM = """
+def pair_sum(nums, target):
+    seen = {}
+    for i, n in enumerate(nums):
+        if target - n in seen:
+            return [seen[target - n], i]
+        seen[n] = i
+    return []
+"""
+
+
+def test_a_call_based_problem_calls_the_function_with_each_case(backend: Runner) -> None:
+    assert _grade(backend, CALLS, PAIR_SUM).reward == 1.0
+    # LeetCode's form: a Solution method; typing and collections names unimported, as
+    # LeetCode's and LiveCodeBench's graders allow; its prints do not touch the answer.
+    leetcode = """
+class Solution:
+    def pair_sum(self, nums: List[int], target: int) -> List[int]:
+        print("debug", nums)
+        seen: Dict[int, int] = defaultdict(int)
+        for i, n in enumerate(nums):
+            if target - n in seen:
+                return (seen[target - n], i)
+            seen[n] = i
+        return []
+"""
+    result = _grade(backend, CALLS, leetcode)
+    assert result.reward == 1.0, result.feedback
+    wrong = _grade(backend, CALLS, "def pair_sum(nums, target):\n    return [0, 2]\n")
+    assert wrong.reward == 1 / 3
+    assert [t.message for t in wrong.tests if t.outcome != "passed"] == [
+        "Failed: case 1: wrong answer",
+        "Failed: case 2: wrong answer",
+    ]
+    missing = _grade(backend, CALLS, "def other():\n    pass\n")
+    assert missing.reward == 0.0
+    assert "AttributeError" in (missing.tests[0].message or ""), missing.tests[0].message
+    odd = _grade(backend, CALLS, "def pair_sum(nums, target):\n    return {1, 2}\n")
+    assert odd.reward == 0.0 and "not JSON serializable" in (odd.tests[0].message or "")
+
+
+def test_a_call_compares_values(runner: Runner) -> None:
+    def task(output: Any, **io: Any) -> Task:
+        return _task({"fn_name": "f", "inputs": [[]], "outputs": [output], **io})
+
+    def reward(t: Task, returned: str) -> float | None:
+        return _grade(runner, t, f"def f():\n    return {returned}\n").reward
+
+    assert reward(task([0.1 + 0.2]), "0.3") == 1.0  # floats within float_tolerance
+    assert reward(task([0.1 + 0.2], compare="exact"), "0.3") == 0.0
+    assert reward(task([1, 2]), "1") == 0.0  # only a one-item list is unwrapped
+    assert reward(task([1, 2]), "(1, 2)") == 1.0  # a tuple is the list it dumps as
+    assert reward(task([True]), "1") == 0.0  # True is no number
+    assert reward(task(["3"]), "3") == 0.0
+    assert reward(task({"a": [1]}), "{'a': [1.0]}") == 1.0
+
+
+def test_livecodebench_functional_cases_are_calls(runner: Runner) -> None:
+    task = _task(
+        {
+            "fn_name": "join",
+            "cases": [
+                {"input": '"ab"\n3', "output": '"ababab"', "testtype": "functional"},
+                {"input": '"x"\n0', "output": '""', "testtype": "functional"},
+            ],
+        }
+    )
+    code = "class Solution:\n    def join(self, s: str, k: int) -> str:\n        return s * k\n"
+    assert _grade(runner, task, code).reward == 1.0
+
+
+def test_prime_stores_a_calls_arguments_as_json_lines(runner: Runner) -> None:
+    # verl's prime_code rows: each input one JSON argument per line, each output JSON text.
+    task = _task({"fn_name": "pair_sum", "inputs": ["[1, 2, 3]\n4", "[5]\n5"],
+                  "outputs": ["[0, 2]", "[]"]})  # fmt: skip
+    assert task.grading.io is not None
+    assert [c.input for c in task.grading.io.cases] == ["[[1, 2, 3], 4]", "[[5], 5]"]
+    assert _grade(runner, task, PAIR_SUM).reward == 1.0
+
+
+def test_a_call_cannot_reach_the_hidden_return_values(backend: Runner) -> None:
+    # The hunt, run inside the called function: it returns what it found.
+    hunter = (
+        "import contextlib, io\n"
+        "def f():\n"
+        "    found = io.StringIO()\n"
+        "    with contextlib.redirect_stdout(found), contextlib.suppress(SystemExit):\n"
+        f"        exec({HUNT!r}, {{}})\n"
+        "    return found.getvalue().strip()\n"
+    )
+    task = _task({"fn_name": "f", "inputs": [[]], "outputs": [SECRET], "case_timeout_s": 20})
+    result = _grade(backend, task, hunter)
+    assert result.reward == 0.0, result.feedback
+    assert [t.message for t in result.tests] == ["Failed: case 0: wrong answer"]
+    assert SECRET not in result.model_dump_json()

@@ -56,8 +56,11 @@ def test_test_cases_in_every_form_datasets_use_become_io_match_tasks() -> None:
     assert len({t.task_id for t in tasks if isinstance(t, Task)}) == 1  # the same cases
     with pytest.raises(InputError, match="2 inputs but 1 outputs"):
         io_task({"inputs": ["1", "2"], "outputs": ["1"]})
-    with pytest.raises(InputError, match="fn_name"):
-        io_task({"inputs": ["1"], "outputs": ["1"], "fn_name": "f"})
+    call = io_task({"fn_name": "f", "inputs": [[1, "a"]], "outputs": [[2]]})  # APPS, call-based
+    assert call.grading.io is not None and call.grading.io.fn_name == "f"
+    assert call.grading.io.cases[0].model_dump() == {"input": '[1, "a"]', "output": "[2]"}
+    with pytest.raises(InputError, match="JSON list of its arguments"):
+        io_task({"fn_name": "f", "cases": [{"input": "1", "output": "1"}]})
 
 
 def test_completions_are_text_or_the_last_message() -> None:

@@ -147,8 +147,9 @@ def task_or_cases(cell: object, column: str) -> Task | str:
 
 def io_task(cases: object, *, task_id: str | None = None, **io: Any) -> Task:
     """An inline `io_match` task from test cases, as code datasets store them:
-    `{"inputs": [...], "outputs": [...]}` (APPS, verl's code sets), `{"cases": [...]}`, a list
-    of `{"input", "output"}`, or the JSON text of any of these. The program is `solution.py`."""
+    `{"inputs": [...], "outputs": [...]}` (APPS, verl's code sets; with `fn_name`, a
+    call-based problem), `{"cases": [...]}`, a list of `{"input", "output"}`, or the JSON text
+    of any of these. The program is `solution.py`."""
     raw = json.loads(cases) if isinstance(cases, str | bytes) else cases
     if isinstance(raw, list):
         raw = {"cases": raw}

@@ -1,7 +1,16 @@
 """`io_match` grading: hidden (input, expected output) cases for stdin/stdout programs, as in
 competitive programming. The task names its cases in `grading.io`; the public form is
 `{"cases": [{"input": ..., "output": ...}]}`, and the APPS / verl form `{"inputs": [...],
-"outputs": [...]}` is accepted too.
+"outputs": [...]}` is accepted too, as are LiveCodeBench's cases (with their `testtype`).
+
+A call-based problem names its function (`fn_name`, as APPS, TACO and PRIME do): each case's
+input is the JSON list of the arguments and its output the JSON of the return value. The
+program is then a driver that imports `solution.py` (with the star imports LiveCodeBench's and
+LeetCode's graders give a solution), calls the function (a method of `Solution` when the module
+has that class, as LeetCode's answers are written) and prints its return value as JSON on a
+descriptor of its own; the solution's own prints go to stderr. The grader compares the values:
+lists and objects item by item, floats within `float_tolerance` (but `exact`), and, as APPS's
+grader does, a return value equal to the only item of a one-item expected list passes.
 
 Grading runs one generated pytest module (`TEST_FILE`, the task's only hidden test file, with
 one test per case). The cases never sit in a file: the runner hands them to the grader's pytest
@@ -12,6 +21,7 @@ number and verdict (wrong answer, time limit, runtime error), never its expected
 
 from __future__ import annotations
 
+import json
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
@@ -22,11 +32,30 @@ TEST_FILE = "tests/test_io_cases.py"
 COMMAND = ["python", "-m", "pytest", "-q", TEST_FILE]
 CASES_FD_ENV = "TRIALBOX_CASES_FD"
 MAX_CASES = 1000
+DEFAULT_PROGRAM = ["python", "solution.py"]
 
 
 class IoCase(StrictModel):
     input: str
     output: str
+
+    @model_validator(mode="before")
+    @classmethod
+    def _livecodebench(cls, raw: Any) -> Any:
+        """LiveCodeBench's cases carry a `testtype`: `stdin`, or `functional` (one JSON
+        argument per line of the input)."""
+        if not isinstance(raw, dict) or "testtype" not in raw:
+            return raw
+        rest = {k: v for k, v in raw.items() if k != "testtype"}
+        if raw["testtype"] == "functional" and isinstance(rest.get("input"), str):
+            try:
+                args = [json.loads(line) for line in rest["input"].splitlines() if line.strip()]
+            except ValueError as exc:
+                raise ValueError(f"a functional case's input line is not JSON: {exc}") from None
+            rest["input"] = json.dumps(args)
+        elif raw["testtype"] != "stdin":
+            raise ValueError(f"testtype {raw['testtype']!r}: stdin or functional")
+        return rest
 
 
 class IoSpec(StrictModel):
@@ -39,27 +68,51 @@ class IoSpec(StrictModel):
     float_tolerance: float = Field(default=1e-6, gt=0, le=1)
     case_timeout_s: float = Field(default=2.0, gt=0, le=60, description="wall clock, per case")
     program: list[str] = Field(
-        default_factory=lambda: ["python", "solution.py"], min_length=1, max_length=32
+        default_factory=lambda: list(DEFAULT_PROGRAM), min_length=1, max_length=32
+    )
+    fn_name: str | None = Field(
+        default=None,
+        pattern=r"^[A-Za-z_][A-Za-z0-9_]*$",
+        description="call-based: the function (or `Solution` method) each case calls, with "
+        "the case's input as the JSON list of its arguments",
     )
 
     @model_validator(mode="before")
     @classmethod
     def _apps_form(cls, raw: Any) -> Any:
-        if not isinstance(raw, dict) or "cases" in raw or "inputs" not in raw:
+        if not isinstance(raw, dict):
             return raw
-        if raw.get("fn_name"):
-            raise ValueError(
-                "call-based problems (fn_name) are not io_match tasks: grade them with a "
-                "hidden pytest file that calls the function"
-            )
+        if not raw.get("fn_name"):  # APPS writes "" for a stdin problem
+            raw = {k: v for k, v in raw.items() if k != "fn_name"}
+        if "cases" in raw or "inputs" not in raw:
+            return raw
         inputs, outputs = raw.get("inputs"), raw.get("outputs")
         if not isinstance(inputs, list) or not isinstance(outputs, list):
-            raise ValueError("inputs and outputs must be lists of strings")
+            raise ValueError("inputs and outputs must be lists")
         if len(inputs) != len(outputs):
             raise ValueError(f"{len(inputs)} inputs but {len(outputs)} outputs")
-        rest = {k: v for k, v in raw.items() if k not in ("inputs", "outputs", "fn_name")}
-        cases = [{"input": i, "output": o} for i, o in zip(inputs, outputs, strict=True)]
+        rest = {k: v for k, v in raw.items() if k not in ("inputs", "outputs")}
+        if not raw.get("fn_name"):
+            cases = [{"input": i, "output": o} for i, o in zip(inputs, outputs, strict=True)]
+        else:  # APPS stores a call's arguments and return value as values, PRIME as JSON text
+            cases = [_call_case(i, o) for i, o in zip(inputs, outputs, strict=True)]
         return rest | {"cases": cases}
+
+    @model_validator(mode="after")
+    def _call_cases(self) -> IoSpec:
+        if self.fn_name is None:
+            return self
+        if self.program != DEFAULT_PROGRAM:
+            raise ValueError("a call-based spec (fn_name) imports solution.py: remove program")
+        for n, case in enumerate(self.cases):
+            try:
+                args = json.loads(case.input)
+                json.loads(case.output)
+            except ValueError as exc:
+                raise ValueError(f"case {n}: a call's input and output are JSON: {exc}") from None
+            if not isinstance(args, list):
+                raise ValueError(f"case {n}: a call's input is the JSON list of its arguments")
+        return self
 
     def test_ids(self) -> list[str]:
         return [f"{TEST_FILE}::test_case[{n}]" for n in range(len(self.cases))]
@@ -67,6 +120,16 @@ class IoSpec(StrictModel):
     def payload(self) -> bytes:
         """What the grader's pytest reads from CASES_FD_ENV."""
         return self.model_dump_json().encode()
+
+
+def _call_case(args: Any, returned: Any) -> dict[str, Any]:
+    """A call's case from APPS's values (the argument list, the return value) or from PRIME's
+    text (one JSON argument per line, the return value's JSON)."""
+    if isinstance(args, str):
+        output = returned if isinstance(returned, str) else json.dumps(returned)
+        return {"input": args, "output": output, "testtype": "functional"}
+    return {"input": json.dumps(args if isinstance(args, list) else [args]),
+            "output": json.dumps(returned)}  # fmt: skip
 
 
 # The generated test module. It holds no case: they arrive on the descriptor.
@@ -103,6 +166,8 @@ def _numbers_close(got, want):
 
 
 def _same(got, want):
+    if _SPEC["fn_name"]:
+        return _returned(got, want)
     if _SPEC["compare"] == "exact":
         return got == want
     if _SPEC["compare"] == "whitespace":
@@ -110,12 +175,83 @@ def _same(got, want):
     return _numbers_close(got, want)
 
 
+def _returned(got, want):
+    try:
+        value = json.loads(got)
+    except ValueError:
+        return False
+    expected = json.loads(want)
+    if _equal(value, expected):
+        return True
+    return isinstance(expected, list) and len(expected) == 1 and _equal(value, expected[0])
+
+
+def _equal(got, want):
+    if isinstance(want, list):
+        return isinstance(got, list) and len(got) == len(want) and all(
+            _equal(g, w) for g, w in zip(got, want)
+        )
+    if isinstance(want, dict):
+        return isinstance(got, dict) and got.keys() == want.keys() and all(
+            _equal(got[k], want[k]) for k in want
+        )
+    if isinstance(got, bool) or isinstance(want, bool):
+        return got is want
+    number = (int, float)
+    if isinstance(got, number) and isinstance(want, number):
+        if _SPEC["compare"] == "exact" or not (isinstance(got, float) or isinstance(want, float)):
+            return got == want
+        tolerance = _SPEC["float_tolerance"]
+        return math.isclose(got, want, rel_tol=tolerance, abs_tol=tolerance)
+    return type(got) is type(want) and got == want
+
+
+# A call-based case's program: the function's return value, as JSON, on fd 1 as it was; the
+# solution's own prints go to stderr.
+_DRIVER = r"""
+import importlib.util, json, os, sys
+sys.setrecursionlimit(6 * 10**5)  # as PRIME's grader (verl's prime_code)
+args = json.loads(sys.stdin.read())
+result = os.fdopen(os.dup(1), "w")
+os.dup2(2, 1)
+spec = importlib.util.spec_from_file_location("solution", "solution.py")
+module = importlib.util.module_from_spec(spec)
+sys.modules["solution"] = module
+exec(
+    "from string import *\\nfrom re import *\\nfrom datetime import *\\n"
+    "from collections import *\\nfrom heapq import *\\nfrom bisect import *\\n"
+    "from copy import *\\nfrom math import *\\nfrom random import *\\n"
+    "from statistics import *\\nfrom itertools import *\\nfrom functools import *\\n"
+    "from operator import *\\nfrom io import *\\nfrom sys import *\\nfrom json import *\\n"
+    "from typing import *\\nfrom builtins import *\\n"
+    "import string, re, datetime, collections, heapq, bisect, copy, math, random\\n"
+    "import statistics, itertools, functools, operator, io, typing, sys, json\\n",
+    module.__dict__,
+)
+spec.loader.exec_module(module)
+holder = getattr(module, "Solution", None)
+if isinstance(holder, type) and hasattr(holder, sys.argv[1]):
+    function = getattr(holder(), sys.argv[1])
+else:
+    function = getattr(module, sys.argv[1])
+returned = function(*args)
+json.dump(returned, result)
+result.close()
+"""
+
+
+def _program():
+    if _SPEC["fn_name"]:
+        return ["python", "-c", _DRIVER, _SPEC["fn_name"]]
+    return _SPEC["program"]
+
+
 @pytest.mark.parametrize("case", range(len(_CASES)))
 def test_case(case):
     limit = _SPEC["case_timeout_s"]
     try:
         run = subprocess.run(
-            _SPEC["program"],
+            _program(),
             input=_CASES[case]["input"].encode(),
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
