@@ -20,7 +20,7 @@ from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
-from infra.nag import acknowledge, logical_id
+from infra.nag import acknowledge, executions_finding, logical_id
 from infra.sessions import CLIENT_ACTIONS, WHY, session_queue_prefix
 from trialbox import keys
 
@@ -115,7 +115,6 @@ class ClientPolicy(Construct):
             ],
         )
         tasksets_id, traces_id = logical_id(tasksets), logical_id(traces)
-        rollout_id = logical_id(rollout)
         acknowledge(
             self,
             {
@@ -136,9 +135,7 @@ class ClientPolicy(Construct):
                 ]: "a session's worker is one of the pool's tasks, whose ids ECS assigns",
                 "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:sqs:<AWS::Region>:"
                 f"<AWS::AccountId>:{session_queue_prefix(stack.stack_name)}*]": WHY,
-                "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:states:<AWS::Region>:"
-                '<AWS::AccountId>:execution:{"Fn::Select":[6,{"Fn::Split":[":",'
-                f'{{"Ref":"{rollout_id}"}}]}}]}}:*]': (
+                executions_finding(rollout): (
                     "StopExecution on the Rollout's own executions, one per request id"
                 ),
                 "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:cloudformation:<AWS::Region>:"

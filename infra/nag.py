@@ -21,6 +21,15 @@ def logical_id(construct: IConstruct) -> str:
     return Stack.of(construct).get_logical_id(element)
 
 
+def executions_finding(state_machine: IConstruct) -> str:
+    """cdk-nag's name for a grant on a state machine's executions (`grant_execution`)."""
+    return (
+        "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:states:<AWS::Region>:"
+        '<AWS::AccountId>:execution:{"Fn::Select":[6,{"Fn::Split":[":",'
+        f'{{"Ref":"{logical_id(state_machine)}"}}]}}]}}:*]'
+    )
+
+
 def acknowledge(scope: IConstruct, findings: dict[str, str]) -> None:
     """Acknowledge each finding (rule id -> reason) on `scope` and below, nowhere else."""
     for rule_id, reason in findings.items():

@@ -1,7 +1,8 @@
 """SandboxFusion's POST /run_code on AWS: the RunCode function behind a function URL with IAM
 auth (no API Gateway, so no 29 s integration timeout). It sends each call into the pipeline
-as an ungraded request and polls its result, as the SDK does; `trialbox
-sandbox-fusion-proxy` on the trainer node signs the calls (docs/integrations.md)."""
+as an ungraded request and polls its result, as the SDK does, and cancels a call that misses
+its deadline; `trialbox sandbox-fusion-proxy` on the trainer node signs the calls
+(docs/integrations.md)."""
 
 from __future__ import annotations
 
@@ -11,10 +12,11 @@ from aws_cdk import aws_iam as iam
 from aws_cdk import aws_lambda as lambda_
 from aws_cdk import aws_s3 as s3
 from aws_cdk import aws_sqs as sqs
+from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
 from infra.lambdas import TrialboxFunction
-from infra.nag import grant_objects
+from infra.nag import acknowledge, executions_finding, grant_objects
 from trialbox import keys
 from trialbox.constants import RUN_CODE_TIMEOUT_S
 
@@ -31,6 +33,7 @@ class RunCode(Construct):
         requests: sqs.IQueue,
         table: dynamodb.ITable,
         traces: s3.IBucket,
+        rollout: sfn.StateMachine,
         max_concurrency: int,
     ) -> None:
         super().__init__(scope, construct_id)
@@ -45,5 +48,13 @@ class RunCode(Construct):
             iam.PolicyStatement(actions=["sqs:SendMessage"], resources=[requests.queue_arn])
         )
         table.grant(function.role, "dynamodb:BatchGetItem")
+        # A call that misses its deadline is cancelled, as the SDK cancels: a conditional
+        # PutItem of its `cancelled` result, then StopExecution, so that it frees its slot.
+        table.grant(function.role, "dynamodb:PutItem")
+        rollout.grant_execution(function.role, "states:StopExecution")
+        acknowledge(
+            function.role,
+            {executions_finding(rollout): "StopExecution on the Rollout's own executions"},
+        )
         payloads = {f"{keys.PAYLOADS_PREFIX}*": "a call over 128 KiB is sent by reference"}
         grant_objects(function.role, traces, reads={}, puts=payloads)

@@ -10,7 +10,7 @@ from infra.config import StackConfig
 from infra.intake import DISPATCHER_TIMEOUT, Intake
 from infra.lambdas import TrialboxFunction, lambda_code, service_name
 from infra.monitoring import Monitoring
-from infra.nag import acknowledge, grant_objects, logical_id
+from infra.nag import acknowledge, executions_finding, grant_objects
 from infra.network import Network
 from infra.orchestration import Orchestration
 from infra.pool import Pool
@@ -151,15 +151,13 @@ class TrialboxStack(Stack):
         storage.executions.grant(dispatcher.role, "dynamodb:GetItem")
         orchestration.rollout.grant_start_execution(dispatcher.role)
         orchestration.rollout.grant_execution(dispatcher.role, "states:DescribeExecution")
-        rollout_id = logical_id(orchestration.rollout)
-        executions = (
-            "AwsSolutions-IAM5[Resource::arn:<AWS::Partition>:states:<AWS::Region>:"
-            '<AWS::AccountId>:execution:{"Fn::Select":[6,{"Fn::Split":[":",'
-            f'{{"Ref":"{rollout_id}"}}]}}]}}:*]'
-        )
         acknowledge(
             dispatcher.role,
-            {executions: "DescribeExecution on the Rollout's own executions (a redelivery check)"},
+            {
+                executions_finding(orchestration.rollout): (
+                    "DescribeExecution on the Rollout's own executions (a redelivery check)"
+                )
+            },
         )
         orchestration.rollout.grant_task_response(worker)
         run_code = RunCode(
@@ -171,12 +169,14 @@ class TrialboxStack(Stack):
                 | {
                     c.ENV_REQUESTS_QUEUE_URL: intake.requests.queue.queue_url,
                     c.ENV_EXECUTIONS_TABLE: storage.executions.table_name,
+                    c.ENV_ROLLOUT_ARN: orchestration.rollout.state_machine_arn,
                     c.ENV_POOL_CAPACITY: str(config.pool.max_workers),
                 },
                 RUN_CODE_TIMEOUT,
             ),
             requests=intake.requests.queue,
             table=storage.executions,
+            rollout=orchestration.rollout,
             traces=storage.traces,
             max_concurrency=4 * config.pool.max_workers,
         )

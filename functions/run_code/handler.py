@@ -18,6 +18,7 @@ endpoint = Endpoint(Client())  # the TRIALBOX_* resources of the function's envi
 
 
 @app.post("/run_code")
+@app.post("/run_code/")  # SandboxFusion's server takes it (FastAPI redirects it)
 def run_code() -> Response[str]:
     time_left_s = app.lambda_context.get_remaining_time_in_millis() / 1000
     event = app.current_event  # the body's bytes as sent: JSON that is not UTF-8 is a 422

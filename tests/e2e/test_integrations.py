@@ -514,12 +514,32 @@ def test_the_proxy_answers_504_when_the_function_url_is_unreachable() -> None:
 
 def test_a_call_answers_504_before_the_lambda_runs_out_of_time(client: Client) -> None:
     slow = json.dumps(
-        {"code": "import time; time.sleep(30)", "language": "python", "run_timeout": 40}
+        {"code": "import time; time.sleep(8)", "language": "python", "run_timeout": 40}
     )
     started = time.monotonic()
     status, body = sf.Endpoint(client).answer(slow.encode(), time_left_s=4.0)
     assert (status, json.loads(body)["status"]) == (504, "SandboxError")
     assert time.monotonic() - started < 4.0
+    # It was cancelled, not left to run unread: its result is recorded and its execution
+    # stopped, which frees its sandbox (verl sends the call again).
+    assert "cancelled" in json.loads(body)["message"], body
+    aws = client.aio._aws
+    items = aws.dynamodb.scan(TableName=client.aio.resources.executions_table)["Items"]
+    cancelled = [
+        i["request_id"]["S"]
+        for i in items
+        if i["request_id"]["S"].startswith("sandbox-fusion-") and i["status"]["S"] == "cancelled"
+    ]
+    assert len(cancelled) == 1, items
+    assert client.aio.resources.rollout_arn is not None
+    execution = client.aio.resources.rollout_arn.replace(":stateMachine:", ":execution:")
+    # (moto aborts an execution waiting on a task token when that wait ends: the sleep's end)
+    deadline = time.monotonic() + 60
+    while aws.sfn.describe_execution(executionArn=f"{execution}:{cancelled[0]}")["status"] != (
+        "ABORTED"
+    ):
+        assert time.monotonic() < deadline, "the execution was not stopped"
+        time.sleep(0.5)
 
 
 # --- red team: what a hostile caller or an odd dataset found (each failed before its fix) ------
@@ -572,6 +592,13 @@ def test_skyrl_an_output_block_after_the_work_replaces_nothing(twin_env: None, r
     env.init([])
     env.step(f"```bash\ncat > solution.py <<'EOF'\n{CORRECT}EOF\n```")
     assert env.step("It prints:\n```\n3\n```")["reward"] == 1.0
+
+
+def test_run_code_answers_with_a_trailing_slash_too(endpoint: str) -> None:
+    # SandboxFusion (FastAPI) redirects /run_code/ to /run_code, so clients written for it work.
+    call = {"code": "print(6 * 7)", "language": "python"}
+    answered = requests.post(f"{endpoint}/run_code/", json=call, timeout=60)
+    assert (answered.status_code, answered.json()["run_result"]["stdout"]) == (200, "42\n")
 
 
 def test_run_code_bodies_that_are_not_utf8_are_422_not_a_crash(endpoint: str) -> None:

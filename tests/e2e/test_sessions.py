@@ -66,6 +66,7 @@ def test_oom_and_timeout_end_the_call_only(client: Client) -> None:
         assert "memory limit 128 MiB" in hog.feedback
         slow = s.step(commands=[["sleep", "30"]], timeout_s=1)
         assert (slow.status, slow.commands[0].timed_out) == (Status.TIMEOUT, True)
+        assert "timed out after 1 s" in slow.feedback, slow.feedback  # the call's, not 5 s
         assert s.exec(["cat", "keep.txt"]).stdout == "kept\n"
 
 

@@ -194,6 +194,15 @@ def _run_code_calls(twin: LocalTwin) -> None:
         assert (status, json.loads(body)["run_result"]["stdout"]) == (200, printed), body
 
 
+def _run_code_missing_its_deadline(twin: LocalTwin) -> None:
+    """With no worker to run it, a /run_code call misses its deadline: the function cancels
+    it (PutItem of its `cancelled` result, StopExecution) and answers 504."""
+    proxy = Proxy(twin.output(c.OUTPUT_RUN_CODE_URL), local_session(), timeout_s=120)
+    call = {"code": "print(1)", "language": "python", "run_timeout": 1}
+    status, body = proxy.answer(json.dumps(call).encode())
+    assert (status, "cancelled" in json.loads(body)["message"]) == (504, True), body
+
+
 def _leftover_queues(twin: LocalTwin, sqs: Any) -> tuple[str, str]:
     """Session queues nobody will end: one past its TTL (the reaper deletes it) and one made
     by hand without the tag (the reaper reads its age and keeps it)."""
@@ -206,10 +215,12 @@ def _leftover_queues(twin: LocalTwin, sqs: Any) -> tuple[str, str]:
 
 def _lost_host(twin: LocalTwin, sdk: Client, workers: list[Worker]) -> None:
     """From here the twin's own worker process (an ECS task in the twin) serves: a session's
-    host is SIGKILLed mid-call, so that the SDK asks ECS why it stopped."""
+    host is SIGKILLed mid-call, so that the SDK asks ECS why it stopped. Between the two, no
+    worker runs: a /run_code call misses its deadline."""
     for worker in workers:
         worker.stop.set()
     time.sleep(2)  # their long polls (1 s) end
+    _run_code_missing_its_deadline(twin)
     twin.add_worker()
     assert twin.pool is not None
     with sdk.session(Task.model_validate(ADD_TASK), ttl_s=120) as session:

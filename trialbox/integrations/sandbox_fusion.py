@@ -32,7 +32,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from trialbox.constants import RUN_CODE_TIMEOUT_S
 from trialbox.errors import InputError, TrialboxError, WaitTimeout
-from trialbox.models import ExecutionRequest, ExecutionResult, Task
+from trialbox.models import ExecutionRequest, ExecutionResult, Status, Task
 from trialbox.models.common import EncodedFile, RelPath
 from trialbox.models.limits import LimitOverrides
 from trialbox.models.report import CommandResult
@@ -215,14 +215,23 @@ async def run_code(
     client: Any, call: RunCodeRequest, request: ExecutionRequest, wait_margin_s: float
 ) -> RunCodeResponse:
     """One call (`request` is its `execution_request`) through an AsyncClient: SandboxFusion's
-    answer, or PlatformFailure when no result came within `wait_s`. The request then still
-    runs to its end, unread."""
+    answer, or PlatformFailure when no result came within `wait_s`. A call that missed its
+    deadline is cancelled (its slot freed: verl sends it again), unless its result was
+    recorded first, which is then the answer."""
     timeout = max(0.0, wait_s(call, wait_margin_s))
-    handles = await client.submit([request])
+    [handle] = await client.submit([request])
     try:
-        [result] = await client.gather(handles, timeout)
+        result = await handle.result(timeout)
     except WaitTimeout:
-        raise PlatformFailure(f"no result within {timeout:.0f} s") from None
+        try:
+            await client.cancel([handle])
+        except TrialboxError as exc:
+            log.warning("cancelling %s failed: %s", request.request_id, exc)
+        if not handle.done():
+            raise PlatformFailure(f"no result within {timeout:.0f} s") from None
+        result = await handle.result()
+        if result.status == Status.CANCELLED:
+            raise PlatformFailure(f"no result within {timeout:.0f} s; cancelled") from None
     return response_for(call, result)
 
 

@@ -262,7 +262,8 @@ class HostedSession:
                 )
             if call.files:
                 workspace.write(call.files)
-            commands = [workspace.exec(argv, self._timeout(call)) for argv in call.commands]
+            timeout_s = min(self._timeout(call), workspace.limits.timeout_s)
+            commands = [workspace.exec(argv, timeout_s) for argv in call.commands]
             self._save()
         except WorkspaceError as exc:
             # The policy's mistake, told back, and the session goes on; a call that may have
@@ -299,7 +300,9 @@ class HostedSession:
             status=status,
             loss_mask=loss_mask,
             commands=commands,
-            feedback=command_feedback(commands, workspace.limits),
+            feedback=command_feedback(
+                commands, workspace.limits.model_copy(update={"timeout_s": timeout_s})
+            ),
             checkpoint=self.checkpoint,
             restored_s=restored_s,
         )
