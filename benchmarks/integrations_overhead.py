@@ -64,6 +64,15 @@ def main() -> None:
         def add(name: str, seconds: float) -> None:
             times.setdefault(name, []).append(seconds)
 
+        # /run_code first, while no session holds one of the pool's slots.
+        payload = {"code": "print(1)", "language": "python"}
+        call = sf.RunCodeRequest.model_validate(payload)
+        for _ in range(n):
+            add("run_code: SDK request", timed(lambda: client.run([sf.execution_request(call)])))
+            add(
+                "run_code: function URL /run_code",
+                timed(lambda: requests.post(url, json=payload, timeout=60)),
+            )
         session = client.session(ref)
         env = environment_factory(client)()
         env.reset(task_ref=ref)
@@ -75,8 +84,6 @@ def main() -> None:
 
         sky = skyrl_gym.make("trialbox", env_config={"max_turns": 10**6}, extras={"task_ref": ref})
         sky.init([])
-        payload = {"code": "print(1)", "language": "python"}
-        call = sf.RunCodeRequest.model_validate(payload)
 
         async def verl_tool_call(rep: int) -> None:
             instance, _ = await tool.create(create_kwargs={"task": ref})
@@ -109,14 +116,6 @@ def main() -> None:
             add("tool: TRL environment bash", timed(lambda: env.bash(command="echo 1")))
             add("tool: verl TrialboxTool", timed(lambda rep=rep: asyncio.run(verl_tool_call(rep))))
             add("tool: SkyRL step (bash)", timed(lambda: sky.step("```bash\necho 1\n```")))
-            add(
-                "run_code: SDK request",
-                timed(lambda: client.run([sf.execution_request(call)])),
-            )
-            add(
-                "run_code: function URL /run_code",
-                timed(lambda: requests.post(url, json=payload, timeout=60)),
-            )
         session.close()
         sky.close()
     medians = {name: statistics.median(values) for name, values in times.items()}
