@@ -248,6 +248,13 @@ def test_livecodebench_functional_cases_are_calls(runner: Runner) -> None:
     )
     code = "class Solution:\n    def join(self, s: str, k: int) -> str:\n        return s * k\n"
     assert _grade(runner, task, code).reward == 1.0
+    # DeepCoder's rows name the function in each case's metadata.
+    metadata = {"func_name": "join"}
+    rows = [
+        {"input": '"ab"\n3', "output": '"ababab"', "testtype": "functional", "metadata": metadata},
+        {"input": '"x"\n0', "output": '""', "testtype": "functional", "metadata": metadata},
+    ]
+    assert _task({"cases": rows}).grading.io == task.grading.io
 
 
 def test_prime_stores_a_calls_arguments_as_json_lines(runner: Runner) -> None:

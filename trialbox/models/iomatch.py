@@ -43,18 +43,19 @@ class IoCase(StrictModel):
     @classmethod
     def _livecodebench(cls, raw: Any) -> Any:
         """LiveCodeBench's cases carry a `testtype`: `stdin`, or `functional` (one JSON
-        argument per line of the input)."""
-        if not isinstance(raw, dict) or "testtype" not in raw:
+        argument per line of the input), and may carry `metadata` (read by IoSpec)."""
+        if not isinstance(raw, dict) or not {"testtype", "metadata"} & raw.keys():
             return raw
-        rest = {k: v for k, v in raw.items() if k != "testtype"}
-        if raw["testtype"] == "functional" and isinstance(rest.get("input"), str):
+        rest = {k: v for k, v in raw.items() if k not in ("testtype", "metadata")}
+        testtype = raw.get("testtype", "stdin")
+        if testtype not in ("stdin", "functional"):
+            raise ValueError(f"testtype {testtype!r}: stdin or functional")
+        if testtype == "functional" and isinstance(rest.get("input"), str):
             try:
                 args = [json.loads(line) for line in rest["input"].splitlines() if line.strip()]
             except ValueError as exc:
                 raise ValueError(f"a functional case's input line is not JSON: {exc}") from None
             rest["input"] = json.dumps(args)
-        elif raw["testtype"] != "stdin":
-            raise ValueError(f"testtype {raw['testtype']!r}: stdin or functional")
         return rest
 
 
@@ -82,6 +83,8 @@ class IoSpec(StrictModel):
     def _apps_form(cls, raw: Any) -> Any:
         if not isinstance(raw, dict):
             return raw
+        if not raw.get("fn_name") and isinstance(raw.get("cases"), list):
+            raw = raw | {"fn_name": _metadata_function(raw["cases"])}
         if not raw.get("fn_name"):  # APPS writes "" for a stdin problem
             raw = {k: v for k, v in raw.items() if k != "fn_name"}
         if "cases" in raw or "inputs" not in raw:
@@ -120,6 +123,21 @@ class IoSpec(StrictModel):
     def payload(self) -> bytes:
         """What the grader's pytest reads from CASES_FD_ENV."""
         return self.model_dump_json().encode()
+
+
+def _metadata_function(cases: list[Any]) -> str | None:
+    """The function LiveCodeBench-style cases name in their `metadata` (`func_name`, in an
+    object or its JSON text), as DeepCoder's rows carry it."""
+    for case in cases:
+        metadata = case.get("metadata") if isinstance(case, dict) else None
+        if isinstance(metadata, str):
+            try:
+                metadata = json.loads(metadata)
+            except ValueError:
+                continue
+        if isinstance(metadata, dict) and isinstance(metadata.get("func_name"), str):
+            return metadata["func_name"]
+    return None
 
 
 def _call_case(args: Any, returned: Any) -> dict[str, Any]:
