@@ -135,8 +135,9 @@ def _metadata_function(cases: list[Any]) -> str | None:
                 metadata = json.loads(metadata)
             except ValueError:
                 continue
-        if isinstance(metadata, dict) and isinstance(metadata.get("func_name"), str):
-            return metadata["func_name"]
+        name = metadata.get("func_name") if isinstance(metadata, dict) else None
+        if isinstance(name, str):
+            return name
     return None
 
 
