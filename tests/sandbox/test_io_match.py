@@ -5,7 +5,9 @@ the grader's holds them where it can read)."""
 
 from __future__ import annotations
 
+import math
 import secrets
+import sys
 from typing import Any
 
 import pytest
@@ -215,7 +217,7 @@ class Solution:
     ]
     missing = _grade(backend, CALLS, "def other():\n    pass\n")
     assert missing.reward == 0.0
-    assert "AttributeError" in (missing.tests[0].message or ""), missing.tests[0].message
+    assert "defines no function" in (missing.tests[0].message or ""), missing.tests[0].message
     odd = _grade(backend, CALLS, "def pair_sum(nums, target):\n    return {1, 2}\n")
     assert odd.reward == 0.0 and "not JSON serializable" in (odd.tests[0].message or "")
 
@@ -234,6 +236,61 @@ def test_a_call_compares_values(runner: Runner) -> None:
     assert reward(task([True]), "1") == 0.0  # True is no number
     assert reward(task(["3"]), "3") == 0.0
     assert reward(task({"a": [1]}), "{'a': [1.0]}") == 1.0
+    assert reward(task([3]), "3.0") == 1.0  # an integer answer, exactly
+    assert reward(task([999999937]), "999999000.0") == 0.0  # no tolerance for an integer
+    assert reward(task([1000000]), "2000001 / 2") == 0.0
+
+
+def test_a_call_finds_only_what_the_solution_defines(runner: Runner) -> None:
+    # The star imports give a solution math's factorial: it must not earn an empty answer.
+    task = _task({"fn_name": "factorial", "inputs": ["5", "3"], "outputs": ["120", "6"]})
+    empty = _grade(runner, task, "")
+    assert empty.reward == 0.0
+    assert "solution.py defines no function 'factorial'" in (empty.tests[0].message or "")
+    assert _grade(runner, task, "from math import factorial\n").reward == 1.0  # its own import
+    listed = _task({"fn_name": "count", "inputs": [[1]], "outputs": [0]})
+    assert _grade(runner, listed, "class Solution(list):\n    pass\n").reward == 0.0
+
+
+def test_a_call_takes_int_keys_and_returns_huge_integers(runner: Runner) -> None:
+    keyed = _task({"fn_name": "f", "inputs": [[{"1": 2, "3": 4}]], "outputs": [[6]]})
+    assert _grade(runner, keyed, "def f(d):\n    return d[1] + d[3]\n").reward == 1.0  # as PRIME
+    limit = sys.get_int_max_str_digits()
+    sys.set_int_max_str_digits(0)
+    try:
+        digits = str(math.factorial(1700))  # over Python's 4300 digits
+    finally:
+        sys.set_int_max_str_digits(limit)
+    huge = _task({"fn_name": "f", "inputs": ["1700"], "outputs": [digits]})
+    code = "def f(n):\n    return factorial(n)\n"
+    assert _grade(runner, huge, code).reward == 1.0
+
+
+def test_bad_call_specs_are_refused() -> None:
+    functional = [{"input": "1", "output": "1", "testtype": "functional"}]
+    with pytest.raises(ValidationError, match="functional cases are calls: give fn_name"):
+        _task({"cases": functional})
+    with pytest.raises(ValidationError, match="cannot name a solution's function"):
+        _task({"fn_name": "__init__", "inputs": [[1]], "outputs": [1]})
+    with pytest.raises(ValidationError, match="cannot name a solution's function"):
+        _task({"fn_name": "class", "inputs": [[1]], "outputs": [1]})
+    deep = "[" * 3000 + "]" * 3000
+    with pytest.raises(ValidationError, match="case 0"):
+        _task({"fn_name": "f", "cases": [{"input": "[]", "output": deep}]})
+    with pytest.raises(ValidationError, match="remove isolation"):
+        _task({"inputs": ["1\n"], "outputs": ["1\n"]}, isolation="in_process")
+
+
+def test_many_cases_get_time_enough() -> None:
+    # Each case is a process: a fixed timeout would fail a right answer on a big case set.
+    few, many = (
+        _task({"inputs": ["1"] * 10, "outputs": ["1"] * 10}),
+        _task({"inputs": ["1"] * 400, "outputs": ["1"] * 400}),
+    )
+    assert (few.grading_timeout_s, many.grading_timeout_s) == (30, 100)
+    assert (
+        _task({"inputs": ["1"] * 400, "outputs": ["1"] * 400}, timeout_s=5).grading_timeout_s == 5
+    )
 
 
 def test_livecodebench_functional_cases_are_calls(runner: Runner) -> None:

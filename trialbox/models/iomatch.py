@@ -22,16 +22,21 @@ number and verdict (wrong answer, time limit, runtime error), never its expected
 from __future__ import annotations
 
 import json
+import keyword
 from typing import Any, Literal
 
 from pydantic import Field, model_validator
 
 from trialbox.models.common import StrictModel
+from trialbox.models.limits import MAX_TIMEOUT_S
 
 TEST_FILE = "tests/test_io_cases.py"
 COMMAND = ["python", "-m", "pytest", "-q", TEST_FILE]
 CASES_FD_ENV = "TRIALBOX_CASES_FD"
 MAX_CASES = 1000
+# A case's share of the default grading timeout: several times what a case takes (a process,
+# and for a call the star imports: about 30 ms in a sandbox), so that many cases fit.
+CASE_BUDGET_S = 0.25
 DEFAULT_PROGRAM = ["python", "solution.py"]
 
 
@@ -85,6 +90,14 @@ class IoSpec(StrictModel):
             return raw
         if not raw.get("fn_name") and isinstance(raw.get("cases"), list):
             raw = raw | {"fn_name": _metadata_function(raw["cases"])}
+            functional = any(
+                isinstance(c, dict) and c.get("testtype") == "functional" for c in raw["cases"]
+            )
+            if functional and not raw["fn_name"]:
+                raise ValueError(
+                    "functional cases are calls: give fn_name, the function they call "
+                    "(LiveCodeBench keeps it in the problem's metadata, as func_name)"
+                )
         if not raw.get("fn_name"):  # APPS writes "" for a stdin problem
             raw = {k: v for k, v in raw.items() if k != "fn_name"}
         if "cases" in raw or "inputs" not in raw:
@@ -107,15 +120,21 @@ class IoSpec(StrictModel):
             return self
         if self.program != DEFAULT_PROGRAM:
             raise ValueError("a call-based spec (fn_name) imports solution.py: remove program")
+        if keyword.iskeyword(self.fn_name) or self.fn_name.startswith("__"):
+            raise ValueError(f"fn_name {self.fn_name!r} cannot name a solution's function")
         for n, case in enumerate(self.cases):
-            try:
-                args = json.loads(case.input)
-                json.loads(case.output)
-            except ValueError as exc:
+            try:  # integers parsed as 0: a factorial's digits are no error here
+                args = json.loads(case.input, parse_int=lambda _: 0)
+                json.loads(case.output, parse_int=lambda _: 0)
+            except (ValueError, RecursionError) as exc:
                 raise ValueError(f"case {n}: a call's input and output are JSON: {exc}") from None
             if not isinstance(args, list):
                 raise ValueError(f"case {n}: a call's input is the JSON list of its arguments")
         return self
+
+    def budget_s(self) -> float:
+        """The least grading timeout for the cases: each runs as a process of its own."""
+        return min(MAX_TIMEOUT_S, CASE_BUDGET_S * len(self.cases))
 
     def test_ids(self) -> list[str]:
         return [f"{TEST_FILE}::test_case[{n}]" for n in range(len(self.cases))]
@@ -147,8 +166,11 @@ def _call_case(args: Any, returned: Any) -> dict[str, Any]:
     if isinstance(args, str):
         output = returned if isinstance(returned, str) else json.dumps(returned)
         return {"input": args, "output": output, "testtype": "functional"}
-    return {"input": json.dumps(args if isinstance(args, list) else [args]),
-            "output": json.dumps(returned)}  # fmt: skip
+    try:
+        return {"input": json.dumps(args if isinstance(args, list) else [args]),
+                "output": json.dumps(returned)}  # fmt: skip
+    except (ValueError, RecursionError) as exc:
+        raise ValueError(f"a call's arguments or return value: {exc}") from None
 
 
 # The generated test module. It holds no case: they arrive on the descriptor.
@@ -158,10 +180,12 @@ import json
 import math
 import os
 import subprocess
+import sys
 
 import pytest
 
 ctypes.CDLL(None).prctl(4, 0)  # PR_SET_DUMPABLE 0: no child can read this process
+sys.set_int_max_str_digits(0)  # a call's answer may be a factorial
 with os.fdopen(int(os.environ.pop("TRIALBOX_CASES_FD")), "rb") as _channel:
     _SPEC = json.loads(_channel.read())
 _CASES = _SPEC["cases"]
@@ -216,10 +240,9 @@ def _equal(got, want):
         )
     if isinstance(got, bool) or isinstance(want, bool):
         return got is want
-    number = (int, float)
-    if isinstance(got, number) and isinstance(want, number):
-        if _SPEC["compare"] == "exact" or not (isinstance(got, float) or isinstance(want, float)):
-            return got == want
+    if isinstance(got, (int, float)) and isinstance(want, (int, float)):
+        if _SPEC["compare"] == "exact" or not isinstance(want, float):
+            return got == want  # an integer answer is exact: 3.0 passes, 1e9 for 999999937 not
         tolerance = _SPEC["float_tolerance"]
         return math.isclose(got, want, rel_tol=tolerance, abs_tol=tolerance)
     return type(got) is type(want) and got == want
@@ -228,31 +251,46 @@ def _equal(got, want):
 # A call-based case's program: the function's return value, as JSON, on fd 1 as it was; the
 # solution's own prints go to stderr.
 _DRIVER = r"""
-import importlib.util, json, os, sys
+import builtins, importlib.util, json, os, sys
 sys.setrecursionlimit(6 * 10**5)  # as PRIME's grader (verl's prime_code)
+sys.set_int_max_str_digits(0)  # an answer may be a factorial
 args = json.loads(sys.stdin.read())
+if args and isinstance(args[0], dict):  # as PRIME: JSON's string keys back to int keys
+    try:
+        args[0] = {int(k): v for k, v in args[0].items()}
+    except ValueError:
+        pass
 result = os.fdopen(os.dup(1), "w")
 os.dup2(2, 1)
-spec = importlib.util.spec_from_file_location("solution", "solution.py")
-module = importlib.util.module_from_spec(spec)
-sys.modules["solution"] = module
+# LiveCodeBench's star imports, as builtins of the solution's module: its names resolve, yet
+# its namespace holds only what solution.py binds.
+given = {}
 exec(
     "from string import *\\nfrom re import *\\nfrom datetime import *\\n"
     "from collections import *\\nfrom heapq import *\\nfrom bisect import *\\n"
     "from copy import *\\nfrom math import *\\nfrom random import *\\n"
     "from statistics import *\\nfrom itertools import *\\nfrom functools import *\\n"
     "from operator import *\\nfrom io import *\\nfrom sys import *\\nfrom json import *\\n"
-    "from typing import *\\nfrom builtins import *\\n"
+    "from typing import *\\n"
     "import string, re, datetime, collections, heapq, bisect, copy, math, random\\n"
     "import statistics, itertools, functools, operator, io, typing, sys, json\\n",
-    module.__dict__,
+    given,
 )
+given.pop("__builtins__", None)
+spec = importlib.util.spec_from_file_location("solution", "solution.py")
+module = importlib.util.module_from_spec(spec)
+module.__dict__["__builtins__"] = given | vars(builtins)
+sys.modules["solution"] = module
 spec.loader.exec_module(module)
-holder = getattr(module, "Solution", None)
-if isinstance(holder, type) and hasattr(holder, sys.argv[1]):
-    function = getattr(holder(), sys.argv[1])
-else:
-    function = getattr(module, sys.argv[1])
+name = sys.argv[1]
+holder = module.__dict__.get("Solution")
+own = [k for k in getattr(holder, "__mro__", ()) if k.__module__ == "solution"]
+if isinstance(holder, type) and any(name in vars(k) for k in own):
+    function = getattr(holder(), name)
+elif name in module.__dict__:
+    function = module.__dict__[name]
+else:  # math's factorial, say, found by the star imports, earns nothing
+    sys.exit(f"NameError: solution.py defines no function {name!r}")
 returned = function(*args)
 json.dump(returned, result)
 result.close()

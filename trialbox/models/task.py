@@ -132,6 +132,13 @@ class GradingSpec(StrictModel):
             raise ValueError('grading.performance goes with scorer "performance", and only with it')
         return self
 
+    def timeout_for(self, limit_s: float) -> float:
+        """The grading timeout under a limit of `limit_s`: `timeout_s` if set, else the limit,
+        or more for an io_match task's many cases (each a process of its own)."""
+        if self.timeout_s is not None:
+            return self.timeout_s
+        return max(limit_s, self.io.budget_s()) if self.io is not None else limit_s
+
     @model_validator(mode="after")
     def _io_match(self) -> GradingSpec:
         if self.scorer != Scorer.IO_MATCH:
@@ -142,6 +149,8 @@ class GradingSpec(StrictModel):
             raise ValueError('scorer "io_match" needs grading.io: the hidden cases')
         if self.command != iomatch.COMMAND:
             raise ValueError("io_match runs its own grading command: remove grading.command")
+        if self.isolation == Isolation.IN_PROCESS:
+            raise ValueError("io_match runs the program as its own process: remove isolation")
         ids = self.io.test_ids()
         if self.expected_tests is None:
             self.expected_tests = ids
@@ -228,4 +237,4 @@ class Task(StrictModel):
 
     @property
     def grading_timeout_s(self) -> float:
-        return self.grading.timeout_s or self.limits.timeout_s
+        return self.grading.timeout_for(self.limits.timeout_s)

@@ -53,7 +53,7 @@ class Preparer:
         # a sandbox that vanished. Its clock starts when the job is queued, and a job may wait
         # up to one heartbeat for a worker (longer, and the heartbeat lapses first), so it
         # sits beyond that wait plus the runner's worst case plus a margin.
-        grading_s = (task.grading.timeout_s or limits.timeout_s) if request.grade else 0
+        grading_s = task.grading.timeout_for(limits.timeout_s) if request.grade else 0
         worst = len(request.commands) * limits.timeout_s + grading_s
         return JobRef(
             request_id=request.request_id,
