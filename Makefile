@@ -75,6 +75,7 @@ integration-smoke: system runtime
 	test -x $(SMOKE_VENV)/bin/python || $(PYTHON) -m venv $(SMOKE_VENV)
 	$(SMOKE_VENV)/bin/pip install -q 'torch==2.13.0' 'trl==1.16.0' -e '.[local]'
 	$(SMOKE_VENV)/bin/python tests/smoke/trl_grpo.py
+	$(SMOKE_VENV)/bin/python tests/smoke/trl_environment.py
 	test -x $(VERL_VENV)/bin/python || $(PYTHON) -m venv $(VERL_VENV)
 	$(VERL_VENV)/bin/pip install -q 'torch==2.13.0' 'verl==0.9.1' 'cachetools==8.0.2' \
 		'fastapi==0.165.0' 'uvicorn==0.55.0' -e .

@@ -1,6 +1,7 @@
 """A twin worker is a process (the Fargate entrypoint). One SIGKILLed mid-job is lost as a
 Fargate task is: the pool starts a replacement, as ECS does; the job's heartbeat lapses,
-Execute is retried, and the replacement produces the correct result."""
+Execute is retried (or its message comes back first), and the replacement produces the
+correct result."""
 
 from __future__ import annotations
 
@@ -18,7 +19,10 @@ from trialbox.sdk import Client, Resources
 
 
 def _cmdline(pid: int) -> list[str]:
-    return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
+    except OSError:  # it ended meanwhile
+        return []
 
 
 def test_a_worker_killed_mid_job_is_replaced_and_the_job_retried_to_a_correct_result() -> None:
@@ -35,7 +39,9 @@ def test_a_worker_killed_mid_job_is_replaced_and_the_job_retried_to_a_correct_re
         )
         (handle,) = client.submit([request("e-lost", CORRECT, commands=[["sleep", "3"]])])
         deadline = time.monotonic() + 60
-        while not descendants(doomed):  # its sandbox is running the job
+        # Its sandbox is running the job's command. (Not any descendant: the sandbox runtime
+        # may fork ahead, and a kill before the job was taken is no lost job.)
+        while not any(_cmdline(pid) == ["sleep", "3"] for pid in descendants(doomed)):
             assert time.monotonic() < deadline, "the worker never took the job"
             time.sleep(0.05)
         sandboxes = descendants(doomed)
@@ -48,7 +54,7 @@ def test_a_worker_killed_mid_job_is_replaced_and_the_job_retried_to_a_correct_re
         sfn = twin.client("stepfunctions")
         arn = twin.output(c.OUTPUT_ROLLOUT_ARN).replace(":stateMachine:", ":execution:")
         history = sfn.get_execution_history(executionArn=f"{arn}:e-lost")["events"]
-        assert "TaskTimedOut" in [e["type"] for e in history]
+        types = [e["type"] for e in history]
         # The result counts the Execute attempts: the lost one and the retry that answered.
         sends = [
             e
@@ -56,5 +62,11 @@ def test_a_worker_killed_mid_job_is_replaced_and_the_job_retried_to_a_correct_re
             if e["type"] == "TaskScheduled"
             and e["taskScheduledEventDetails"]["resourceType"] == "sqs"
         ]
-        assert result.attempts == len(sends) == 2
+        if "TaskTimedOut" in types:
+            assert result.attempts == len(sends) == 2, (result.attempts, types)
+        else:
+            # Once in a loaded run, the lost job's message came back to the replacement while
+            # its token still lived, and the replacement answered the first attempt: also one
+            # correct result, the other way a lost job is recovered.
+            assert result.attempts == len(sends) == 1, (result.attempts, types)
         client.close()
