@@ -12,6 +12,7 @@ the turn after the tool's answer. Exits non-zero if anything differs.
 
 from __future__ import annotations
 
+import functools
 import json
 import sys
 import tempfile
@@ -76,6 +77,7 @@ def main() -> int:
             env = made()
             bash, get_reward = env.bash, env.get_reward
 
+            @functools.wraps(bash)  # TRL names a tool by its __name__
             def recorded_bash(command: str) -> str:
                 answer = bash(command)
                 tool_answers.append(answer)
@@ -86,7 +88,6 @@ def main() -> int:
                 rewards.append(reward)
                 return reward
 
-            recorded_bash.__doc__ = TrialboxEnvironment.bash.__doc__
             env.bash = recorded_bash  # type: ignore[method-assign]
             env.get_reward = recorded_reward  # type: ignore[method-assign]
             episodes.append(env)
@@ -121,7 +122,8 @@ def main() -> int:
             env._end()  # TRL has no close hook: the sessions' TTLs would end them
     print(f"tool answers: {tool_answers}")
     print(f"rewards: {rewards}")
-    print(f"logged: {json.dumps(logged[:1], sort_keys=True)}")
+    shown = {k: v for k, v in (logged or [{}])[0].items() if k.startswith(("reward", "tools/"))}
+    print(f"logged: {json.dumps(shown, sort_keys=True)}")
     problems = []
     if sorted(r for r in rewards if r is not None) != sorted(EXPECTED) or len(rewards) != 4:
         problems.append(f"rewards {rewards}, expected {EXPECTED} in some order")
