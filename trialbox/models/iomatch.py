@@ -5,12 +5,13 @@ competitive programming. The task names its cases in `grading.io`; the public fo
 
 A call-based problem names its function (`fn_name`, as APPS, TACO and PRIME do): each case's
 input is the JSON list of the arguments and its output the JSON of the return value. The
-program is then a driver that imports `solution.py` (with the star imports LiveCodeBench's and
-LeetCode's graders give a solution), calls the function (a method of `Solution` when the module
-has that class, as LeetCode's answers are written) and prints its return value as JSON on a
-descriptor of its own; the solution's own prints go to stderr. The grader compares the values:
-lists and objects item by item, floats within `float_tolerance` (but `exact`), and, as APPS's
-grader does, a return value equal to the only item of a one-item expected list passes.
+program is then a driver that imports `solution.py` (the names of LiveCodeBench's star imports
+resolve in it, as builtins, so that only what it binds itself can be called), calls the
+function (a method of `Solution` when the module defines that class, as LeetCode's answers are
+written) and prints its return value as JSON on a descriptor of its own; the solution's own
+prints go to stderr. The grader compares the values: lists and objects item by item, a float
+answer within `float_tolerance` (but `exact`), an integer answer exactly, and, as APPS's grader
+does, a return value equal to the only item of a one-item expected list passes.
 
 Grading runs one generated pytest module (`TEST_FILE`, the task's only hidden test file, with
 one test per case). The cases never sit in a file: the runner hands them to the grader's pytest
