@@ -57,4 +57,5 @@ class RunCode(Construct):
             {executions_finding(rollout): "StopExecution on the Rollout's own executions"},
         )
         payloads = {f"{keys.PAYLOADS_PREFIX}*": "a call over 128 KiB is sent by reference"}
-        grant_objects(function.role, traces, reads={}, puts=payloads)
+        results = {f"{keys.TRACES_PREFIX}*": "a result over 300 KB is read from its trace"}
+        grant_objects(function.role, traces, reads=results, puts=payloads)

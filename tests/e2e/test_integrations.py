@@ -218,6 +218,8 @@ def test_verl_compute_score_grades_a_task_ref_and_verl_style_test_cases(
         "```python\nclass Solution:\n    def twice(self, x: Any) -> Any:\n        return x * 2\n```"
     )
     assert verl_call(data_source="taco", solution_str=method, ground_truth=calls)["score"] == 1.0
+    usage = "```python\ndef twice(x):\n    return x * 2\n```\nUse:\n```python\nprint(twice(3))\n```"
+    assert verl_call(data_source="taco", solution_str=usage, ground_truth=calls)["score"] == 1.0
 
 
 def test_verl_compute_score_is_zero_with_loss_mask_when_the_platform_fails(
@@ -601,6 +603,22 @@ def test_run_code_answers_with_a_trailing_slash_too(endpoint: str) -> None:
     assert (answered.status_code, answered.json()["run_result"]["stdout"]) == (200, "42\n")
 
 
+def test_run_code_returns_output_over_the_tables_300_kb_in_full(endpoint: str) -> None:
+    # Was a 504: the table keeps such a result without its commands; the trace has them.
+    call = {"code": "import sys; sys.stdout.write('7' * 400_000)", "language": "python"}
+    answered = requests.post(f"{endpoint}/run_code", json=call, timeout=60)
+    assert answered.status_code == 200, answered.text
+    assert answered.json()["run_result"]["stdout"] == "7" * 400_000
+
+
+def test_run_code_caps_what_sandbox_fusion_takes_rather_than_refuse_it(endpoint: str) -> None:
+    # Was a 422, which verl scores as a failed sample: SandboxFusion takes these.
+    call = {"code": "print(1)", "run_timeout": 4000, "memory_limit_MB": 1e6 + 0.5,
+            "compile_timeout": 0}  # fmt: skip
+    answered = requests.post(f"{endpoint}/run_code", json=call, timeout=120)
+    assert (answered.status_code, answered.json()["run_result"]["stdout"]) == (200, "1\n")
+
+
 def test_run_code_bodies_that_are_not_utf8_are_422_not_a_crash(endpoint: str) -> None:
     answered = requests.post(
         f"{endpoint}/run_code", data=b'{"code": "print(1) # \xe9"}', timeout=30
@@ -626,6 +644,13 @@ def test_run_code_fetches_large_files_only_regular_ones_and_only_in_the_workspac
     started = time.monotonic()
     blocked = requests.post(f"{endpoint}/run_code", json=call, timeout=60)
     assert blocked.json()["files"] == {} and time.monotonic() - started < 10
+    # A sparse 100 GB file is left out by its size, at once; 3,000,000 bytes come back.
+    sparse = "open('s', 'wb').truncate(10**11)\nopen('m', 'wb').write(b'm' * 3_000_000)\n"
+    call = {"code": sparse, "run_timeout": 3, "fetch_files": ["s", "m"]}
+    answered = requests.post(f"{endpoint}/run_code", json=call, timeout=60)
+    assert answered.status_code == 200, answered.text
+    assert answered.json()["message"] == "s: over 3 MiB, not fetched"
+    assert base64.b64decode(answered.json()["files"]["m"]) == b"m" * 3_000_000
     for outside in ("/etc/passwd", "../x"):
         refused = requests.post(
             f"{endpoint}/run_code", json={"code": "1", "fetch_files": [outside]}, timeout=30

@@ -182,14 +182,16 @@ def _session_calls(sdk: Client, results: dict[str, ExecutionResult]) -> None:
 
 def _run_code_calls(twin: LocalTwin) -> None:
     """SandboxFusion's /run_code through the proxy (signed as the SDK's principal) and the
-    twin's function URL: a call, and one over 128 KiB that the function sends by reference."""
+    twin's function URL: a call, one over 128 KiB that the function sends by reference, and
+    one whose result is over 300 KB, which the function reads from its trace."""
     proxy = Proxy(twin.output(c.OUTPUT_RUN_CODE_URL), local_session(), timeout_s=120)
     big = base64.b64encode(b"x" * 200_000).decode()
     calls = [
         {"code": "print(6 * 7)", "language": "python"},
         {"code": "print(len(open('big').read()))", "language": "python", "files": {"big": big}},
+        {"code": "print('y' * 400_000)", "language": "python"},  # read from its trace
     ]
-    for call, printed in zip(calls, ["42\n", "200000\n"], strict=True):
+    for call, printed in zip(calls, ["42\n", "200000\n", "y" * 400_000 + "\n"], strict=True):
         status, body = proxy.answer(json.dumps(call).encode())
         assert (status, json.loads(body)["run_result"]["stdout"]) == (200, printed), body
 

@@ -237,6 +237,8 @@ def test_a_call_compares_values(runner: Runner) -> None:
     assert reward(task(["3"]), "3") == 0.0
     assert reward(task({"a": [1]}), "{'a': [1.0]}") == 1.0
     assert reward(task([3]), "3.0") == 1.0  # an integer answer, exactly
+    numpyish = "type('Int64', (), {'tolist': lambda self: 3})()"  # numpy's scalars do so
+    assert reward(task([3]), numpyish) == 1.0
     assert reward(task([999999937]), "999999000.0") == 0.0  # no tolerance for an integer
     assert reward(task([1000000]), "2000001 / 2") == 0.0
 

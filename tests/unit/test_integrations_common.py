@@ -56,6 +56,10 @@ def test_test_cases_in_every_form_datasets_use_become_io_match_tasks() -> None:
     assert len({t.task_id for t in tasks if isinstance(t, Task)}) == 1  # the same cases
     with pytest.raises(InputError, match="2 inputs but 1 outputs"):
         io_task({"inputs": ["1", "2"], "outputs": ["1"]})
+    # As datasets store them: numbers, lists of lines, and keys beyond the cases.
+    odd = io_task({"inputs": [1, ["1 2", "3"]], "outputs": [1, ["3", "4"]], "time_limit": 2})
+    assert odd.grading.io is not None
+    assert [(c.input, c.output) for c in odd.grading.io.cases] == [("1", "1"), ("1 2\n3", "3\n4")]
     call = io_task({"fn_name": "f", "inputs": [[1, "a"]], "outputs": [[2]]})  # APPS, call-based
     assert call.grading.io is not None and call.grading.io.fn_name == "f"
     assert call.grading.io.cases[0].model_dump() == {"input": '[1, "a"]', "output": "[2]"}

@@ -155,8 +155,11 @@ def io_task(cases: object, *, task_id: str | None = None, **io: Any) -> Task:
         raw = {"cases": raw}
     if not isinstance(raw, Mapping):
         raise InputError(f"test cases must be a JSON object or list, got {type(raw).__name__}")
+    # A dataset's row may carry more (time_limit, memory_limit, ...): only the cases are read.
+    known = IoSpec.model_fields.keys() | {"inputs", "outputs"}
+    raw = {k: v for k, v in raw.items() if k in known}
     try:
-        spec = IoSpec.model_validate(dict(raw) | io)
+        spec = IoSpec.model_validate(raw | io)
         digest = hashlib.sha256(spec.model_dump_json().encode()).hexdigest()  # the same cases
         return Task.model_validate(
             {

@@ -50,8 +50,16 @@ PROGRAMS = {
 STDIN_FILE = ".stdin"
 MAX_FETCH_FILES = 16
 MAX_FETCH_BYTES = 3 * 1024 * 1024  # a fetched file, before base64
-# A fetch reads a regular file only (a FIFO or a device would block it until its timeout).
-FETCH = ["sh", "-c", 'test -f "./$1" && exec base64 -w0 "./$1"', "fetch"]
+# A fetch reads a regular file only (a FIFO or a device would block it until its timeout),
+# and none over the limit by its size (a sparse file of 100 GB would take the whole timeout).
+TOO_BIG = 3
+FETCH = [
+    "sh",
+    "-c",
+    f'test -f "./$1" || exit 1; test "$(stat -c %s "./$1")" -le {MAX_FETCH_BYTES} || exit '
+    f'{TOO_BIG}; exec base64 -w0 "./$1"',
+    "fetch",
+]
 ENDPOINT_ENV = "SANDBOX_FUSION_ENDPOINT"  # read by the sandbox-fusion client (at import)
 # A call waits this long beyond its own timeouts (the queue, a sandbox's start), then answers
 # 504: verl gives up on a call after compile_timeout + run_timeout + 10 s, and retries a 504.
@@ -80,9 +88,11 @@ class RunCodeRequest(BaseModel):
     code: str
     language: str = "python"
     stdin: str | None = None
-    compile_timeout: float = Field(default=10, gt=0)
-    run_timeout: float = Field(default=10, gt=0)
-    memory_limit_MB: int = Field(default=-1, description="-1: the pool's default")
+    compile_timeout: float = Field(default=10, ge=0, description="unused: no language compiles")
+    run_timeout: float = Field(default=10, gt=0, description="capped at the pool's 60 s")
+    memory_limit_MB: float = Field(
+        default=-1, description="-1: the pool's default; at least 32, capped at 1024"
+    )
     files: dict[str, str | None] = Field(default_factory=dict, description="path: base64")
     fetch_files: list[RelPath] = Field(
         default_factory=list, max_length=MAX_FETCH_FILES, description="workspace paths"
@@ -140,9 +150,10 @@ def execution_request(call: RunCodeRequest) -> ExecutionRequest:
         files[STDIN_FILE] = call.stdin
         command = ["sh", "-c", f'exec "$@" < {STDIN_FILE}', "sh", *argv]
     fetches = [[*FETCH, path] for path in call.fetch_files]
-    limits = {"timeout_s": call.run_timeout}
-    if call.memory_limit_MB > 0:
-        limits["memory_mb"] = max(32, call.memory_limit_MB)
+    ceiling = RUN_CODE_TASK.limits
+    limits: dict[str, float] = {"timeout_s": min(call.run_timeout, ceiling.timeout_s)}
+    if call.memory_limit_MB > 0:  # SandboxFusion takes any size: here the pool's are the range
+        limits["memory_mb"] = int(min(max(32, call.memory_limit_MB), ceiling.memory_mb))
     try:
         return ExecutionRequest(
             request_id=f"sandbox-fusion-{uuid.uuid4().hex}",
@@ -166,7 +177,7 @@ def response_for(call: RunCodeRequest, result: ExecutionResult) -> RunCodeRespon
     for path, command in zip(call.fetch_files, result.commands[1:], strict=False):
         if command.exit_code == 0 and not command.stdout_truncated:
             fetched[path] = command.stdout.strip()
-        elif command.stdout_truncated:
+        elif command.exit_code == TOO_BIG or command.stdout_truncated:
             unfetched.append(f"{path}: over {MAX_FETCH_BYTES // 2**20} MiB, not fetched")
     ok = run.status == CommandRunStatus.FINISHED and run.return_code == 0
     return RunCodeResponse(
@@ -232,6 +243,10 @@ async def run_code(
         result = await handle.result()
         if result.status == Status.CANCELLED:
             raise PlatformFailure(f"no result within {timeout:.0f} s; cancelled") from None
+    if not result.commands and result.trace_uri and not result.loss_mask:
+        # Over 300 KB, the table holds the result without its commands: the trace has them.
+        trace = json.loads(await client.read_object(result.trace_uri))
+        result = ExecutionResult.model_validate(trace["result"])
     return response_for(call, result)
 
 

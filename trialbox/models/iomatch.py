@@ -110,7 +110,10 @@ class IoSpec(StrictModel):
             raise ValueError(f"{len(inputs)} inputs but {len(outputs)} outputs")
         rest = {k: v for k, v in raw.items() if k not in ("inputs", "outputs")}
         if not raw.get("fn_name"):
-            cases = [{"input": i, "output": o} for i, o in zip(inputs, outputs, strict=True)]
+            cases = [
+                {"input": _text(i), "output": _text(o)}
+                for i, o in zip(inputs, outputs, strict=True)
+            ]
         else:  # APPS stores a call's arguments and return value as values, PRIME as JSON text
             cases = [_call_case(i, o) for i, o in zip(inputs, outputs, strict=True)]
         return rest | {"cases": cases}
@@ -143,6 +146,16 @@ class IoSpec(StrictModel):
     def payload(self) -> bytes:
         """What the grader's pytest reads from CASES_FD_ENV."""
         return self.model_dump_json().encode()
+
+
+def _text(value: Any) -> Any:
+    """A stdin case's input or output as APPS and verl's datasets may store it: text, a list
+    of lines (joined), or a number (as text)."""
+    if isinstance(value, list) and all(isinstance(line, str) for line in value):
+        return "\n".join(value)
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        return str(value)
+    return value
 
 
 def _metadata_function(cases: list[Any]) -> str | None:
@@ -293,7 +306,15 @@ elif name in module.__dict__:
 else:  # math's factorial, say, found by the star imports, earns nothing
     sys.exit(f"NameError: solution.py defines no function {name!r}")
 returned = function(*args)
-json.dump(returned, result)
+
+
+def plain(value):  # numpy's scalars and arrays, as APPS's == would take them
+    if hasattr(value, "tolist"):
+        return value.tolist()
+    raise TypeError(f"Object of type {type(value).__name__} is not JSON serializable")
+
+
+json.dump(returned, result, default=plain)
 result.close()
 """
 

@@ -48,6 +48,9 @@ def plan(
             c for p, c in task.workspace.items() if p.endswith(".py") and isinstance(c, str)
         ]
         defines = set().union(*(defined_names(c) for c in starters))
+        io = task.grading.io
+        if io is not None and io.fn_name is not None:  # a call-based task calls this name
+            defines |= {io.fn_name, "Solution"}
         extract = functools.partial(extract_code, defines=defines)
     files: list[dict[str, str] | None] = []
     for index, completion in enumerate(completions):
