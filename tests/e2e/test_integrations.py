@@ -19,6 +19,7 @@ import threading
 import time
 import types
 from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -609,6 +610,21 @@ def test_run_code_returns_output_over_the_tables_300_kb_in_full(endpoint: str) -
     answered = requests.post(f"{endpoint}/run_code", json=call, timeout=60)
     assert answered.status_code == 200, answered.text
     assert answered.json()["run_result"]["stdout"] == "7" * 400_000
+
+
+def test_run_code_beyond_its_concurrency_is_throttled_at_once_and_the_proxy_says_504(
+    endpoint: str,
+) -> None:
+    # Was unbounded: the twin queued every call, past its deadline, and verl's read timed out.
+    # As Lambda at its reserved concurrency: 429 at once (the twin runs at most 8 copies).
+    call = {"code": "import time; time.sleep(3)", "run_timeout": 10}
+    with ThreadPoolExecutor(12) as pool:
+        answers = list(pool.map(
+            lambda _: requests.post(f"{endpoint}/run_code", json=call, timeout=60), range(12)
+        ))  # fmt: skip
+    statuses = sorted(a.status_code for a in answers)
+    assert statuses == [200] * 8 + [429] * 4, statuses
+    assert sf.proxied(429, '{"Message":"Rate Exceeded."}')[0] == 504  # verl retries a 504
 
 
 def test_run_code_caps_what_sandbox_fusion_takes_rather_than_refuse_it(endpoint: str) -> None:

@@ -9,7 +9,8 @@ import typer
 from trialbox import constants as c
 from trialbox.cli.serving import echo_run_code_url, serve_until_interrupted, stop_on_sigterm
 from trialbox.errors import MissingExtra
-from trialbox.sdk.core import local_twin_class
+from trialbox.integrations import sandbox_fusion
+from trialbox.sdk.core import local_session, local_twin_class
 
 local_app = typer.Typer(no_args_is_help=True, help="The local twin: the pipeline on this machine.")
 
@@ -32,7 +33,18 @@ def up(
     typer.echo(f"local twin at {twin.endpoint_url} with {workers} workers. For the SDK:")
     for name, value in exports.items():
         typer.echo(f"export {name}={value}")
+    # verl reaches /run_code as on AWS: through the proxy, which answers the function URL's
+    # throttle (429) with the 504 verl retries.
+    proxy = sandbox_fusion.Proxy(
+        twin.outputs[c.OUTPUT_RUN_CODE_URL], local_session(), sandbox_fusion.FUNCTION_TIMEOUT_S + 5
+    )
+    server = sandbox_fusion.serve(proxy)
     typer.echo("# SandboxFusion's POST /run_code (the sandbox-fusion client reads this):")
-    echo_run_code_url(twin.outputs[c.OUTPUT_RUN_CODE_URL].rstrip("/"))
+    echo_run_code_url(sandbox_fusion.url(server))
     typer.echo("# serving until Ctrl-C")
-    serve_until_interrupted(twin.stop)
+
+    def stop() -> None:
+        server.shutdown()
+        twin.stop()
+
+    serve_until_interrupted(stop)

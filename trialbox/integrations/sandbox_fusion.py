@@ -8,9 +8,9 @@ pool finished, whatever the program did; 504 when the platform could not answer 
 queue full, no result in time, a sandbox error), because verl retries only 504 and scores any
 other failure as a failed sample; 422 for a request that is not SandboxFusion's shape.
 
-`serve()` runs the endpoint on this machine: `trialbox local up` (a local twin behind it) and
-`trialbox sandbox-fusion-proxy` (a deployed stack behind it, the calls signed by the SDK's
-AWS credentials) both use it.
+`serve()` runs a `Proxy` on this machine, in front of the RunCode function URL: `trialbox
+sandbox-fusion-proxy` for a deployed stack (the calls signed by the node's AWS credentials)
+and `trialbox local up` for the twin's. The proxy answers Lambda's throttle (429) with a 504.
 """
 
 from __future__ import annotations

@@ -14,6 +14,7 @@ from threading import Thread
 from typing import Any
 from urllib.parse import urlsplit
 
+from trialbox.local.functions import Throttled
 from trialbox.local.resources import ACCOUNT
 
 Invoke = Callable[[str, bytes], tuple[bool, bytes]]
@@ -65,7 +66,11 @@ class FunctionUrl:
             "body": base64.b64encode(body).decode(),
             "isBase64Encoded": True,
         }  # fmt: skip
-        ok, payload = self.invoke(self.function, json.dumps(event).encode())
+        try:
+            ok, payload = self.invoke(self.function, json.dumps(event).encode())
+        except Throttled:  # at its reserved concurrency, as Lambda answers
+            return 429, {"Content-Type": "application/json"}, b'{"Message":"Rate Exceeded."}'
+
         if not ok:  # Lambda's answer to a function error or timeout; the error in the log
             print(f"function URL of {self.function}: {payload.decode()[:2000]}", file=sys.stderr)
             return 502, {"Content-Type": "application/json"}, b'{"Message":"Internal Server Error"}'

@@ -4,6 +4,7 @@ own with the function's own environment (handlers read it at import, as in Lambd
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib
 import json
 import os
@@ -84,32 +85,48 @@ def _error(error_type: str, message: str, exc: BaseException | None = None) -> b
     ).encode()
 
 
+MOST_COPIES_PER_COPY = 4
+
+
+class Throttled(Exception):
+    """No process of a function is free and it may start no more (Lambda's 429)."""
+
+
 class FunctionHost:
     """`copies` warm processes per function. As in Lambda, an invocation that overruns the
     function's timeout is killed and reported as `Sandbox.Timedout`, and a process that dies
-    (or is killed) is replaced by a fresh one for the next invocation."""
+    (or is killed) is replaced by a fresh one for the next invocation. A function with
+    reserved concurrency scales out to it (at most 4 x `copies` processes here), a cold start
+    each; at it, an invocation that may be throttled (a function URL's) raises Throttled, as
+    Lambda answers 429, and the others wait."""
 
     def __init__(
         self, specs: dict[str, FunctionSpec], env: dict[str, str], log_dir: Path, copies: int = 2
     ) -> None:
         self.specs = {
-            name: FunctionSpec(
-                spec.name,
-                spec.handler,
-                # Each function signs as itself: the request log then names its role.
-                spec.environment | env | {"AWS_ACCESS_KEY_ID": principals.function(name)},
-                spec.timeout_s,
+            # Each function signs as itself: the request log then names its role.
+            name: dataclasses.replace(
+                spec,
+                environment=spec.environment
+                | env
+                | {"AWS_ACCESS_KEY_ID": principals.function(name)},
             )
             for name, spec in specs.items()
         }
         self.log_dir = log_dir
         self.copies = copies
         self.idle: dict[str, queue.Queue[subprocess.Popen[bytes]]] = {}
+        self.live = {name: min(copies, self._most(name)) for name in self.specs}
+        self.lock = threading.Lock()
+
+    def _most(self, name: str) -> int:
+        """Its reserved concurrency, within this machine's means: at most 4 x `copies`."""
+        return min(self.specs[name].reserved or self.copies, MOST_COPIES_PER_COPY * self.copies)
 
     def start(self) -> None:
         """Every process started, then each one's init awaited (they import in parallel)."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        started = {name: [self._spawn(name) for _ in range(self.copies)] for name in self.specs}
+        started = {name: [self._spawn(name) for _ in range(self.live[name])] for name in self.specs}
         for name, processes in started.items():
             self.idle[name] = queue.Queue()
             for process in processes:
@@ -138,9 +155,27 @@ class FunctionHost:
         self._await_init(name, process)
         return process
 
-    def invoke(self, name: str, payload: bytes) -> tuple[bool, bytes]:
+    def _take(self, name: str, throttle: bool) -> subprocess.Popen[bytes]:
         pool = self.idle[name]
-        process = pool.get()
+        with contextlib.suppress(queue.Empty):
+            return pool.get_nowait()
+        with self.lock:
+            grow = self.live[name] < self._most(name)
+            self.live[name] += grow
+        if grow:
+            try:
+                return self._fresh(name)
+            except BaseException:
+                with self.lock:
+                    self.live[name] -= 1
+                raise
+        if throttle:
+            raise Throttled(name)
+        return pool.get()
+
+    def invoke(self, name: str, payload: bytes, *, throttle: bool = False) -> tuple[bool, bytes]:
+        pool = self.idle[name]
+        process = self._take(name, throttle)
         if process.poll() is not None:  # died while idle: Lambda would start a new one
             process = self._fresh(name)
         timeout_s = self.specs[name].timeout_s

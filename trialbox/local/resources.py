@@ -20,6 +20,7 @@ class FunctionSpec:
     handler: str  # "functions.<name>.handler.handler"
     environment: dict[str, str]
     timeout_s: float = 3.0  # Lambda's default, as CloudFormation's
+    reserved: int | None = None  # ReservedConcurrentExecutions: at most this many at once
 
 
 @dataclass(frozen=True)
@@ -219,9 +220,11 @@ def create(
         if not props["Handler"].startswith("functions."):
             continue  # a deploy-time custom resource's provider (the S3 prefix list lookup)
         env = resolver.resolve(props.get("Environment", {}).get("Variables", {}))
+        reserved = props.get("ReservedConcurrentExecutions")
         stack.functions[logical] = FunctionSpec(
-            logical, props["Handler"], env, float(props.get("Timeout", 3))
-        )
+            logical, props["Handler"], env, float(props.get("Timeout", 3)),
+            None if reserved is None else int(reserved),
+        )  # fmt: skip
 
     for logical in by_type.get("AWS::StepFunctions::StateMachine", []):
         props = resources[logical]["Properties"]

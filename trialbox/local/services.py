@@ -13,6 +13,7 @@ terminal's Ctrl-C goes to the caller, which decides what happens to the jobs in 
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import os
@@ -90,7 +91,7 @@ def serve(port: int, heartbeat_s: int, log_dir: Path, ready: IO[str], until: IO[
     functions.start()
     patches.route_lambda_invocations(functions.invoke)
     for url in urls.values():
-        url.start(functions.invoke)
+        url.start(functools.partial(functions.invoke, throttle=True))
     patches.keep_early_callbacks()
     patches.accept_early_heartbeats()
     patches.keep_failure_causes()
