@@ -11,6 +11,7 @@ from trialbox.models import iomatch
 from trialbox.models.common import Files, Identifier, Metadata, StrictModel, refuse_unsupported
 from trialbox.models.integrity import Action, Flag
 from trialbox.models.iomatch import IoSpec
+from trialbox.models.iomatch_module import TEST_MODULE
 from trialbox.models.limits import Limits
 from trialbox.models.performance import PerformanceSpec
 
@@ -213,7 +214,7 @@ class Task(StrictModel):
         """An io_match task's one hidden test file is the generated module."""
         grading = raw.get("grading") if isinstance(raw, dict) else None
         if isinstance(grading, dict) and grading.get("scorer") == Scorer.IO_MATCH:
-            generated = {iomatch.TEST_FILE: iomatch.TEST_MODULE}
+            generated = {iomatch.TEST_FILE: TEST_MODULE}
             if raw.get("hidden_tests", generated) != generated:
                 raise ValueError(
                     "an io_match task's hidden tests are its grading.io cases: remove hidden_tests"
