@@ -20,9 +20,10 @@ from typing import Any
 
 import torch
 from datasets import Dataset
+from report import report  # this directory (the scripts run by their paths)
 from trl import GRPOConfig, GRPOTrainer
 from trl.chat_template_utils import qwen3_chat_template
-from trl_grpo import TASK, tokenizer  # this directory (the script runs by its path)
+from trl_grpo import TASK, tokenizer
 
 from trialbox.integrations.trl import TrialboxEnvironment, environment_factory
 from trialbox.models import Task
@@ -131,10 +132,7 @@ def main() -> int:
         problems.append(f"tool answers: {tool_answers}")
     if not logged or abs(logged[0]["reward"] - sum(EXPECTED) / 4) > 1e-6:
         problems.append(f"logged: {logged}")
-    for problem in problems:
-        print(f"FAILED: {problem}", file=sys.stderr)
-    print("environment smoke: " + ("FAILED" if problems else "passed"))
-    return 1 if problems else 0
+    return report("environment smoke", problems)
 
 
 if __name__ == "__main__":

@@ -21,6 +21,7 @@ from typing import Any
 
 import torch
 from datasets import Dataset
+from report import report  # this directory (the scripts run by their paths)
 from tokenizers import Tokenizer, decoders, models, pre_tokenizers
 from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
 from trl import GRPOConfig, GRPOTrainer
@@ -150,10 +151,7 @@ def main() -> int:
         problems.append(f"rewards {reward.returned} != {EXPECTED}")
     if len(logs) != 2 or logs[0]["trialbox/succeeded"] != 1.0 or logs[1]["trialbox/masked"] != 1.0:
         problems.append(f"logged metrics: {logs}")
-    for problem in problems:
-        print(f"FAILED: {problem}", file=sys.stderr)
-    print("integration smoke: " + ("FAILED" if problems else "passed"))
-    return 1 if problems else 0
+    return report("integration smoke", problems)
 
 
 if __name__ == "__main__":

@@ -23,6 +23,7 @@ import types
 from pathlib import Path
 
 from omegaconf import OmegaConf
+from report import report  # this directory (the scripts run by their paths)
 from verl.experimental.agent_loop.tool_agent_loop import AgentData, ToolAgentLoop
 from verl.experimental.agent_loop.tool_parser import FunctionCall
 from verl.tools.base_tool import BaseTool
@@ -111,10 +112,7 @@ def main() -> int:
         problems.append(f"check_correctness: {verdicts} {wrong}")
     if trialbox_verl._episodes:
         problems.append("an episode's session was left open")
-    for problem in problems:
-        print(f"FAILED: {problem}", file=sys.stderr)
-    print("verl smoke: " + ("FAILED" if problems else "passed"))
-    return 1 if problems else 0
+    return report("verl smoke", problems)
 
 
 if __name__ == "__main__":

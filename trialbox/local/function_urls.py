@@ -70,7 +70,6 @@ class FunctionUrl:
             ok, payload = self.invoke(self.function, json.dumps(event).encode())
         except Throttled:  # at its reserved concurrency, as Lambda answers
             return 429, {"Content-Type": "application/json"}, b'{"Message":"Rate Exceeded."}'
-
         if not ok:  # Lambda's answer to a function error or timeout; the error in the log
             print(f"function URL of {self.function}: {payload.decode()[:2000]}", file=sys.stderr)
             return 502, {"Content-Type": "application/json"}, b'{"Message":"Internal Server Error"}'

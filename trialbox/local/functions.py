@@ -85,7 +85,7 @@ def _error(error_type: str, message: str, exc: BaseException | None = None) -> b
     ).encode()
 
 
-MOST_COPIES_PER_COPY = 4
+SCALE_OUT = 4  # a function scales out to at most this many times `copies` processes
 
 
 class Throttled(Exception):
@@ -116,12 +116,13 @@ class FunctionHost:
         self.log_dir = log_dir
         self.copies = copies
         self.idle: dict[str, queue.Queue[subprocess.Popen[bytes]]] = {}
-        self.live = {name: min(copies, self._most(name)) for name in self.specs}
+        # Its reserved concurrency, within this machine's means; and how many it runs now.
+        self.most = {
+            name: min(spec.reserved or copies, SCALE_OUT * copies)
+            for name, spec in self.specs.items()
+        }
+        self.live = {name: min(copies, most) for name, most in self.most.items()}
         self.lock = threading.Lock()
-
-    def _most(self, name: str) -> int:
-        """Its reserved concurrency, within this machine's means: at most 4 x `copies`."""
-        return min(self.specs[name].reserved or self.copies, MOST_COPIES_PER_COPY * self.copies)
 
     def start(self) -> None:
         """Every process started, then each one's init awaited (they import in parallel)."""
@@ -160,7 +161,7 @@ class FunctionHost:
         with contextlib.suppress(queue.Empty):
             return pool.get_nowait()
         with self.lock:
-            grow = self.live[name] < self._most(name)
+            grow = self.live[name] < self.most[name]
             self.live[name] += grow
         if grow:
             try:
