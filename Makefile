@@ -4,8 +4,11 @@ PYTHON ?= python3.11
 VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# What outlives a checkout, so that a fresh clone on this machine starts warm (mypy's cache;
+# pip keeps its own in ~/.cache/pip).
+CACHE := $(HOME)/.cache/trialbox
 
-.PHONY: setup venv system runtime lint format test demo bench clean template synth lock
+.PHONY: setup venv system runtime lint format test test-fast demo bench clean template synth lock
 .PHONY: synth-full qc-humaneval integration-smoke
 
 setup: venv system runtime
@@ -18,12 +21,14 @@ $(STAMP): pyproject.toml
 	$(BIN)/pip install -q -e '.[dev]'
 	touch $(STAMP)
 
-# System packages the sandbox needs (root on Debian; skipped when present).
+# System packages the sandbox needs (root on Debian; skipped when present). One apt at a time:
+# two checkouts' `make test` may set up at once, and apt may be busy with something else.
+APT := flock /var/lock/trialbox-apt.lock apt-get -o DPkg::Lock::Timeout=600
 system:
-	@command -v bwrap >/dev/null || { apt-get update -qq && apt-get install -y -qq bubblewrap; }
-	@command -v setpriv >/dev/null || { apt-get update -qq && apt-get install -y -qq util-linux; }
-	@command -v debootstrap >/dev/null || { apt-get update -qq && apt-get install -y -qq debootstrap; }
-	@command -v tini >/dev/null || { apt-get update -qq && apt-get install -y -qq tini; }
+	@command -v bwrap >/dev/null || { $(APT) update -qq && $(APT) install -y -qq bubblewrap; }
+	@command -v setpriv >/dev/null || { $(APT) update -qq && $(APT) install -y -qq util-linux; }
+	@command -v debootstrap >/dev/null || { $(APT) update -qq && $(APT) install -y -qq debootstrap; }
+	@command -v tini >/dev/null || { $(APT) update -qq && $(APT) install -y -qq tini; }
 
 # The sandbox runtime (a venv on Debian's python3, outside the checkout) and the slot state dir.
 runtime: $(STAMP)
@@ -32,17 +37,30 @@ runtime: $(STAMP)
 lint: $(STAMP)
 	$(BIN)/ruff format --check trialbox tests benchmarks infra functions app.py
 	$(BIN)/ruff check trialbox tests benchmarks infra functions app.py
-	$(BIN)/mypy
+	$(BIN)/mypy --cache-dir $(CACHE)/mypy
 
 format: $(STAMP)
 	$(BIN)/ruff format trialbox tests benchmarks infra functions app.py
 	$(BIN)/ruff check --fix trialbox tests benchmarks infra functions app.py
 
-# Timestamps and the slowest tests in the log: where a fresh clone's half hour goes.
-test: setup lint
-	@date +'%T setup and lint done; pytest starts'
-	$(BIN)/pytest -q --durations=15
-	@date +'%T pytest done'
+# The suite on xdist workers, grouped and slowest first (tests/support/schedule.py), with lint
+# beside it; most tests wait on sandboxes, twins and state machines rather than on the CPU.
+# Bytecode is written (the environment may say otherwise): pytest keeps its rewritten test
+# modules, and each twin process its compiled trialbox. Timestamps and the slowest tests go
+# in the log.
+WORKERS ?= 4
+PYTEST := env -u PYTHONDONTWRITEBYTECODE $(BIN)/pytest
+test: setup
+	@date +'%T setup done; lint and pytest start'
+	@lint=$$(mktemp); { $(MAKE) --no-print-directory lint >$$lint 2>&1; echo $$? >>$$lint.rc; } & \
+	$(PYTEST) -q -n $(WORKERS) --dist loadscope --no-loadscope-reorder --durations=15; \
+	tests=$$?; wait; date +'%T pytest done'; cat $$lint; linted=$$(cat $$lint.rc); \
+	rm -f $$lint $$lint.rc; echo "pytest exit $$tests, lint exit $$linted"; \
+	test $$tests = 0 -a $$linted = 0
+
+# The unit level, for the inner loop: no sandbox, no twin, no synth.
+test-fast: $(STAMP)
+	$(PYTEST) -q -n 2 tests/unit
 
 demo: setup
 	$(BIN)/trialbox demo --out demo-results.jsonl
@@ -69,8 +87,8 @@ qc-humaneval: setup
 # CUDA libraries: about 3 GB more). TRL: GRPOTrainer for 2 steps with TrialboxReward (1.5 GB).
 # verl: its tool loader, agent loop call, reward loader and SandboxFusion client (2.1 GB; verl
 # imports cachetools, fastapi and uvicorn without declaring them), against `trialbox local up`.
-SMOKE_VENV ?= $(HOME)/.cache/trialbox/trl-venv
-VERL_VENV ?= $(HOME)/.cache/trialbox/verl-venv
+SMOKE_VENV ?= $(CACHE)/trl-venv
+VERL_VENV ?= $(CACHE)/verl-venv
 integration-smoke: system runtime
 	test -x $(SMOKE_VENV)/bin/python || $(PYTHON) -m venv $(SMOKE_VENV)
 	$(SMOKE_VENV)/bin/pip install -q 'torch==2.13.0' 'trl==1.16.0' -e '.[local]'
@@ -104,7 +122,7 @@ template: $(STAMP)
 # (python3.13 on aarch64). A pinned uv, in a venv outside the checkout, resolves for a platform
 # other than this machine's. Run after changing a *.in file.
 UV_VERSION := 0.13.9
-UV_TOOL := $(HOME)/.cache/trialbox/uv-$(UV_VERSION)
+UV_TOOL := $(CACHE)/uv-$(UV_VERSION)
 UV_COMPILE := $(UV_TOOL)/bin/uv pip compile -q --generate-hashes --index-url https://pypi.org/simple \
 	--only-binary :all: --custom-compile-command "make lock"
 IMAGE_PLATFORM := --python-platform aarch64-manylinux_2_36 --python-version 3.11  # bookworm

@@ -25,7 +25,7 @@ import requests
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from tests.e2e import verl_signatures
-from tests.sandbox.conftest import ADD_TASK
+from tests.support.tasks import ADD_TASK
 from trialbox import constants as c
 from trialbox.integrations import sandbox_fusion as sf
 from trialbox.integrations import verl

@@ -30,7 +30,7 @@ import skyrl_gym
 import yaml
 
 from tests.e2e import verl_signatures
-from tests.sandbox.conftest import ADD_TASK, CORRECT
+from tests.support.tasks import ADD_TASK, CORRECT
 from trialbox import constants as c
 from trialbox.errors import InputError, SessionError
 from trialbox.integrations import sandbox_fusion as sf
@@ -324,13 +324,16 @@ def test_skyrl_env_grades_test_cases_in_the_ground_truth(twin_env: None) -> None
 
 
 @pytest.fixture(scope="module")
-def endpoint(client: Client) -> str:
-    """The twin's function URL of the RunCode function (its real handler, as on AWS)."""
+def endpoint(client: Client) -> Iterator[str]:
+    """The twin's function URL of the RunCode function (its real handler, as on AWS), set as
+    the sandbox-fusion client's endpoint for this module only (it is the library's global)."""
     twin = client.aio._twin
     assert twin is not None
     url = twin.outputs[c.OUTPUT_RUN_CODE_URL].rstrip("/")
-    sandbox_fusion.set_endpoint(url)
-    return url
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sandbox_fusion.config, "SANDBOX_ENDPOINT", url)
+        patch.setattr(sandbox_fusion.config, "DATASET_ENDPOINT", url)
+        yield url
 
 
 def test_sandbox_fusion_client_runs_code_with_stdin_files_and_fetch(endpoint: str) -> None:

@@ -10,9 +10,8 @@ from pathlib import Path
 
 import boto3
 
-from tests.e2e.conftest import request
-from tests.local.test_services import descendants
-from tests.sandbox.conftest import CORRECT
+from tests.support.tasks import CORRECT
+from tests.support.twin import descendants, request
 from trialbox import constants as c
 from trialbox.local.twin import LocalTwin
 from trialbox.sdk import Client, Resources

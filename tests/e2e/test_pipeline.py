@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import json
 
-from tests.e2e.conftest import request
-from tests.sandbox.conftest import CORRECT
+from tests.support.tasks import CORRECT
+from tests.support.twin import request
 from trialbox import constants as c
 from trialbox import keys
 from trialbox.models import Status

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from tests.e2e.conftest import request
-from tests.sandbox.conftest import CORRECT
+from tests.support.tasks import CORRECT
+from tests.support.twin import request
 from trialbox.models import Status
 from trialbox.sdk import Client
 

@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import requests
 
-from tests.sandbox.conftest import ADD_TASK, CORRECT
+from tests.support.tasks import ADD_TASK, CORRECT
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples" / "tasksets"
 
@@ -258,8 +258,8 @@ def test_local_up_serves_the_sdk_until_ctrl_c(tmp_path: Path) -> None:
         env = os.environ | exports
         code = (
             "from trialbox import Client, Task\n"
-            "from tests.e2e.conftest import request\n"
-            "from tests.sandbox.conftest import ADD_TASK, CORRECT\n"
+            "from tests.support.twin import request\n"
+            "from tests.support.tasks import ADD_TASK, CORRECT\n"
             "client = Client()\n"
             "print(client.run([request('up-1', CORRECT)], timeout=120)[0].reward)\n"
             "with client.session(Task.model_validate(ADD_TASK)) as session:\n"  # sessions too

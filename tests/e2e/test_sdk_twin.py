@@ -5,8 +5,8 @@ from __future__ import annotations
 import asyncio
 import time
 
-from tests.e2e.conftest import request
-from tests.sandbox.conftest import ADD_TASK, CORRECT
+from tests.support.tasks import ADD_TASK, CORRECT
+from tests.support.twin import request
 from trialbox import constants as c
 from trialbox.models import ExecutionRequest, ExecutionResult, Status, Task
 from trialbox.sdk import AsyncClient, Client, request_id

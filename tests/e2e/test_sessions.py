@@ -6,10 +6,14 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Iterator
 
-from tests.e2e.conftest import twin_of
-from tests.sandbox.conftest import ADD_TASK, CORRECT
+import pytest
+
+from tests.support.tasks import ADD_TASK, CORRECT
+from tests.support.twin import LOST_WORKER_HEARTBEAT_S, twin_and_client, twin_of
 from trialbox import constants as c
 from trialbox.local.poller import SCHEDULE_CAP_S
 from trialbox.local.twin import LocalTwin
@@ -70,10 +74,16 @@ def test_oom_and_timeout_end_the_call_only(client: Client) -> None:
         assert s.exec(["cat", "keep.txt"]).stdout == "kept\n"
 
 
+@pytest.fixture(scope="module")
+def killable() -> Iterator[tuple[LocalTwin, Client]]:
+    with twin_and_client(workers=2, heartbeat_s=LOST_WORKER_HEARTBEAT_S) as both:
+        yield both
+
+
 def test_every_worker_killed_mid_session_and_the_episode_still_grades_right(
-    client: Client,
+    killable: tuple[LocalTwin, Client],
 ) -> None:
-    twin = twin_of(client)
+    twin, client = killable
     assert twin.pool is not None
     with client.session(TASK) as s:
         s.write_files({"solution.py": WRONG})
@@ -83,8 +93,6 @@ def test_every_worker_killed_mid_session_and_the_episode_still_grades_right(
         def kill_soon() -> None:
             time.sleep(1.0)
             killed.extend(twin.pool.kill())  # type: ignore[union-attr]
-
-        import threading
 
         threading.Thread(target=kill_soon, daemon=True).start()
         lost = s.step(commands=[["sh", "-c", "echo partial > partial.txt; sleep 5"]])

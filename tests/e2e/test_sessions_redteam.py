@@ -20,8 +20,8 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from tests.e2e.conftest import twin_of
-from tests.sandbox.conftest import ADD_TASK, CORRECT
+from tests.support.tasks import ADD_TASK, CORRECT
+from tests.support.twin import twin_of
 from trialbox.errors import SessionError
 from trialbox.keys import checkpoint_key
 from trialbox.models import ExecutionRequest, Status, Task

@@ -8,15 +8,14 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterator
 
-import boto3
 import pytest
 
-from tests.e2e.conftest import twin_of
-from tests.sandbox.conftest import ADD_TASK
+from tests.support.tasks import ADD_TASK
+from tests.support.twin import LOST_WORKER_HEARTBEAT_S, twin_and_client
 from trialbox.local.tasks import OOM_REASON
 from trialbox.local.twin import LocalTwin
 from trialbox.models import Status, Task
-from trialbox.sdk import Client, Resources
+from trialbox.sdk import Client
 
 WORKER_MEMORY_MB = 200  # the twin worker's cgroup: well over what a worker holds idle (~70 MiB)
 TASK = Task.model_validate(ADD_TASK | {"limits": {"memory_mb": 1024, "disk_mb": 400}})
@@ -26,17 +25,17 @@ BLOB = ["sh", "-c", "head -c 240M /dev/urandom > blob && echo written"]
 
 @pytest.fixture(scope="module")
 def small() -> Iterator[tuple[LocalTwin, Client]]:
-    with LocalTwin(workers=1, worker_memory_mb=WORKER_MEMORY_MB) as twin:
-        session = boto3.session.Session(
-            aws_access_key_id="local", aws_secret_access_key="local", region_name="us-east-1"
-        )
-        client = Client(
-            Resources.from_outputs(twin.outputs), endpoint_url=twin.endpoint_url, session=session
-        )
-        try:
-            yield twin, client
-        finally:
-            client.close()
+    with twin_and_client(
+        workers=1, worker_memory_mb=WORKER_MEMORY_MB, heartbeat_s=LOST_WORKER_HEARTBEAT_S
+    ) as both:
+        yield both
+
+
+@pytest.fixture(scope="module")
+def killable() -> Iterator[tuple[LocalTwin, Client]]:
+    """Workers with the task definition's memory."""
+    with twin_and_client(workers=2, heartbeat_s=LOST_WORKER_HEARTBEAT_S) as both:
+        yield both
 
 
 def test_a_call_that_runs_its_worker_out_of_memory_is_the_policys_oom(
@@ -56,8 +55,10 @@ def test_a_call_that_runs_its_worker_out_of_memory_is_the_policys_oom(
         assert after.commands[0].stdout.split() == ["kept", "kept.txt", "solution.py"]
 
 
-def test_a_worker_killed_from_outside_is_a_masked_sandbox_error(client: Client) -> None:
-    twin = twin_of(client)  # the task definition's memory
+def test_a_worker_killed_from_outside_is_a_masked_sandbox_error(
+    killable: tuple[LocalTwin, Client],
+) -> None:
+    twin, client = killable
     assert twin.pool is not None
     with client.session(TASK, ttl_s=300) as s:
         s.exec(["true"])

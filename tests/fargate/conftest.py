@@ -4,11 +4,8 @@ twin. Nothing here skips: a missing tool, rootfs or template fails the suite, sa
 
 from __future__ import annotations
 
-import json
 import os
 import tempfile
-import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -19,18 +16,11 @@ import pytest
 from tests.fargate.harness import Harness, Service, discard
 from tests.fargate.image import Image, build, required_tools
 from tests.fargate.taskdef import Container, worker_container
-from tests.sandbox.conftest import ADD_TASK
 from trialbox.local.template import load_template
 from trialbox.local.twin import LocalTwin
-from trialbox.models import ExecutionRequest, ExecutionResult, Status
 from trialbox.sdk import Client, Resources
 
 ROOT = Path(__file__).resolve().parents[2]
-JOB_TIMEOUT_S = 90
-
-
-class WorkerCrashed(AssertionError):
-    """A worker container ended other than by recycling."""
 
 
 @pytest.fixture(scope="session")
@@ -99,57 +89,3 @@ def service(harness: Harness) -> Iterator[Service]:
         yield running
     finally:
         running.stop()
-
-
-def request(
-    files: dict[str, str] | None = None,
-    commands: list[list[str]] | None = None,
-    grade: bool = False,
-    **limits: Any,
-) -> ExecutionRequest:
-    body: dict[str, Any] = {
-        "request_id": f"fg-{uuid.uuid4().hex[:12]}",
-        "task": ADD_TASK,
-        "files": files or {},
-        "commands": commands or [],
-        "grade": grade,
-    }
-    if limits:
-        body["limits"] = limits
-    return ExecutionRequest.model_validate(body)
-
-
-def python(code: str) -> list[str]:
-    return ["python", "-c", code]
-
-
-def run_jobs(
-    client: Client,
-    service: Service,
-    requests: list[ExecutionRequest],
-    timeout: float = JOB_TIMEOUT_S,
-) -> list[ExecutionResult]:
-    """Submit, wait for every terminal result; fail at once, with the workers' logs, when a
-    worker container crashes instead."""
-    handles = client.submit(requests)
-    deadline = time.monotonic() + timeout
-    while True:
-        if all(h.done() for h in handles):
-            return [h.result() for h in handles]
-        crashed = service.failures()
-        if crashed:
-            raise WorkerCrashed("a worker container crashed:\n" + "\n".join(crashed))
-        if time.monotonic() > deadline:
-            pytest.fail(
-                f"{sum(not h.done() for h in handles)} job(s) had no result after {timeout} s\n"
-                + service.logs()
-            )
-        time.sleep(0.2)
-
-
-def describe(result: ExecutionResult) -> str:
-    return json.dumps(result.model_dump(mode="json"), indent=1)[:6000]
-
-
-def assert_not_sandbox_error(result: ExecutionResult) -> None:
-    assert result.status != Status.SANDBOX_ERROR, describe(result)

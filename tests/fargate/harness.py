@@ -32,7 +32,6 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import random
 import secrets
 import shutil
 import signal
@@ -48,6 +47,7 @@ from typing import Any
 
 from tests.fargate.image import NSINIT, Image
 from tests.fargate.taskdef import Container
+from tests.support.pools import reserve
 from trialbox import constants as c
 from trialbox.local.resources import REGION, Resolver
 from trialbox.sandbox.config import ENV_PREFIX, SandboxConfig
@@ -79,10 +79,6 @@ def discard(path: Path) -> None:
     recursion limit in a volume), ignoring what cannot be removed."""
     with contextlib.suppress(OSError):
         remove_tree(path)
-
-
-def uid_base_for_session() -> int:
-    return 1_000_000 + random.randrange(0, 2000) * 4096
 
 
 @dataclass
@@ -280,7 +276,7 @@ class Harness:
         self.twin = twin
         self.workdir = workdir
         self.canaries = Canaries()
-        self.uid_base = uid_base_for_session()
+        self.uid_base = reserve().uid_base  # no other runner's, machine-wide
         self.template_env = resolve_environment(template, container, twin)
         self.sqs = twin.client("sqs")
         self._count = 0

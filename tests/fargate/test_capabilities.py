@@ -6,12 +6,12 @@ from __future__ import annotations
 
 import pytest
 
-from tests.fargate.conftest import WorkerCrashed, python, request, run_jobs
 from tests.fargate.harness import Harness
 from tests.fargate.nsinit import CAPS
 from tests.fargate.programs import LEAVE_BEHIND, PROBE
+from tests.fargate.submit import WorkerCrashed, python, request, run_jobs
 from tests.fargate.taskdef import DEFAULT_CAPABILITIES, FARGATE_ADDABLE, Container, worker_container
-from tests.sandbox.conftest import CORRECT
+from tests.support.tasks import CORRECT
 from trialbox.local.template import load_template
 from trialbox.models import Status
 from trialbox.sdk import Client

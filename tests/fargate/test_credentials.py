@@ -7,9 +7,9 @@ from __future__ import annotations
 import json
 import shlex
 
-from tests.fargate.conftest import describe, python, request, run_jobs
 from tests.fargate.harness import Harness, Service
 from tests.fargate.programs import SCAN_AFTER_EXIT, SOLUTION_WITH_SCANNER
+from tests.fargate.submit import describe, python, request, run_jobs
 from trialbox.models import Status
 from trialbox.sdk import Client
 

@@ -7,8 +7,8 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from tests.fargate.conftest import run_jobs
 from tests.fargate.harness import Service
+from tests.fargate.submit import run_jobs
 from tests.redteam.hacks import HACKS
 from trialbox.models import ExecutionRequest, Status, Task
 from trialbox.qc import humaneval

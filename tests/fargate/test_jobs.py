@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from tests.fargate.conftest import assert_not_sandbox_error, describe, python, request, run_jobs
 from tests.fargate.harness import Harness, Service
 from tests.fargate.programs import IDENTITY
-from tests.sandbox.conftest import CORRECT, FORK_BOMB, SETSID_DAEMON
+from tests.fargate.submit import assert_not_sandbox_error, describe, python, request, run_jobs
+from tests.support.programs import FORK_BOMB, SETSID_DAEMON
+from tests.support.tasks import CORRECT
 from trialbox.models import ExecutionResult, Status
 from trialbox.sandbox.processes import processes_of
 from trialbox.sdk import Client

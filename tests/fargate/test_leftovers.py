@@ -7,9 +7,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from tests.fargate.conftest import describe, python, request, run_jobs
 from tests.fargate.harness import Harness, Service
 from tests.fargate.programs import LEAVE_BEHIND, PROBE
+from tests.fargate.submit import describe, python, request, run_jobs
 from trialbox import constants as c
 from trialbox.models import ExecutionResult, Status
 from trialbox.sdk import Client

@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import time
 
-from tests.fargate.conftest import JOB_TIMEOUT_S, assert_not_sandbox_error, python, request
 from tests.fargate.harness import Harness, Service
-from tests.sandbox.conftest import ADD_TASK, CORRECT
+from tests.fargate.submit import JOB_TIMEOUT_S, assert_not_sandbox_error, python, request
+from tests.support.tasks import ADD_TASK, CORRECT
 from trialbox.models import Status, Task
 from trialbox.sandbox.processes import processes_of
 from trialbox.sdk import Client

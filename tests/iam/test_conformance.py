@@ -10,9 +10,9 @@ from collections import Counter
 import pytest
 
 from tests.iam.checker import Need, Unused, denied, unused
-from tests.iam.conftest import BROKEN, HARNESS, Recorded
 from tests.iam.operations import UnmappedOperation, needs, parse
 from tests.iam.policies import SDK, STATE_MACHINES, WORKER, TemplatePolicies
+from tests.iam.recording import BROKEN, HARNESS, Recorded
 from trialbox.local import principals
 from trialbox.models import Status
 

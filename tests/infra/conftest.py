@@ -2,23 +2,27 @@
 
 from __future__ import annotations
 
-import json
 import os
 import sys
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
-import aws_cdk as cdk
 import pytest
-from aws_cdk.assertions import Template
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.template import ROOT
+
+if TYPE_CHECKING:
+    import aws_cdk as cdk
+    from aws_cdk.assertions import Template
+
+# Set as this package is collected, before anything imports the CDK: its node process keeps
+# the environment it started with, so every synth in every worker runs alike, whatever ran
+# first (tests/infra/test_synth_full.py turns the validator on in its own process).
+os.environ["CDK_VALIDATION"] = "false"
+os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
 
 
 @pytest.fixture(scope="session")
 def app() -> cdk.App:
-    os.environ.setdefault("JSII_SILENCE_WARNING_END_OF_LIFE_NODE_VERSION", "20")
-    os.environ["CDK_VALIDATION"] = "false"
     sys.path.insert(0, str(ROOT))
     from app import build_app
 
@@ -27,32 +31,7 @@ def app() -> cdk.App:
 
 @pytest.fixture(scope="session")
 def template(app: cdk.App) -> Template:
+    from aws_cdk.assertions import Template
+
     stack = app.node.find_child("Trialbox")
     return Template.from_stack(stack)  # type: ignore[arg-type]
-
-
-def resources(template: Template, kind: str) -> dict[str, Any]:
-    return template.find_resources(kind)
-
-
-def only(template: Template, kind: str, logical_prefix: str = "") -> tuple[str, dict[str, Any]]:
-    """The one resource of `kind` whose logical id starts with `logical_prefix`: (id, resource)."""
-    (found,) = [
-        (k, r) for k, r in resources(template, kind).items() if k.startswith(logical_prefix)
-    ]
-    return found
-
-
-def definition(template: Template) -> dict[str, Any]:
-    (machine,) = resources(template, "AWS::StepFunctions::StateMachine").values()
-    parts = machine["Properties"]["DefinitionString"]["Fn::Join"][1]
-    # Intrinsics sit inside JSON strings: stand-ins of the right shape will do.
-    return json.loads("".join(p if isinstance(p, str) else _stand_in(p) for p in parts))
-
-
-def _stand_in(intrinsic: dict[str, Any]) -> str:
-    if intrinsic.get("Ref") == "AWS::Partition":
-        return "aws"
-    if "Fn::GetAtt" in intrinsic:
-        return f"arn:aws:lambda:us-east-1:000000000000:function:{intrinsic['Fn::GetAtt'][0]}"
-    return "https://sqs.us-east-1.amazonaws.com/000000000000/work"

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from aws_cdk.assertions import Template
 
-from tests.infra.conftest import ROOT, definition, only, resources
+from tests.support.template import ROOT, definition, only, resources
 from trialbox import __version__
 from trialbox import constants as c
 

@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 from aws_cdk.assertions import Template
 
-from tests.infra.conftest import only, resources
+from tests.support.template import only, resources
 
 HTTPS = {"IpProtocol": "tcp", "FromPort": 443, "ToPort": 443}
 S3_PREFIX_LIST = "com.amazonaws.${AWS::Region}.s3"

@@ -17,7 +17,7 @@ import pytest
 from aws_cdk.assertions import Template
 
 from infra.config import StackConfig
-from tests.infra.conftest import ROOT, only, resources
+from tests.support.template import ROOT, only, resources
 from trialbox import constants as c
 from trialbox import settings as s
 from trialbox.pipeline.stores import ObjectStore

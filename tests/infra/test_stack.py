@@ -14,7 +14,7 @@ import pytest
 from aws_cdk.assertions import Match, Template
 
 from infra.config import StackConfig
-from tests.infra.conftest import ROOT, definition, only, resources
+from tests.support.template import ROOT, definition, only, resources
 from trialbox import constants as c
 from trialbox.integrations.sandbox_fusion import FUNCTION_TIMEOUT_S, RUN_CODE_TASK
 from trialbox.settings import work_visibility_s

@@ -12,7 +12,7 @@ from typing import Any
 import boto3
 import pytest
 
-from tests.integration.conftest import Aws
+from tests.support.moto import Aws
 from trialbox import __version__, keys
 from trialbox import constants as c
 from trialbox.errors import (

@@ -8,8 +8,8 @@ from typing import Any
 
 import pytest
 
-from tests.integration.conftest import Aws
-from tests.sandbox.conftest import ADD_TASK, CORRECT
+from tests.support.moto import Aws
+from tests.support.tasks import ADD_TASK, CORRECT
 from trialbox import keys
 from trialbox.models import ExecutionRequest, Status, result_for
 from trialbox.pipeline.dispatch import Dispatched, Dispatcher

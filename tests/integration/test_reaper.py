@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import time
 
-from tests.integration.conftest import Aws
+from tests.support.moto import Aws
 from trialbox.models.sessions import MAX_TTL_S, TAG_EXPIRES
 from trialbox.pipeline.reaper import GRACE_S, reap
 

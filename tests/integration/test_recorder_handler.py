@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from infra.lambdas import service_name
-from tests.integration.conftest import Aws
+from tests.support.moto import Aws
 from trialbox import constants as c
 
 CONTEXT = SimpleNamespace(

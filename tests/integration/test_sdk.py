@@ -24,7 +24,7 @@ import boto3
 import pytest
 from botocore.exceptions import ClientError
 
-from tests.integration.conftest import Aws
+from tests.support.moto import Aws
 from trialbox import keys
 from trialbox.errors import ClientClosed, RequestIdReused, TrialboxError, WaitTimeout
 from trialbox.models import ExecutionRequest, ExecutionResult, Status, Task, result_for

@@ -22,7 +22,7 @@ import pytest
 from botocore.exceptions import ClientError
 from pydantic import ValidationError
 
-from tests.integration.conftest import Aws
+from tests.support.moto import Aws
 from trialbox import constants as c
 from trialbox import keys, runs
 from trialbox.errors import (

@@ -6,8 +6,8 @@ import json
 
 import pytest
 
-from tests.integration.conftest import Aws
-from tests.sandbox.conftest import ADD_TASK, CORRECT
+from tests.support.moto import Aws
+from tests.support.tasks import ADD_TASK, CORRECT
 from trialbox.errors import RequestRejected
 from trialbox.keys import taskset_key
 from trialbox.models import ExecutionRequest, ExecutionResult, Status

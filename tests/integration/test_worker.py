@@ -10,8 +10,8 @@ from typing import Any
 
 import pytest
 
-from tests.integration.conftest import Aws
-from tests.sandbox.conftest import ADD_TASK, CORRECT
+from tests.support.moto import Aws
+from tests.support.tasks import ADD_TASK, CORRECT
 from trialbox import keys
 from trialbox.errors import SandboxError
 from trialbox.models import RunReport, Status, Task

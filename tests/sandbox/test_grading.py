@@ -7,7 +7,8 @@ import io
 import tarfile
 from pathlib import Path
 
-from tests.sandbox.conftest import ADD_TASK, CORRECT, FORCE_PASS_CONFTEST, Grade
+from tests.support.sandbox import Grade
+from tests.support.tasks import ADD_TASK, CORRECT, FORCE_PASS_CONFTEST
 from trialbox.models import Sample, Status, Task
 from trialbox.sandbox.runner import Runner
 from trialbox.scoring import score

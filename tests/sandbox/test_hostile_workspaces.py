@@ -8,7 +8,8 @@ import resource
 
 import pytest
 
-from tests.sandbox.conftest import CORRECT, Grade
+from tests.support.sandbox import Grade
+from tests.support.tasks import CORRECT
 from trialbox.models import Status
 
 WRONG = "def add(a, b):\n    return 3\n"

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.sandbox.conftest import FORK_BOMB, SETSID_DAEMON, Exec, secret_in_another_slot
+from tests.support.programs import FORK_BOMB, SETSID_DAEMON
+from tests.support.sandbox import Exec, secret_in_another_slot
 from trialbox.models import Limits, Status
 from trialbox.sandbox.processes import processes_of
 from trialbox.sandbox.runner import Runner

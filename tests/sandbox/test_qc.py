@@ -10,7 +10,7 @@ from typing import Any
 
 from typer.testing import CliRunner
 
-from tests.sandbox.conftest import ADD_TASK, CORRECT
+from tests.support.tasks import ADD_TASK, CORRECT
 from trialbox.cli import app
 from trialbox.models import Task
 from trialbox.qc import validate

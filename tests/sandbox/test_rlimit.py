@@ -12,14 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.sandbox.conftest import (
-    ADD_TASK,
-    CORRECT,
-    FORK_BOMB,
-    LEFTOVERS,
-    SETSID_DAEMON,
-    secret_in_another_slot,
-)
+from tests.support.programs import FORK_BOMB, LEFTOVERS, SETSID_DAEMON
+from tests.support.sandbox import secret_in_another_slot
+from tests.support.tasks import ADD_TASK, CORRECT
 from trialbox.models import Limits, Sample, Status, Task
 from trialbox.sandbox.config import SandboxConfig
 from trialbox.sandbox.processes import processes_of
@@ -119,28 +114,32 @@ def test_the_runner_environment_block_is_scrubbed(rlimit: Runner) -> None:
     assert libc.getenv(b"PATH") == os.environ["PATH"].encode()  # C code still sees it
 
 
-def not_running(residue: list[str]) -> list[str]:
-    """Residue but processes: sandboxes of other test processes may be running right now."""
-    return [found for found in residue if not found.startswith("process ")]
-
-
 def test_nothing_a_job_leaves_survives_the_wipe(rlimit: Runner) -> None:
     result = rlimit.exec(["python", "-c", LEFTOVERS], Limits())
     # No key of any keyring: the seccomp filter refuses add_key and keyctl (EPERM).
     made = ["/tmp", "/var/tmp", "/dev/shm", "shm", "sem", "msg"]
     assert result.stdout.split() == made
-    assert not_running(rlimit.residue()) == []
+    assert rlimit.residue() == []
+    # What any of this runner's uids still owns (its uids are no other runner's).
+    mine = set(uids(rlimit))
+    files = [
+        p for d in ("/tmp", "/var/tmp", "/dev/shm") for p in Path(d).glob("trialbox-leftover*")
+    ]
+    assert [p for p in files if p.lstat().st_uid in mine] == []
+    for kind in ("shm", "sem", "msg"):
+        header, *rows = [
+            line.split() for line in Path("/proc/sysvipc", kind).read_text().splitlines()
+        ]
+        assert [r for r in rows if int(r[header.index("uid")]) in mine] == [], kind
     probe = (
-        "import glob, ctypes, platform\n"
+        "import ctypes, platform\n"
         "keyctl = {'x86_64': 250, 'aarch64': 219}[platform.machine()]\n"
         "libc = ctypes.CDLL(None)\n"
-        "print(glob.glob('/tmp/trialbox-leftover*') + glob.glob('/var/tmp/trialbox-leftover*')"
-        " + glob.glob('/dev/shm/trialbox-leftover*'),"
-        " libc.shmget(0x7B0001, 0, 0), libc.syscall(keyctl, 11, -4, 0, 0),"
+        "print(libc.syscall(keyctl, 11, -4, 0, 0),"
         " libc.syscall(keyctl, 11, libc.syscall(keyctl, 22, -1, -2), 0, 0))\n"
     )
     again = rlimit.exec(["python", "-c", probe], Limits())
-    assert again.stdout == "[] -1 -1 -1\n"  # keyctl itself is refused
+    assert again.stdout == "-1 -1\n"  # keyctl itself is refused
 
 
 def test_residue_names_what_a_job_left(rlimit: Runner) -> None:
@@ -151,6 +150,6 @@ def test_residue_names_what_a_job_left(rlimit: Runner) -> None:
     os.chown(path, uid, uid)
     rlimit.slots.used.add(0)  # as a job in it would
     try:
-        assert not_running(rlimit.residue()) == [f"file {path}"]
+        assert rlimit.residue() == [f"file {path}"]
     finally:
         path.unlink()

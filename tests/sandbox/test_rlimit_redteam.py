@@ -17,11 +17,11 @@ import platform
 import threading
 import time
 from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
 
-from tests.fargate.test_redteam import hunter
+from tests.support.pools import reserve
+from tests.support.programs import hunter
 from trialbox.models import Limits
 from trialbox.sandbox import as_uid, processes
 from trialbox.sandbox.config import SandboxConfig
@@ -29,14 +29,14 @@ from trialbox.sandbox.fs import remove_tree
 from trialbox.sandbox.runner import Runner
 
 SYS_EXIT = {"x86_64": 60, "aarch64": 93}[platform.machine()]
-UID_BASE = 3_900_000 + (os.getpid() % 1000) * 8  # apart from other test sessions' slot uids
 
 
 @pytest.fixture(scope="module")
 def rlimit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runner]:
-    state = Path(f"/var/lib/trialbox-redteam-{os.getpid()}")
+    own = reserve()  # one slot, apart from every other runner's uids
+    state = own.state_dir
     config = SandboxConfig.from_env().model_copy(
-        update={"backend": "rlimit", "slots": 1, "state_dir": state, "uid_base": UID_BASE}
+        update={"backend": "rlimit", "slots": 1, "state_dir": state, "uid_base": own.uid_base}
     )
     runner = Runner(config)
     try:
@@ -46,10 +46,10 @@ def rlimit(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Runner]:
         remove_tree(state)
 
 
-def test_processes_of_sees_a_process_whose_leader_exited() -> None:
+def test_processes_of_sees_a_process_whose_leader_exited(rlimit: Runner) -> None:
     """Was a break: the leader exits alone (SYS_exit), a thread keeps running; /proc/<pid>/stat
     says Z, and `processes_of` (the kill loop's and `residue`'s check) reported nothing."""
-    uid = UID_BASE + 7
+    uid = rlimit.config.uid_base + 7  # in the reservation, outside its one slot
     ready_r, ready_w = os.pipe()
     pid = os.fork()
     if pid == 0:  # the child: as the uid, a live thread behind a dead leader

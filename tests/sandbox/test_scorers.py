@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 from pydantic import ValidationError
 
-from tests.sandbox.conftest import ADD_TASK, CORRECT
+from tests.support.tasks import ADD_TASK, CORRECT
 from trialbox.models import Sample, Status, Task
 from trialbox.models.result import ExecutionResult
 from trialbox.sandbox.runner import Runner

@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from tests.sandbox.conftest import ADD_TASK
+from tests.support.tasks import ADD_TASK
 from trialbox.errors import SandboxSetupError
 from trialbox.models import Limits, Sample, Task
 from trialbox.sandbox.processes import processes_of

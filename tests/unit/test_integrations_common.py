@@ -7,7 +7,7 @@ import pickle
 
 import pytest
 
-from tests.sandbox.conftest import ADD_TASK
+from tests.support.tasks import ADD_TASK
 from trialbox.errors import AwsCallError, InputError, SessionError
 from trialbox.integrations.common import (
     Connection,

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from trialbox.errors import TrialboxError
+from trialbox.sandbox.shared_files import publish
 
 STACK = "Trialbox"
 CHECKOUT = Path(__file__).resolve().parents[2]
@@ -87,7 +88,7 @@ def load_template() -> dict[str, Any]:
             return dict(json.loads(cached.read_text()))
         template = synthesize()
         cached.parent.mkdir(parents=True, exist_ok=True)
-        cached.write_text(json.dumps(template, sort_keys=True))
+        publish(cached, json.dumps(template, sort_keys=True).encode())  # twins may read it now
         return template
     return shipped()
 

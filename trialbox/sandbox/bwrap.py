@@ -19,6 +19,7 @@ from trialbox.sandbox.cgroups import Cgroup, cgroup_class
 from trialbox.sandbox.config import SandboxConfig
 from trialbox.sandbox.fs import mount_tmpfs, remove_tree, unmount
 from trialbox.sandbox.runtime import Runtime
+from trialbox.sandbox.shared_files import publish
 from trialbox.sandbox.slots import Slot
 
 SANDBOX_WORKDIR = "/workspace"
@@ -102,14 +103,11 @@ class BwrapBackend(Backend):
             "hosts": "127.0.0.1 localhost sandbox\n::1 localhost\n",
             "nsswitch.conf": "passwd: files\ngroup: files\nhosts: files\n",
         }
-        for name, text in files.items():
-            path = self.etc_dir / name
-            if not path.exists() or path.read_text() != text:
-                path.write_text(text)
-                path.chmod(0o644)
+        for name, text in files.items():  # sandboxes of other runners may be reading them
+            publish(self.etc_dir / name, text.encode())
         cache = Path("/etc/ld.so.cache")
         if cache.exists():
-            shutil.copyfile(cache, self.etc_dir / "ld.so.cache")
+            publish(self.etc_dir / "ld.so.cache", cache.read_bytes())
 
     def prepare_dir(
         self, path: Path, size_mb: int, owner: int, group: int, mode: int, inodes: int = 65536

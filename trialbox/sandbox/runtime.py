@@ -18,6 +18,7 @@ from pathlib import Path
 from trialbox.errors import SandboxSetupError
 from trialbox.sandbox.config import SandboxConfig
 from trialbox.sandbox.host import favor_dynamic_cgroups
+from trialbox.sandbox.shared_files import exclusive, publish
 
 MANIFEST = "trialbox-runtime.json"
 PLUGIN_DIR = "trialbox"  # inside the runtime: the trusted plugin and pytest config
@@ -83,8 +84,16 @@ class Runtime:
 def install(root: Path, requirements: Path, python: str, existing: bool = False) -> Runtime:
     """Create or update the runtime. Idempotent: does nothing when it is already current.
     `existing`: the venv was built from `requirements` already (the image's build.sh does it
-    in a layer of its own); only the plugin and the manifest are written."""
+    in a layer of its own); only the plugin and the manifest are written. One install at a
+    time (two checkouts' `make setup` may run at once), and files that sandboxes of other
+    runners read are replaced whole, only when they change."""
     os.umask(0o022)  # every file must be readable by the slot uids
+    root.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
+    with exclusive(root.parent / f".{root.name}.lock"):
+        return _install(root, requirements, python, existing)
+
+
+def _install(root: Path, requirements: Path, python: str, existing: bool) -> Runtime:
     wanted_requirements = _sha256(requirements.read_bytes())
     manifest_path = root / MANIFEST
     manifest = json.loads(manifest_path.read_text()) if manifest_path.exists() else {}
@@ -93,7 +102,6 @@ def install(root: Path, requirements: Path, python: str, existing: bool = False)
     if not existing and manifest.get("requirements_sha256") != wanted_requirements:
         if root.exists():
             shutil.rmtree(root)
-        root.parent.mkdir(parents=True, exist_ok=True, mode=0o755)
         subprocess.run([python, "-m", "venv", str(root)], check=True)
         pip = [str(root / "bin" / "python"), "-m", "pip", "install", "-q", "--no-cache-dir"]
         pip += ["--require-virtualenv", "--require-hashes", "-r", str(requirements)]
@@ -101,11 +109,13 @@ def install(root: Path, requirements: Path, python: str, existing: bool = False)
         manifest = {}
     plugin_dir = root / PLUGIN_DIR
     plugin_dir.mkdir(exist_ok=True, mode=0o755)
-    for name, data in plugin_files().items():
-        (plugin_dir / name).write_bytes(data)
+    changed = [publish(plugin_dir / name, data) for name, data in plugin_files().items()]
     # Compiled once here: sandboxes never write bytecode, and every grading imports these.
+    # (-f: a file rewritten within the second it was compiled keeps its old mtime.)
+    force = ["-f"] if any(changed) else []
     subprocess.run(
-        [str(root / "bin" / "python"), "-m", "compileall", "-q", "-f", str(plugin_dir)], check=True
+        [str(root / "bin" / "python"), "-m", "compileall", "-q", *force, str(plugin_dir)],
+        check=True,
     )
     python_version = subprocess.run(
         [str(root / "bin" / "python"), "-c", "import platform; print(platform.python_version())"],
@@ -133,7 +143,7 @@ def install(root: Path, requirements: Path, python: str, existing: bool = False)
         json.dumps({k: new_manifest[k] for k in ("python", "freeze", "plugin_sha256")}).encode()
     )
     if new_manifest != manifest:
-        manifest_path.write_text(json.dumps(new_manifest, indent=2) + "\n")
+        publish(manifest_path, (json.dumps(new_manifest, indent=2) + "\n").encode())
     return Runtime.load(root)
 
 

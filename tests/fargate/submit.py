@@ -1,0 +1,76 @@
+"""Jobs for the worker under test: a request, a program, and the results of a batch, failing at
+once with the workers' logs when a worker container crashes."""
+
+from __future__ import annotations
+
+import json
+import time
+import uuid
+from typing import Any
+
+import pytest
+
+from tests.fargate.harness import Service
+from tests.support.tasks import ADD_TASK
+from trialbox.models import ExecutionRequest, ExecutionResult, Status
+from trialbox.sdk import Client
+
+JOB_TIMEOUT_S = 90
+
+
+class WorkerCrashed(AssertionError):
+    """A worker container ended other than by recycling."""
+
+
+def request(
+    files: dict[str, str] | None = None,
+    commands: list[list[str]] | None = None,
+    grade: bool = False,
+    **limits: Any,
+) -> ExecutionRequest:
+    body: dict[str, Any] = {
+        "request_id": f"fg-{uuid.uuid4().hex[:12]}",
+        "task": ADD_TASK,
+        "files": files or {},
+        "commands": commands or [],
+        "grade": grade,
+    }
+    if limits:
+        body["limits"] = limits
+    return ExecutionRequest.model_validate(body)
+
+
+def python(code: str) -> list[str]:
+    return ["python", "-c", code]
+
+
+def run_jobs(
+    client: Client,
+    service: Service,
+    requests: list[ExecutionRequest],
+    timeout: float = JOB_TIMEOUT_S,
+) -> list[ExecutionResult]:
+    """Submit, wait for every terminal result; fail at once, with the workers' logs, when a
+    worker container crashes instead."""
+    handles = client.submit(requests)
+    deadline = time.monotonic() + timeout
+    while True:
+        if all(h.done() for h in handles):
+            return [h.result() for h in handles]
+        crashed = service.failures()
+        if crashed:
+            raise WorkerCrashed("a worker container crashed:\n" + "\n".join(crashed))
+        if time.monotonic() > deadline:
+            pytest.fail(
+                f"{sum(not h.done() for h in handles)} job(s) had no result after {timeout} s\n"
+                + service.logs()
+            )
+        time.sleep(0.2)
+
+
+def describe(result: ExecutionResult) -> str:
+    return json.dumps(result.model_dump(mode="json"), indent=1)[:6000]
+
+
+def assert_not_sandbox_error(result: ExecutionResult) -> None:
+    assert result.status != Status.SANDBOX_ERROR, describe(result)

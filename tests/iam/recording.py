@@ -1,0 +1,311 @@
+"""A recorded twin run (tests/iam/conftest.py records one per module): every AWS call each
+principal makes, from the twin's request log (trialbox.local.requestlog), while the SDK and the
+CLI drive the paths a trainer's run takes: correct and wrong answers, a request over 128 KiB,
+rejections by the dispatcher and by Prepare, a sandbox error, a reused request id, trace
+downloads, and, last because it deletes the traces bucket, a Record that fails into the state
+machine's own fallback write."""
+
+from __future__ import annotations
+
+import base64
+import json
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+
+from tests.support.tasks import ADD_TASK, CORRECT
+from tests.support.twin import request
+from trialbox import constants as c
+from trialbox.cli.run import run_job
+from trialbox.errors import RequestIdReused
+from trialbox.integrations.sandbox_fusion import Proxy
+from trialbox.local import principals
+from trialbox.local.resources import REGION
+from trialbox.local.services import CREDENTIALS
+from trialbox.local.services import client as twin_client
+from trialbox.local.twin import LocalTwin
+from trialbox.models import ExecutionResult, RunReport, Status, Task
+from trialbox.models.jobs import JobSpec
+from trialbox.models.sessions import TAG_EXPIRES
+from trialbox.pipeline.stores import ObjectStore
+from trialbox.runs import RunJob
+from trialbox.sandbox.runner import Runner
+from trialbox.sdk import Client, Resources
+from trialbox.sdk.core import local_session
+from trialbox.worker.loop import Worker
+from trialbox.worker.run import job_runner
+from trialbox.worker.sessions import SessionHost
+
+WRONG = "def add(a, b):\n    return 3\n"
+HARNESS = "iam-harness"  # the test's own calls: setting scenes up, no principal's
+HEARTBEAT_S = 6  # the worker beats every 2 s: a 5 s job beats, and extends its visibility
+BROKEN = "iam-broken"  # its runner fails after a few heartbeats: a sandbox_error
+
+
+@dataclass
+class Recorded:
+    template: dict[str, Any]
+    entries: list[dict[str, Any]]  # the request log, one dict per call
+    tokens: dict[str, str]  # task token -> the state machine that issued it
+    results: dict[str, ExecutionResult]
+    cli_exit: int
+    cli_traces: list[str]
+
+
+def _runner(store: ObjectStore) -> Any:
+    real = job_runner(Runner(), store)
+
+    def run(job: JobSpec) -> RunReport:
+        if job.request_id == BROKEN:
+            time.sleep(5)
+            raise RuntimeError("the sandbox broke (a test double for a runner failure)")
+        return real(job)
+
+    return run
+
+
+def start_worker(twin: LocalTwin, name: str) -> Worker:
+    """A pool worker with the test's runner (the twin's own are processes with the real one),
+    on a thread, signing as the pool's task role."""
+
+    def aws(service: str) -> Any:
+        return twin_client(twin.endpoint_url, service, principals.WORKER)
+
+    jobs = ObjectStore(aws("s3"), twin.output(c.OUTPUT_TRACES_BUCKET))
+    sqs = aws("sqs")
+    worker = Worker(
+        sqs=sqs,
+        sfn=aws("stepfunctions"),
+        jobs=jobs,
+        queue_url=twin.output(c.OUTPUT_WORK_QUEUE_URL),
+        run_job=_runner(jobs),
+        heartbeat_s=HEARTBEAT_S,
+        name=name,
+        wait_s=1,
+        sessions=SessionHost(Runner(), sqs, jobs, name),
+    )
+    threading.Thread(target=worker.serve, daemon=True, name=name).start()
+    return worker
+
+
+def _sdk(twin: LocalTwin) -> Client:
+    session = boto3.session.Session(
+        aws_access_key_id=principals.SDK, aws_secret_access_key="x", region_name=REGION
+    )
+    return Client(Resources.from_outputs(twin.outputs), endpoint_url=twin.endpoint_url,
+                  session=session)  # fmt: skip
+
+
+def _running(twin: LocalTwin, name: str) -> bool:
+    sfn = twin_client(twin.endpoint_url, "stepfunctions", HARNESS)
+    arn = twin.output(c.OUTPUT_ROLLOUT_ARN).replace(":stateMachine:", ":execution:", 1)
+    try:
+        return bool(sfn.describe_execution(executionArn=f"{arn}:{name}")["status"] == "RUNNING")
+    except sfn.exceptions.ExecutionDoesNotExist:
+        return False
+
+
+def _await_dead_letter(sqs: Any, dlq_url: str) -> None:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        if sqs.receive_message(QueueUrl=dlq_url, WaitTimeSeconds=1).get("Messages"):
+            return
+    raise AssertionError("the reused request id was never dead-lettered")
+
+
+def tokens(sfn: Any, calls: list[dict[str, Any]]) -> dict[str, str]:
+    """Each task token a principal answered, mapped to the state machine whose TaskScheduled
+    event issued it (from the executions' histories)."""
+    wanted = {
+        e["body"]["taskToken"]
+        for e in calls
+        if isinstance(e.get("body"), dict) and "taskToken" in e["body"]
+    }
+    found: dict[str, str] = {}
+    for machine in sfn.list_state_machines()["stateMachines"]:
+        arn = machine["stateMachineArn"]
+        for execution in sfn.list_executions(stateMachineArn=arn)["executions"]:
+            history = sfn.get_execution_history(executionArn=execution["executionArn"])
+            for event in history["events"]:
+                parameters = event.get("taskScheduledEventDetails", {}).get("parameters", "")
+                found.update({t: arn for t in wanted if t in parameters})
+    return found
+
+
+def _cli_run(twin: LocalTwin, tmp: Path) -> tuple[int, list[str]]:
+    """`trialbox run --endpoint-url` on two samples, with the SDK's credentials."""
+    tasks, samples = tmp / "tasks.jsonl", tmp / "samples.jsonl"
+    tasks.write_text(json.dumps(ADD_TASK) + "\n")
+    rows = [
+        {"task_id": "add-two", "sample_id": "right", "files": {"solution.py": CORRECT}},
+        {"task_id": "add-two", "sample_id": "wrong", "files": {"solution.py": WRONG}},
+    ]
+    samples.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    traces = tmp / "traces"
+    outputs = twin.outputs
+    env = CREDENTIALS | {  # the SDK's
+        c.ENV_REQUESTS_QUEUE_URL: outputs[c.OUTPUT_REQUESTS_QUEUE_URL],
+        c.ENV_EXECUTIONS_TABLE: outputs[c.OUTPUT_EXECUTIONS_TABLE],
+        c.ENV_TRACES_BUCKET: outputs[c.OUTPUT_TRACES_BUCKET],
+        c.ENV_TASKSETS_BUCKET: outputs[c.OUTPUT_TASKSETS_BUCKET],
+    }
+    with pytest.MonkeyPatch.context() as patch:
+        for name, value in env.items():
+            patch.setenv(name, value)
+        code = run_job(RunJob(tasks, samples, tmp / "out.jsonl", endpoint_url=twin.endpoint_url,
+                              run_id="iam-cli", traces_dir=traces, timeout_s=120))  # fmt: skip
+    return code, sorted(p.name for p in traces.glob("*.json"))
+
+
+def _session_calls(sdk: Client, results: dict[str, ExecutionResult]) -> None:
+    """A session on a pushed task (the SDK reads the task set), with a result too large for
+    a message (read from its trace file) and a grade; a second one outlives its TTL, so that
+    its worker deletes its queues."""
+    ref = sdk.push_tasks([Task.model_validate(ADD_TASK)], name="iam-session")
+    loud = ["python", "-c", "import sys; print('x' * 70000); print('y' * 70000, file=sys.stderr)"]
+    with sdk.session(ref.task("add-two"), ttl_s=120) as session:
+        big = session.step(files={"solution.py": CORRECT}, commands=[loud, loud])
+        assert big.commands[0].stdout_truncated and session.read_file("solution.py")
+        results["iam-session-grade"] = session.grade(timeout=120)
+    short = sdk.session(Task.model_validate(ADD_TASK), ttl_s=3)
+    short.exec(["true"])
+    time.sleep(5)  # the TTL passes: the worker ends the session and deletes its queues
+    short.close()
+
+
+def _run_code_calls(twin: LocalTwin) -> None:
+    """SandboxFusion's /run_code through the proxy (signed as the SDK's principal) and the
+    twin's function URL: a call, one over 128 KiB that the function sends by reference, and
+    one whose result is over 300 KB, which the function reads from its trace."""
+    proxy = Proxy(twin.output(c.OUTPUT_RUN_CODE_URL), local_session(), timeout_s=120)
+    big = base64.b64encode(b"x" * 200_000).decode()
+    calls = [
+        {"code": "print(6 * 7)", "language": "python"},
+        {"code": "print(len(open('big').read()))", "language": "python", "files": {"big": big}},
+        {"code": "print('y' * 400_000)", "language": "python"},  # read from its trace
+    ]
+    for call, printed in zip(calls, ["42\n", "200000\n", "y" * 400_000 + "\n"], strict=True):
+        status, body = proxy.answer(json.dumps(call).encode())
+        assert (status, json.loads(body)["run_result"]["stdout"]) == (200, printed), body
+
+
+def _run_code_missing_its_deadline(twin: LocalTwin) -> None:
+    """With no worker to run it, a /run_code call misses its deadline: the function cancels
+    it (PutItem of its `cancelled` result, StopExecution) and answers 504."""
+    proxy = Proxy(twin.output(c.OUTPUT_RUN_CODE_URL), local_session(), timeout_s=120)
+    call = {"code": "print(1)", "language": "python", "run_timeout": 1}
+    status, body = proxy.answer(json.dumps(call).encode())
+    assert (status, "cancelled" in json.loads(body)["message"]) == (504, True), body
+
+
+def _leftover_queues(twin: LocalTwin, sqs: Any) -> tuple[str, str]:
+    """Session queues nobody will end: one past its TTL (the reaper deletes it) and one made
+    by hand without the tag (the reaper reads its age and keeps it)."""
+    prefix = twin.output(c.OUTPUT_SESSION_QUEUE_PREFIX)
+    expired = sqs.create_queue(QueueName=f"{prefix}iam-expired-in",
+                               tags={TAG_EXPIRES: str(int(time.time()) - 3600)})  # fmt: skip
+    byhand = sqs.create_queue(QueueName=f"{prefix}iam-byhand-in")
+    return expired["QueueUrl"], byhand["QueueUrl"]
+
+
+def _lost_host(twin: LocalTwin, sdk: Client, workers: list[Worker]) -> None:
+    """From here the twin's own worker process (an ECS task in the twin) serves: a session's
+    host is SIGKILLed mid-call, so that the SDK asks ECS why it stopped. Between the two, no
+    worker runs: a /run_code call misses its deadline."""
+    for worker in workers:
+        worker.stop.set()
+    time.sleep(2)  # their long polls (1 s) end
+    _run_code_missing_its_deadline(twin)
+    twin.add_worker()
+    assert twin.pool is not None
+    with sdk.session(Task.model_validate(ADD_TASK), ttl_s=120) as session:
+        session.exec(["true"])
+        threading.Timer(1.5, twin.pool.kill).start()
+        lost = session.exec(["sleep", "30"])
+        assert lost.status == Status.SANDBOX_ERROR and lost.loss_mask, lost
+        assert "ECS: Essential container in task exited" in (lost.error or ""), lost.error
+        assert session.exec(["true"]).status == Status.SUCCEEDED
+
+
+def _delete_bucket(s3: Any, bucket: str) -> None:
+    """Empty and delete a bucket that late writers (a Recorder still tracing, a worker's
+    session file) may write to meanwhile: again until it is gone."""
+    deadline = time.monotonic() + 60
+    while True:
+        for found in s3.list_objects_v2(Bucket=bucket).get("Contents", []):
+            s3.delete_object(Bucket=bucket, Key=found["Key"])
+        try:
+            s3.delete_bucket(Bucket=bucket)
+            return
+        except s3.exceptions.ClientError as exc:
+            if exc.response["Error"]["Code"] != "BucketNotEmpty" or time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
+
+
+def drive(
+    twin: LocalTwin, tmp: Path, workers: list[Worker]
+) -> tuple[dict[str, ExecutionResult], int, list[str]]:
+    sdk = _sdk(twin)
+    sqs = twin_client(twin.endpoint_url, "sqs", HARNESS)
+    expired, byhand = _leftover_queues(twin, sqs)
+    s3 = twin_client(twin.endpoint_url, "s3", HARNESS)
+    requests_url = twin.output(c.OUTPUT_REQUESTS_QUEUE_URL)
+    # A body the dispatcher rejects itself (it writes the `rejected` result).
+    invalid = {"request_id": "iam-invalid", "task": ADD_TASK, "limits": {"memory_mb": 0}}
+    sqs.send_message(QueueUrl=requests_url, MessageBody=json.dumps(invalid))
+    batch = [
+        request("iam-good", CORRECT, checkpoint=True),  # the worker stores a checkpoint
+        request("iam-wrong", WRONG),
+        request("iam-nockpt", CORRECT, base_checkpoint="0" * 64),  # Prepare: 404
+        request("iam-big", CORRECT + "# " + "x" * 200_000 + "\n"),  # through S3
+        request("iam-noref", CORRECT, task=None, task_ref="nothing@1/add-two"),  # Prepare
+        request(BROKEN, CORRECT),
+    ]
+    results = dict(zip([r.request_id for r in batch], sdk.run(batch, timeout=180), strict=True))
+    (results["iam-invalid"],) = sdk.run([request("iam-invalid", CORRECT)], timeout=60)
+    # A turn from iam-good's checkpoint: Prepare finds it, the worker reads it.
+    checkpoint = results["iam-good"].checkpoint
+    (results["iam-turn"],) = sdk.run([request("iam-turn", WRONG, base_checkpoint=checkpoint)],
+                                     timeout=120)  # fmt: skip
+    _session_calls(sdk, results)
+    _run_code_calls(twin)
+    _lost_host(twin, sdk, workers)
+    deadline = time.monotonic() + 30
+    while expired in sqs.list_queues().get("QueueUrls", []):
+        assert time.monotonic() < deadline, "the reaper did not delete an expired session queue"
+        time.sleep(1)
+    assert byhand in sqs.list_queues()["QueueUrls"]
+    assert results["iam-good"].trace_uri is not None
+    sdk.read_object(results["iam-good"].trace_uri)
+    # The same request id with other content: the SDK refuses it.
+    with pytest.raises(RequestIdReused):
+        sdk.submit([request("iam-good", WRONG)])
+    # Cancelled in flight: the SDK records `cancelled` and stops the execution. While it
+    # runs, its id with other content, sent around the SDK, is dead-lettered by the
+    # dispatcher (its execution's input says what it runs).
+    (slow,) = sdk.submit([request("iam-cancel", CORRECT, commands=[["sleep", "8"]])])
+    deadline = time.monotonic() + 60
+    while not _running(twin, "iam-cancel"):
+        assert time.monotonic() < deadline, "the execution to cancel never started"
+        time.sleep(0.2)
+    reused = request("iam-cancel", WRONG).model_dump_json(exclude_defaults=True)
+    sqs.send_message(QueueUrl=requests_url, MessageBody=reused)
+    redrive = sqs.get_queue_attributes(QueueUrl=requests_url, AttributeNames=["RedrivePolicy"])
+    dlq_name = json.loads(redrive["Attributes"]["RedrivePolicy"])["deadLetterTargetArn"]
+    dlq = sqs.get_queue_url(QueueName=dlq_name.rsplit(":", 1)[-1])["QueueUrl"]
+    _await_dead_letter(sqs, dlq)
+    sdk.cancel([slow])
+    results["iam-cancel"] = slow.result(timeout=5)
+    cli_exit, cli_traces = _cli_run(twin, tmp)
+    # Last: without the traces bucket Prepare fails, and Record on every retry; the state
+    # machine then writes the `sandbox_error` result itself.
+    _delete_bucket(s3, twin.output(c.OUTPUT_TRACES_BUCKET))
+    (results["iam-norecord"],) = sdk.run([request("iam-norecord", CORRECT)], timeout=120)
+    sdk.close()
+    return results, cli_exit, cli_traces

@@ -1,0 +1,71 @@
+"""moto in-process (tests/integration): its config, serialized data-store calls and the resources
+the `aws` fixture makes."""
+
+from __future__ import annotations
+
+import json
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from moto.core.botocore_stubber import BotocoreStubber
+
+from trialbox import constants as c
+from trialbox.pipeline.stores import ObjectStore, ResultTable
+
+REGION = "us-east-1"
+MOTO_CONFIG: Any = {
+    "stepfunctions": {"execute_state_machine": True},
+    "lambda": {"use_docker": False},
+}
+
+
+# moto's in-process backends are not thread-safe: SQS's ReceiveMessage deep-copies a message
+# while another thread's call changes it ("dictionary changed size during iteration"), which
+# killed a test's fake pipeline thread. The services are; calls to the data stores are taken
+# one at a time, as moto's server would if it were. Step Functions and Lambda are left out:
+# their calls start work that calls back in.
+SERIAL_SERVICES = ("sqs", "dynamodb", "s3")
+_serial = threading.RLock()
+_process_request = BotocoreStubber.process_request
+
+
+def one_at_a_time(self: BotocoreStubber, request: Any) -> Any:
+    host = str(request.url).split("://", 1)[-1].split("/", 1)[0]
+    if not any(f"{service}." in host for service in SERIAL_SERVICES):
+        return _process_request(self, request)
+    with _serial:
+        return _process_request(self, request)
+
+
+@dataclass
+class Aws:
+    s3: Any
+    sqs: Any
+    sfn: Any
+    dynamodb: Any
+    tasksets: ObjectStore
+    traces: ObjectStore
+    table: ResultTable
+    work_queue: str
+    dlq: str
+
+    def item(self, request_id: str) -> dict[str, Any] | None:
+        found = self.dynamodb.get_item(
+            TableName=self.table.table, Key={c.TABLE_KEY: {"S": request_id}}
+        )
+        return found.get("Item")
+
+    def messages(self, queue: str) -> list[dict[str, Any]]:
+        answer = self.sqs.receive_message(
+            QueueUrl=queue, MaxNumberOfMessages=10, MessageAttributeNames=["All"]
+        )
+        return list(answer.get("Messages", []))
+
+    def state_machine(self, name: str, definition: dict[str, Any]) -> str:
+        arn = self.sfn.create_state_machine(
+            name=name,
+            definition=json.dumps(definition),
+            roleArn="arn:aws:iam::123456789012:role/sfn",
+        )["stateMachineArn"]
+        return str(arn)

@@ -1,0 +1,73 @@
+"""Sandbox state private to one test process: a slot uid range, a state directory and a cgroup
+parent that no other runner on the machine uses (another xdist worker, a second `make test`,
+the demo, a developer's worker).
+
+Slots are machine-wide (trialbox.sandbox.slots), and several tests assert on what is left of
+every slot uid (no process, no file, no IPC object). Those assertions hold only where the
+uids are the test process's own. A reservation is an flock on its index's file, held until
+the process exits, so a range is never handed out twice while its holder lives, and a holder
+that died leaves it to the next (whose runner sweeps what was left).
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import random
+from dataclasses import dataclass
+from pathlib import Path
+
+from trialbox.sandbox.config import ENV_PREFIX
+
+ROOT = Path("/var/lib/trialbox-tests")
+FIRST_UID = 1_000_000
+UIDS_PER_RESERVATION = 4096  # 2048 slots: far more than any test's pool
+RESERVATIONS = 2000  # up to uid 9_192_000, inside the kernel's 32-bit uid space
+
+_held: list[int] = []  # the flock fds: open for the life of the process
+
+
+@dataclass(frozen=True)
+class Reservation:
+    index: int
+
+    @property
+    def uid_base(self) -> int:
+        return FIRST_UID + self.index * UIDS_PER_RESERVATION
+
+    @property
+    def state_dir(self) -> Path:
+        return ROOT / str(self.index)
+
+    @property
+    def cgroup_parent(self) -> str:
+        return f"trialbox-test-{self.index}"
+
+    def env(self) -> dict[str, str]:
+        """The TRIALBOX_SANDBOX_* settings of a runner on this reservation (the sandbox
+        runtime stays the machine's one)."""
+        return {
+            f"{ENV_PREFIX}STATE_DIR": str(self.state_dir),
+            f"{ENV_PREFIX}UID_BASE": str(self.uid_base),
+            f"{ENV_PREFIX}CGROUP_PARENT": self.cgroup_parent,
+        }
+
+
+def reserve() -> Reservation:
+    """A range no live process holds, held until this process exits."""
+    ROOT.mkdir(parents=True, exist_ok=True, mode=0o711)
+    ROOT.chmod(0o711)  # the slot uids traverse it to their directories
+    locks = ROOT / "locks"
+    locks.mkdir(exist_ok=True, mode=0o700)
+    start = random.randrange(RESERVATIONS)
+    for offset in range(RESERVATIONS):
+        index = (start + offset) % RESERVATIONS
+        fd = os.open(locks / f"{index}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            os.close(fd)
+            continue
+        _held.append(fd)
+        return Reservation(index)
+    raise RuntimeError(f"all {RESERVATIONS} test uid ranges under {locks} are held")
