@@ -3,6 +3,7 @@ the grouping and order of the work (tests/support/schedule.py)."""
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections import defaultdict
 from typing import Any
@@ -20,13 +21,27 @@ def _runs_tests(config: pytest.Config) -> bool:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    # Before any fixture makes a runner: twins, CLI runs and their workers inherit it.
-    if _runs_tests(config):
+    # Before any fixture makes a runner: twins, CLI runs and their workers inherit it. Only
+    # root runs sandboxes (a non-root run is the unit level, and /var/lib is not its to write).
+    if _runs_tests(config) and os.geteuid() == 0:
         os.environ.update(reserve().env())
 
 
-def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    schedule.slowest_groups_first(items, schedule.known_durations())
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    workerinput = getattr(config, "workerinput", None)  # an xdist worker: the controller's
+    known = schedule.Known(**workerinput["durations"]) if workerinput else schedule.Known.read()
+    schedule.slowest_groups_first(items, known)
+
+
+_KNOWN = pytest.StashKey[schedule.Known]()
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_configure_node(node: Any) -> None:
+    """Every worker gets the times the controller read once."""
+    if _KNOWN not in node.config.stash:
+        node.config.stash[_KNOWN] = schedule.Known.read()
+    node.workerinput["durations"] = dataclasses.asdict(node.config.stash[_KNOWN])
 
 
 class _Groups(LoadScopeScheduling):
@@ -38,12 +53,12 @@ class _Groups(LoadScopeScheduling):
 
 
 @pytest.hookimpl(optionalhook=True)
-def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> _Groups:
-    return _Groups(config, log)
+def pytest_xdist_make_scheduler(config: pytest.Config, log: Any) -> _Groups | None:
+    """Our groups for `--dist loadscope` (make test); xdist's own for any other mode."""
+    return _Groups(config, log) if config.getoption("dist") == "loadscope" else None
 
 
-# Seconds per test (setup, call and teardown), for the next run's order.
-_spent: defaultdict[str, float] = defaultdict(float)
+_spent: defaultdict[str, float] = defaultdict(float)  # per test: setup, call and teardown
 
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
@@ -51,5 +66,6 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
-    if "PYTEST_XDIST_WORKER" not in os.environ:  # the controller sees every worker's reports
+    """Each process that ran tests records their times, for the next run's order."""
+    if _runs_tests(session.config):
         schedule.record(dict(_spent))

@@ -21,9 +21,20 @@ from trialbox.local.twin import LocalTwin
 from trialbox.sdk import Client, Resources
 
 ROOT = Path(__file__).resolve().parents[2]
+# Whichever test of the package runs first builds the image (debootstrap and the locked pip
+# installs: minutes on a new machine), and the grading-integrity runs put the red-team corpus
+# and 164 HumanEval jobs through the pipeline; the suite's 300 s is too short for those.
+TIMEOUT_S = 900
 
 
-@pytest.fixture(scope="session")
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if here in item.path.parents:
+            item.add_marker(pytest.mark.timeout(TIMEOUT_S))
+
+
+@pytest.fixture(scope="package")
 def template() -> dict[str, Any]:
     try:
         return load_template()
@@ -31,12 +42,12 @@ def template() -> dict[str, Any]:
         pytest.fail(f"the stack could not be synthesized: {exc}")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def container(template: dict[str, Any]) -> Container:
     return worker_container(template)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def image() -> Image:
     missing = required_tools()
     if missing:
@@ -47,13 +58,13 @@ def image() -> Image:
         pytest.fail(f"the sandbox image could not be built: {exc}")
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def twin() -> Iterator[LocalTwin]:
     with LocalTwin(workers=0) as local:
         yield local
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def client(twin: LocalTwin) -> Iterator[Client]:
     session = boto3.session.Session(
         aws_access_key_id="local", aws_secret_access_key="local", region_name="us-east-1"
@@ -64,7 +75,7 @@ def client(twin: LocalTwin) -> Iterator[Client]:
         yield client
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def harness(
     image: Image, container: Container, template: dict[str, Any], twin: LocalTwin
 ) -> Iterator[Harness]:
@@ -81,7 +92,7 @@ def harness(
         discard(workdir)
 
 
-@pytest.fixture(scope="session")
+@pytest.fixture(scope="package")
 def service(harness: Harness) -> Iterator[Service]:
     """The worker exactly as the task definition runs it."""
     running = harness.service()

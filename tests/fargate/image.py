@@ -261,7 +261,7 @@ def build(root: Path, dockerfile: str = "sandbox_image/Dockerfile") -> Image:
             key = _digest(key, step.keyword, step.args)
         else:
             raise ImageBuildError(f"{where}: not supported by this builder")
-    _prune({p.parent for p in image.layers})
+    _prune({p.parent for p in image.layers})  # each layer is <key>/layer
     return image
 
 
@@ -272,5 +272,6 @@ def _prune(used: set[Path]) -> None:
         if entry.name.startswith("layer-") and entry not in used:
             with contextlib.suppress(OSError):
                 if now - entry.stat().st_mtime > KEEP_UNUSED_S:
-                    with _locked():
-                        shutil.rmtree(entry)
+                    with _locked():  # again under the lock: another session may reuse it now
+                        if now - entry.stat().st_mtime > KEEP_UNUSED_S:
+                            shutil.rmtree(entry)

@@ -234,6 +234,21 @@ def test_grading_timeout_is_a_timeout_with_zero_reward(grade: Grade) -> None:
         limits={"timeout_s": 1, "memory_mb": 256},
     )
     assert (result.status, result.reward, result.loss_mask) == (Status.TIMEOUT, 0.0, False)
+    # Whichever comes first on a loaded machine: the sandbox's kill at 1 s from the start, or
+    # the boundary's deadline for the solution's code (0.8 s from the grader's start).
+    assert result.feedback in (
+        "grading timed out after 1 s",
+        "grading: the solution's code did not finish within 1 s",
+    )
+
+
+def test_a_grader_that_never_ends_is_stopped_by_the_sandbox(grade: Grade) -> None:
+    """The hidden test itself loops (no solution code runs): only the sandbox's kill can end it."""
+    hidden = {"tests/test_add.py": "def test_small():\n    while True:\n        pass\n"}
+    _, result = grade(
+        {"solution.py": CORRECT}, hidden_tests=hidden, limits={"timeout_s": 1, "memory_mb": 256}
+    )
+    assert (result.status, result.reward, result.loss_mask) == (Status.TIMEOUT, 0.0, False)
     assert result.feedback == "grading timed out after 1 s"
 
 

@@ -6,14 +6,14 @@ Slots are machine-wide (trialbox.sandbox.slots), and several tests assert on wha
 every slot uid (no process, no file, no IPC object). Those assertions hold only where the
 uids are the test process's own. A reservation is an flock on its index's file, held until
 the process exits, so a range is never handed out twice while its holder lives, and a holder
-that died leaves it to the next (whose runner sweeps what was left).
+that died leaves it to the next (the lowest free range is taken, and its runner sweeps what
+was left).
 """
 
 from __future__ import annotations
 
 import fcntl
 import os
-import random
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,9 +59,7 @@ def reserve() -> Reservation:
     ROOT.chmod(0o711)  # the slot uids traverse it to their directories
     locks = ROOT / "locks"
     locks.mkdir(exist_ok=True, mode=0o700)
-    start = random.randrange(RESERVATIONS)
-    for offset in range(RESERVATIONS):
-        index = (start + offset) % RESERVATIONS
+    for index in range(RESERVATIONS):  # the lowest free: a dead holder's is soon swept
         fd = os.open(locks / f"{index}.lock", os.O_RDWR | os.O_CREAT, 0o600)
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)

@@ -6,8 +6,9 @@ A group runs whole on one worker, so module and session fixtures are built once 
 
 Groups start in order of their recorded time, longest first: the long ones overlap everything
 else instead of running alone at the end. The times are those of the last run on this machine
-(kept outside the checkout), else tests/durations.json, the seed a run on 2 cores wrote; a
-test neither knows counts DEFAULT_S.
+(per test, kept outside the checkout), else tests/durations.json, the seed: per group, from
+that record after a full run on 2 cores (`python -m tests.support.schedule` writes it). A test
+neither knows counts DEFAULT_S.
 """
 
 from __future__ import annotations
@@ -15,9 +16,12 @@ from __future__ import annotations
 import json
 import os
 from collections import defaultdict
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import pytest
+
+from trialbox.sandbox.shared_files import exclusive, publish
 
 SHARED = ("tests/fargate/",)  # packages that run as one group
 SEED = Path(__file__).parents[1] / "durations.json"
@@ -39,27 +43,60 @@ def _load(path: Path) -> dict[str, float]:
     return {str(k): float(v) for k, v in found.items()} if isinstance(found, dict) else {}
 
 
-def known_durations() -> dict[str, float]:
-    """Seconds per node id: the seed, overridden by this machine's last runs."""
-    return _load(SEED) | _load(RECORD)
+@dataclass
+class Known:
+    """What a run knows of the suite's times: this machine's record, per node id, and the
+    seed, per group. The xdist controller reads them once and hands them to every worker:
+    workers must collect in one order, whatever another run writes meanwhile."""
+
+    record: dict[str, float] = field(default_factory=dict)
+    seed: dict[str, float] = field(default_factory=dict)
+
+    @classmethod
+    def read(cls) -> Known:
+        return cls(_load(RECORD), _load(SEED))
+
+    def cost(self, group: str, nodeids: list[str]) -> float:
+        if any(n in self.record for n in nodeids):
+            return sum(self.record.get(n, DEFAULT_S) for n in nodeids)
+        return self.seed.get(group, DEFAULT_S * len(nodeids))
 
 
-def slowest_groups_first(items: list[pytest.Item], durations: dict[str, float]) -> None:
+def slowest_groups_first(items: list[pytest.Item], known: Known) -> None:
     """Reorder `items` in place: whole groups, longest first; within a group, as collected
     (a stable sort: a group's tests are contiguous as collected, and stay so)."""
-    cost: dict[str, float] = defaultdict(float)
+    members: defaultdict[str, list[str]] = defaultdict(list)
     for item in items:
-        cost[group_of(item.nodeid)] += durations.get(item.nodeid, DEFAULT_S)
+        members[group_of(item.nodeid)].append(item.nodeid)
+    cost = {group: known.cost(group, nodeids) for group, nodeids in members.items()}
     items.sort(key=lambda item: -cost[group_of(item.nodeid)])
 
 
-def record(durations: dict[str, float]) -> None:
-    """Merge this run's times (setup, call and teardown per test) into the machine's record,
-    written whole or not at all: two runs may finish at once."""
-    if not durations:
+def by_group(spent: dict[str, float]) -> dict[str, float]:
+    """Seconds per node id summed per group."""
+    groups: defaultdict[str, float] = defaultdict(float)
+    for nodeid, seconds in spent.items():
+        groups[group_of(nodeid)] += seconds
+    return {group: round(seconds, 1) for group, seconds in sorted(groups.items())}
+
+
+def _dump(durations: dict[str, float]) -> bytes:
+    return (json.dumps(durations, indent=0, sort_keys=True) + "\n").encode()
+
+
+def record(spent: dict[str, float], path: Path = RECORD) -> None:
+    """Merge these tests' times (setup, call and teardown) into the record: one process at a
+    time (every xdist worker records its own), the file written whole."""
+    if not spent:
         return
-    CACHE.mkdir(parents=True, exist_ok=True)
-    merged = _load(RECORD) | {k: round(v, 3) for k, v in durations.items()}
-    partial = RECORD.with_name(f"{RECORD.name}.{os.getpid()}")
-    partial.write_text(json.dumps(merged, indent=0, sort_keys=True))
-    partial.replace(RECORD)
+    with exclusive(path.with_name(f".{path.name}.lock")):
+        publish(path, _dump(_load(path) | {k: round(v, 3) for k, v in spent.items()}))
+
+
+def main() -> None:
+    """`python -m tests.support.schedule`: the seed from this machine's record."""
+    publish(SEED, _dump(by_group(_load(RECORD))))
+
+
+if __name__ == "__main__":
+    main()

@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from trialbox.errors import TrialboxError
-from trialbox.sandbox.shared_files import publish
+from trialbox.sandbox.shared_files import exclusive, publish
 
 STACK = "Trialbox"
 CHECKOUT = Path(__file__).resolve().parents[2]
@@ -84,12 +84,12 @@ def load_template() -> dict[str, Any]:
         if importlib.util.find_spec("aws_cdk") is None:
             return shipped()
         cached = CACHE / f"template-{source_hash()}.json"
-        if cached.exists():
-            return dict(json.loads(cached.read_text()))
-        template = synthesize()
-        cached.parent.mkdir(parents=True, exist_ok=True)
-        publish(cached, json.dumps(template, sort_keys=True).encode())  # twins may read it now
-        return template
+        if not cached.exists():
+            with exclusive(CACHE / ".template.lock"):  # one synth when several twins start
+                if not cached.exists():
+                    template = json.dumps(synthesize(), sort_keys=True)
+                    publish(cached, template.encode())  # twins may read it now
+        return dict(json.loads(cached.read_text()))
     return shipped()
 
 

@@ -1,0 +1,78 @@
+"""How `make test` orders and records the suite's groups (tests/support/schedule.py)."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from tests.support import schedule
+
+
+def items(*nodeids: str) -> list[Any]:
+    return [SimpleNamespace(nodeid=n) for n in nodeids]
+
+
+def test_a_group_is_a_module_except_the_shared_packages() -> None:
+    assert (
+        schedule.group_of("tests/e2e/test_pipeline.py::test_x[a-b]") == "tests/e2e/test_pipeline.py"
+    )
+    assert schedule.group_of("tests/fargate/test_jobs.py::test_y") == "tests/fargate/"
+    assert schedule.group_of("tests/fargate/test_redteam.py") == "tests/fargate/"
+
+
+def test_groups_run_longest_first_and_stay_whole_in_collection_order() -> None:
+    collected = items(
+        "tests/unit/test_a.py::one",
+        "tests/unit/test_a.py::two",
+        "tests/fargate/test_jobs.py::j",
+        "tests/fargate/test_leftovers.py::l",
+        "tests/e2e/test_b.py::b",
+        "tests/e2e/test_new.py::n1",
+        "tests/e2e/test_new.py::n2",
+        "tests/e2e/test_new.py::n3",
+    )
+    known = schedule.Known(
+        record={"tests/unit/test_a.py::one": 0.5, "tests/e2e/test_b.py::b": 4.0},
+        seed={"tests/fargate/": 90.0, "tests/e2e/test_b.py": 1.0},  # the record wins
+    )
+    schedule.slowest_groups_first(collected, known)
+    assert [i.nodeid for i in collected] == [
+        "tests/fargate/test_jobs.py::j",
+        "tests/fargate/test_leftovers.py::l",
+        "tests/e2e/test_b.py::b",
+        "tests/e2e/test_new.py::n1",  # unknown: 1 s a test, 3 s
+        "tests/e2e/test_new.py::n2",
+        "tests/e2e/test_new.py::n3",
+        "tests/unit/test_a.py::one",  # 0.5 s known, 1 s for the other
+        "tests/unit/test_a.py::two",
+    ]
+
+
+def test_a_record_keeps_the_tests_a_run_did_not_touch(tmp_path: Path) -> None:
+    path = tmp_path / "durations.json"
+    path.write_text(json.dumps({"tests/e2e/test_b.py::b": 7.0, "tests/unit/test_a.py::one": 9.0}))
+    schedule.record({"tests/unit/test_a.py::one": 0.25, "tests/fargate/test_jobs.py::j": 3.0}, path)
+    assert json.loads(path.read_text()) == {
+        "tests/e2e/test_b.py::b": 7.0,
+        "tests/fargate/test_jobs.py::j": 3.0,
+        "tests/unit/test_a.py::one": 0.25,
+    }
+    assert [p.name for p in tmp_path.iterdir() if not p.name.startswith(".")] == ["durations.json"]
+
+
+def test_the_seed_sums_per_group() -> None:
+    spent = {
+        "tests/unit/test_a.py::one": 0.25,
+        "tests/unit/test_a.py::two": 0.5,
+        "tests/fargate/test_jobs.py::j": 3.0,
+    }
+    assert schedule.by_group(spent) == {"tests/fargate/": 3.0, "tests/unit/test_a.py": 0.8}
+
+
+def test_a_broken_record_counts_as_none(tmp_path: Path) -> None:
+    path = tmp_path / "durations.json"
+    path.write_text("{not json")
+    schedule.record({"tests/e2e/test_b.py::b": 1.0}, path)
+    assert json.loads(path.read_text()) == {"tests/e2e/test_b.py::b": 1.0}
