@@ -443,7 +443,12 @@ def test_command_outputs_timeouts_and_missing_binaries_are_the_commands_own(
         assert isinstance(missing, CommandResult) and missing.exit_code != 0
         assert "no-such-binary" in missing.stderr
         quick = s.step(commands=[["true"]], timeout_s=0.001)
-        assert (quick.status, quick.loss_mask) == (Status.TIMEOUT, False)
+        # Never a masked sandbox error; a timeout, unless a loaded runner looked only after
+        # `true` had exited (tests/sandbox/test_isolation.py runs this 40 times).
+        assert (quick.status, quick.loss_mask) in (
+            (Status.TIMEOUT, False),
+            (Status.SUCCEEDED, False),
+        )
         for bad in (0, -1, float("nan")):
             with pytest.raises(ValidationError):
                 s.step(commands=[["true"]], timeout_s=bad)

@@ -20,6 +20,8 @@ def test_a_group_is_a_module_except_the_shared_packages() -> None:
     )
     assert schedule.group_of("tests/fargate/test_jobs.py::test_y") == "tests/fargate/"
     assert schedule.group_of("tests/fargate/test_redteam.py") == "tests/fargate/"
+    alone = "tests/fargate/test_grading_integrity.py"
+    assert schedule.group_of(f"{alone}::test_z") == alone
 
 
 def test_groups_run_longest_first_and_stay_whole_in_collection_order() -> None:
