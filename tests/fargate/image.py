@@ -275,3 +275,19 @@ def _prune(used: set[Path]) -> None:
                     with _locked():  # again under the lock: another session may reuse it now
                         if now - entry.stat().st_mtime > KEEP_UNUSED_S:
                             shutil.rmtree(entry)
+
+
+def main() -> None:
+    """`python3 -m tests.fargate.image`: build (or find cached) this checkout's sandbox image.
+    `make test` starts it first, beside the venv's install: on a new machine it is the
+    longest download, and the fixture that needs it then finds it built, or waits on its lock.
+    Standard library only, so it runs before the venv exists."""
+    started = time.monotonic()
+    image = build(Path(__file__).resolve().parents[2])
+    print(
+        f"sandbox image: {len(image.layers)} layers in {CACHE} ({time.monotonic() - started:.0f} s)"
+    )
+
+
+if __name__ == "__main__":
+    main()

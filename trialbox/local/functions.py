@@ -93,12 +93,14 @@ class Throttled(Exception):
 
 
 class FunctionHost:
-    """`copies` warm processes per function. As in Lambda, an invocation that overruns the
-    function's timeout is killed and reported as `Sandbox.Timedout`, and a process that dies
-    (or is killed) is replaced by a fresh one for the next invocation. A function with
-    reserved concurrency scales out to it (at most 4 x `copies` processes here), a cold start
-    each; at it, an invocation that may be throttled (a function URL's) raises Throttled, as
-    Lambda answers 429, and the others wait."""
+    """One warm process per function at start; more as calls overlap, a cold start each, as
+    Lambda scales out (a twin starts in half the time, and most of its functions never run two
+    calls at once). A function scales out to `copies` processes, or to its reserved
+    concurrency (at most 4 x `copies` here); at that bound, an invocation that may be
+    throttled (a function URL's) raises Throttled, as Lambda answers 429, and the others wait.
+    As in Lambda, an invocation that overruns the function's timeout is killed and reported as
+    `Sandbox.Timedout`, and a process that dies (or is killed) is replaced by a fresh one for
+    the next invocation."""
 
     def __init__(
         self, specs: dict[str, FunctionSpec], env: dict[str, str], log_dir: Path, copies: int = 2
@@ -121,7 +123,7 @@ class FunctionHost:
             name: min(spec.reserved or copies, SCALE_OUT * copies)
             for name, spec in self.specs.items()
         }
-        self.live = {name: min(copies, most) for name, most in self.most.items()}
+        self.live = {name: 1 for name in self.most}
         self.lock = threading.Lock()
 
     def start(self) -> None:
