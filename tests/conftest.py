@@ -1,17 +1,19 @@
-"""The suite's set-up: each test process's own sandbox state, and under xdist (`make test`)
-the grouping and order of the work (tests/support/schedule.py)."""
+"""The suite's set-up: each test process's own sandbox state, a seat of the machine's for each
+test (tests/support/seats.py), and under xdist (`make test`) the grouping and order of the work
+(tests/support/schedule.py)."""
 
 from __future__ import annotations
 
 import dataclasses
 import os
 from collections import defaultdict
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from xdist.scheduler import LoadScopeScheduling
 
-from tests.support import schedule
+from tests.support import schedule, seats
 from tests.support.pools import reserve
 
 
@@ -25,6 +27,15 @@ def pytest_configure(config: pytest.Config) -> None:
     # root runs sandboxes (a non-root run is the unit level, and /var/lib is not its to write).
     if _runs_tests(config) and os.geteuid() == 0:
         os.environ.update(reserve().env())
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)  # outside pytest-timeout's: waiting is free
+def pytest_runtest_protocol(item: pytest.Item) -> Iterator[object]:
+    """Every test in a seat of the machine's (tests/support/seats.py)."""
+    if os.geteuid() != 0:  # the unit level: /run/lock is not its to write, and it is light
+        return (yield)
+    with seats.seat():
+        return (yield)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -1,13 +1,17 @@
-"""How `make test` orders and records the suite's groups (tests/support/schedule.py)."""
+"""How `make test` orders and records the suite's groups (tests/support/schedule.py), and the
+machine's seats every test takes (tests/support/seats.py)."""
 
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
+import threading
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
-from tests.support import schedule
+from tests.support import schedule, seats
 
 
 def items(*nodeids: str) -> list[Any]:
@@ -78,3 +82,37 @@ def test_a_broken_record_counts_as_none(tmp_path: Path) -> None:
     path.write_text("{not json")
     schedule.record({"tests/e2e/test_b.py::b": 1.0}, path)
     assert json.loads(path.read_text()) == {"tests/e2e/test_b.py::b": 1.0}
+
+
+def test_a_test_waits_for_a_seat_and_a_dead_holder_frees_it(tmp_path: Path) -> None:
+    taken = threading.Event()
+    release = threading.Event()
+    order: list[str] = []
+
+    def holder() -> None:
+        with seats.seat(1, tmp_path):
+            order.append("first holds")
+            taken.set()
+            release.wait(5)
+            order.append("first leaves")
+
+    thread = threading.Thread(target=holder)
+    thread.start()
+    assert taken.wait(5)
+    threading.Timer(0.3, release.set).start()
+    with seats.seat(1, tmp_path) as number:
+        order.append("second holds")
+    thread.join()
+    assert (number, order) == (0, ["first holds", "first leaves", "second holds"])
+    # A holder killed outright: the kernel drops its flock.
+    code = (
+        "import time\nfrom pathlib import Path\nfrom tests.support import seats\n"
+        f"with seats.seat(1, Path({str(tmp_path)!r})):\n"
+        "    print('in', flush=True)\n    time.sleep(60)\n"
+    )
+    held = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    assert held.stdout is not None and held.stdout.readline() == "in\n"
+    held.kill()
+    held.wait()
+    with seats.seat(1, tmp_path) as number:
+        assert number == 0
