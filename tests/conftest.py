@@ -34,7 +34,7 @@ def pytest_runtest_protocol(item: pytest.Item) -> Iterator[object]:
     """Every test in a seat of the machine's (tests/support/seats.py)."""
     if os.geteuid() != 0:  # the unit level: /run/lock is not its to write, and it is light
         return (yield)
-    with seats.seat():
+    with seats.seat(alone=item.get_closest_marker("alone") is not None):
         return (yield)
 
 

@@ -53,6 +53,7 @@ DEMO = {
 }
 
 
+@pytest.mark.alone  # its timeout and memory-hog samples, and 5 s limits on the others
 def test_demo_runs_the_bundled_task_set(tmp_path: Path) -> None:
     out = tmp_path / "demo.jsonl"
     done = trialbox("demo", "--out", str(out))

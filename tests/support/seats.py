@@ -2,10 +2,15 @@
 
 xdist's workers, a second `make test` in another clone, a developer's pytest: each test takes a
 seat for its whole protocol (setup, call, teardown) and waits while all are taken. Two suites
-at once then share the machine's seats and each takes longer, instead of overloading 2 cores
-until wall-clock limits (a 1 s timeout, the demo's 5 s task) turn honest results into
-timeouts. A seat is an flock, released when its holder dies. Seats default to 2 per core
-(TRIALBOX_TEST_SEATS): most tests wait on sandboxes, twins and state machines.
+at once then share the machine's seats and each takes longer, instead of overloading the cores.
+A test marked `alone` takes every seat: it asserts on results that wall-clock limits decide
+(the demo's 5 s tasks, a memory hog's OOM before its timeout), which a loaded machine turns
+into timeouts. Seats default to 2 per core (TRIALBOX_TEST_SEATS): most tests wait on
+sandboxes, twins and state machines.
+
+A seat is an flock, released when its holder dies. A test taking every seat first holds the
+gate exclusively, so that no single seat is taken meanwhile; single seats are taken under the
+gate shared, and never waited for while holding it, so the gate is free within moments.
 """
 
 from __future__ import annotations
@@ -25,23 +30,55 @@ def count() -> int:
     return int(os.environ.get("TRIALBOX_TEST_SEATS") or 2 * (os.cpu_count() or 1))
 
 
+def _open(path: Path) -> int:
+    # Not inherited: a twin or worker started by the test must not keep the seat.
+    return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+
+
+def _try(path: Path) -> int | None:
+    fd = _open(path)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd
+
+
 @contextlib.contextmanager
-def seat(seats: int | None = None, directory: Path = DIRECTORY) -> Iterator[int]:
-    """Hold one of `seats` seats (default: count()) until the block ends; its number."""
+def seat(
+    seats: int | None = None, directory: Path = DIRECTORY, alone: bool = False
+) -> Iterator[list[int]]:
+    """Hold one of `seats` seats (default: count()), or every one if `alone`, until the block
+    ends; the seats' numbers."""
     seats = seats or count()
     directory.mkdir(parents=True, exist_ok=True)
-    while True:
-        for number in range(seats):
-            # Not inherited: a twin or worker started by the test must not keep the seat.
-            fd = os.open(directory / str(number), os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:
-                os.close(fd)
-                continue
-            try:
-                yield number
-            finally:
-                os.close(fd)
-            return
-        time.sleep(POLL_S)
+    held: dict[int, int] = {}  # seat number -> its flock fd
+    gate = _open(directory / "gate")
+    try:
+        if alone:
+            fcntl.flock(gate, fcntl.LOCK_EX)
+            while len(held) < seats:
+                for number in set(range(seats)) - set(held):
+                    fd = _try(directory / str(number))
+                    if fd is not None:
+                        held[number] = fd
+                if len(held) < seats:
+                    time.sleep(POLL_S)
+            fcntl.flock(gate, fcntl.LOCK_UN)
+        else:
+            while not held:
+                fcntl.flock(gate, fcntl.LOCK_SH)
+                for number in range(seats):
+                    fd = _try(directory / str(number))
+                    if fd is not None:
+                        held[number] = fd
+                        break
+                fcntl.flock(gate, fcntl.LOCK_UN)
+                if not held:
+                    time.sleep(POLL_S)
+        yield sorted(held)
+    finally:
+        for fd in held.values():
+            os.close(fd)
+        os.close(gate)

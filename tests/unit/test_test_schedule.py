@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -100,7 +101,7 @@ def test_a_test_waits_for_a_seat_and_a_dead_holder_frees_it(tmp_path: Path) -> N
     thread.start()
     assert taken.wait(5)
     threading.Timer(0.3, release.set).start()
-    with seats.seat(1, tmp_path) as number:
+    with seats.seat(1, tmp_path) as (number,):
         order.append("second holds")
     thread.join()
     assert (number, order) == (0, ["first holds", "first leaves", "second holds"])
@@ -114,5 +115,28 @@ def test_a_test_waits_for_a_seat_and_a_dead_holder_frees_it(tmp_path: Path) -> N
     assert held.stdout is not None and held.stdout.readline() == "in\n"
     held.kill()
     held.wait()
-    with seats.seat(1, tmp_path) as number:
-        assert number == 0
+    with seats.seat(1, tmp_path) as numbers:
+        assert numbers == [0]
+
+
+def test_a_test_alone_waits_for_every_seat_and_holds_back_new_ones(tmp_path: Path) -> None:
+    order: list[str] = []
+    first = seats.seat(2, tmp_path)
+    assert first.__enter__() == [0]
+
+    def alone() -> None:
+        with seats.seat(2, tmp_path, alone=True) as numbers:
+            order.append(f"alone holds {numbers}")
+            time.sleep(0.3)
+            order.append("alone leaves")
+
+    thread = threading.Thread(target=alone)
+    thread.start()
+    time.sleep(0.2)  # the alone test now holds the gate and seat 1, and waits for seat 0
+    threading.Timer(
+        0.2, lambda: (order.append("first leaves"), first.__exit__(None, None, None))
+    ).start()
+    with seats.seat(2, tmp_path) as numbers:  # seat 1 is not free to it: the gate is held
+        order.append(f"next holds {numbers}")
+    thread.join()
+    assert order == ["first leaves", "alone holds [0, 1]", "alone leaves", "next holds [0]"]
