@@ -12,12 +12,11 @@ was left).
 
 from __future__ import annotations
 
-import fcntl
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
 from trialbox.sandbox.config import ENV_PREFIX
+from trialbox.sandbox.shared_files import try_exclusive
 
 ROOT = Path("/var/lib/trialbox-tests")
 FIRST_UID = 1_000_000
@@ -60,11 +59,8 @@ def reserve() -> Reservation:
     locks = ROOT / "locks"
     locks.mkdir(exist_ok=True, mode=0o700)
     for index in range(RESERVATIONS):  # the lowest free: a dead holder's is soon swept
-        fd = os.open(locks / f"{index}.lock", os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
+        fd = try_exclusive(locks / f"{index}.lock")
+        if fd is None:
             continue
         _held.append(fd)
         return Reservation(index)

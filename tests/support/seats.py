@@ -22,6 +22,8 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+from trialbox.sandbox.shared_files import try_exclusive
+
 DIRECTORY = Path("/run/lock/trialbox-test-seats")  # tmpfs: gone with the machine's boot
 POLL_S = 0.05
 
@@ -33,16 +35,6 @@ def count() -> int:
 def _open(path: Path) -> int:
     # Not inherited: a twin or worker started by the test must not keep the seat.
     return os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-
-
-def _try(path: Path) -> int | None:
-    fd = _open(path)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        return None
-    return fd
 
 
 @contextlib.contextmanager
@@ -60,7 +52,7 @@ def seat(
             fcntl.flock(gate, fcntl.LOCK_EX)
             while len(held) < seats:
                 for number in set(range(seats)) - set(held):
-                    fd = _try(directory / str(number))
+                    fd = try_exclusive(directory / str(number))
                     if fd is not None:
                         held[number] = fd
                 if len(held) < seats:
@@ -70,7 +62,7 @@ def seat(
             while not held:
                 fcntl.flock(gate, fcntl.LOCK_SH)
                 for number in range(seats):
-                    fd = _try(directory / str(number))
+                    fd = try_exclusive(directory / str(number))
                     if fd is not None:
                         held[number] = fd
                         break

@@ -46,3 +46,15 @@ def exclusive(lock: Path) -> Iterator[None]:
         yield
     finally:
         os.close(fd)
+
+
+def try_exclusive(lock: Path) -> int | None:
+    """`lock` held by this process, machine-wide, if no other holds it: the fd (closing it
+    releases the lock; it is not inherited); else None, at once."""
+    fd = os.open(lock, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        return None
+    return fd

@@ -6,7 +6,6 @@ whoever claims a slot first removes what a killed runner left in it.
 from __future__ import annotations
 
 import contextlib
-import fcntl
 import logging
 import os
 import random
@@ -17,6 +16,7 @@ from pathlib import Path
 
 from trialbox.errors import SandboxSetupError
 from trialbox.sandbox.config import SandboxConfig
+from trialbox.sandbox.shared_files import try_exclusive
 
 log = logging.getLogger("trialbox.sandbox")
 
@@ -135,13 +135,7 @@ class SlotPool:
 
     def _try_lock(self, index: int) -> int | None:
         """The slot's lock fd, held (closing it releases the lock); None if another holds it."""
-        fd = os.open(self.locks_dir / f"{index}.lock", os.O_RDWR | os.O_CREAT, 0o600)
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            os.close(fd)
-            return None
-        return fd
+        return try_exclusive(self.locks_dir / f"{index}.lock")
 
     def _dirty_marker(self, index: int) -> Path:
         return self.locks_dir / f"{index}.dirty"
