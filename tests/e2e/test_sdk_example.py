@@ -12,7 +12,13 @@ from markdown_it import MarkdownIt
 
 ROOT = Path(__file__).resolve().parents[2]
 SDK_DOC = ROOT / "docs" / "sdk.md"
-EXAMPLES = ["sdk_quickstart.py", "sdk_async.py", "grpo_group.py", "multi_turn_agent.py"]
+EXAMPLES = [
+    "sdk_quickstart.py",
+    # A 5 s timeout decides it: the right sample must finish first (a loaded machine's may not).
+    pytest.param("sdk_async.py", marks=pytest.mark.alone),
+    "grpo_group.py",
+    "multi_turn_agent.py",
+]
 ANY_ORDER = {"sdk_quickstart.py"}  # it prints results as they arrive
 
 

@@ -94,7 +94,8 @@ def harness(
 
 @pytest.fixture(scope="package")
 def service(harness: Harness) -> Iterator[Service]:
-    """The worker exactly as the task definition runs it."""
+    """The worker exactly as the task definition runs it. A test's own service
+    (harness.service) pauses it; run_jobs runs it again (Harness.activate)."""
     running = harness.service()
     try:
         yield running

@@ -200,7 +200,9 @@ def drop_wake_messages(sqs: Any, queue_url: str) -> None:
 
 class Service:
     """One worker at a time, replaced when it exits (as ECS replaces a task that stopped):
-    a worker that recycles after N jobs gets a fresh container for the next."""
+    a worker that recycles after N jobs gets a fresh container for the next. Of a harness's
+    services only one runs at a time (Harness.activate): they share its work queue, and a
+    test's jobs must reach the worker it made for them."""
 
     def __init__(
         self, harness: Harness, extra_env: dict[str, str], drop_also: frozenset[str]
@@ -209,14 +211,22 @@ class Service:
         self.extra_env = extra_env
         self.drop_also = drop_also
         self.runs: list[Run] = []
-        self._want = True
+        self._want = False
         self._lock = threading.RLock()
-        self._thread = threading.Thread(target=self._supervise, daemon=True)
+        self._thread: threading.Thread | None = None
 
-    def start(self) -> Service:
+    @property
+    def running(self) -> bool:
+        return self._thread is not None and self._thread.is_alive()
+
+    def resume(self) -> None:
+        """Start a container, and replace it whenever it exits, until paused."""
+        if self.running:
+            return
+        self._want = True
         self._start_one()
+        self._thread = threading.Thread(target=self._supervise, daemon=True)
         self._thread.start()
-        return self
 
     def _start_one(self) -> None:
         run = self.harness.start_worker(self.extra_env, self.drop_also)
@@ -243,7 +253,7 @@ class Service:
         return None
 
     def failures(self) -> list[str]:
-        """Containers that ended other than by recycling (exit 0)."""
+        """Containers that ended other than by recycling or a stop (exit 0)."""
         return [
             f"container {i} exited {run.process.returncode}:\n{run.output()[-3000:]}"
             for i, run in enumerate(self.runs)
@@ -255,11 +265,18 @@ class Service:
             f"--- container {i}\n{r.output()[-4000:]}" for i, r in enumerate(self.runs)
         )
 
-    def stop(self) -> list[int]:
+    def pause(self) -> list[int]:
+        """Stop the container (SIGTERM, as ECS stops a task) and start no other."""
         with self._lock:
             self._want = False
-        self._thread.join(timeout=10)
+        if self._thread is not None:
+            self._thread.join(timeout=10)
         return [run.stop() for run in self.runs]
+
+    def stop(self) -> list[int]:
+        if self in self.harness.services:
+            self.harness.services.remove(self)
+        return self.pause()
 
 
 class Harness:
@@ -280,6 +297,7 @@ class Harness:
         self.template_env = resolve_environment(template, container, twin)
         self.sqs = twin.client("sqs")
         self._count = 0
+        self.services: list[Service] = []  # made and not stopped; one runs at a time
 
     @property
     def capabilities(self) -> frozenset[str]:
@@ -420,7 +438,18 @@ class Harness:
     def service(
         self, extra_env: dict[str, str] | None = None, drop_also: frozenset[str] = frozenset()
     ) -> Service:
-        return Service(self, extra_env or {}, drop_also).start()
+        """A service of its own for a test; every other service of the harness pauses."""
+        made = Service(self, extra_env or {}, drop_also)
+        self.services.append(made)
+        self.activate(made)
+        return made
+
+    def activate(self, chosen: Service) -> None:
+        """Pause every other service (their workers poll the same queue), then run `chosen`."""
+        for other in self.services:
+            if other is not chosen:
+                other.pause()
+        chosen.resume()
 
     def run_in_container(
         self,

@@ -52,6 +52,7 @@ def run_jobs(
 ) -> list[ExecutionResult]:
     """Submit, wait for every terminal result; fail at once, with the workers' logs, when a
     worker container crashes instead."""
+    service.harness.activate(service)
     handles = client.submit(requests)
     deadline = time.monotonic() + timeout
     while True:

@@ -21,6 +21,7 @@ LEAVE = "open('/tmp/left-by-session', 'w').write('x'); open('/dev/shm/left', 'w'
 def test_a_session_holds_the_task_alone_then_grades_from_its_checkpoint(
     client: Client, service: Service, harness: Harness
 ) -> None:
+    harness.activate(service)  # the pool's only worker
     with client.session(Task.model_validate(ADD_TASK), ttl_s=300) as s:
         first = s.step(files={"solution.py": CORRECT, "notes.txt": "mine\n"},
                        commands=[python(LEAVE)])  # fmt: skip

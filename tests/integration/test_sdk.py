@@ -292,8 +292,10 @@ def test_async_as_completed_streams_in_completion_order(
 def test_as_completed_orders_by_arrival_when_the_pipeline_times_them(
     resources: Resources, fake: FakePipeline
 ) -> None:
-    """Per-request delays, not the test, decide the order: the last submitted is first."""
-    delays = {"d0": "0.9", "d1": "0.6", "d2": "0.3", "d3": "0"}
+    """Per-request delays, not the test, decide the order: the last submitted is first. The
+    client sees results a poll at a time (0.2 s, backing off to 0.675 s within a second of
+    quiet), so the delays differ by a second: results one poll takes together have no order."""
+    delays = {"d0": "3", "d1": "2", "d2": "1", "d3": "0"}
     with Client(resources) as client:
         handles = client.submit([req(rid, delay=d) for rid, d in delays.items()])
         order = [h.request_id for h in client.as_completed(handles, timeout=10)]

@@ -316,11 +316,22 @@ def recycling_worker(
     """`jobs` queued jobs, and a worker with these settings served until it stops itself."""
     machine = waiting_machine(aws)
     arns = [start(aws, machine, f"{prefix}-{i}", job(aws, f"{prefix}-{i}")) for i in range(jobs)]
+    queued_s = time.monotonic() + 10  # moto runs each execution on a thread of its own
+    while queued(aws) < jobs:
+        assert time.monotonic() < queued_s, f"{jobs} executions did not queue their jobs"
+        time.sleep(0.05)
     the_worker = worker(aws, fake_report)
     the_worker.recycle_after_jobs = recycle
     the_worker.residue = residue
     serve_until_stopped(the_worker)
     return the_worker, arns
+
+
+def queued(aws: Aws) -> int:
+    """The work queue's messages, visible or not (no receive: none is taken)."""
+    names = ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]
+    found = aws.sqs.get_queue_attributes(QueueUrl=aws.work_queue, AttributeNames=names)
+    return sum(int(found["Attributes"][name]) for name in names)
 
 
 def test_a_worker_exits_after_recycle_after_jobs_and_leaves_the_rest_queued(aws: Aws) -> None:
