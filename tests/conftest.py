@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import signal
 from collections import defaultdict
 from collections.abc import Iterator
 from typing import Any
@@ -23,6 +24,10 @@ def _runs_tests(config: pytest.Config) -> bool:
 
 
 def pytest_configure(config: pytest.Config) -> None:
+    # Ctrl-C reaches the tests and the commands they start, however the suite was started: a
+    # shell's background job inherits SIGINT ignored (and so would xdist's workers).
+    if signal.getsignal(signal.SIGINT) == signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
     # Before any fixture makes a runner: twins, CLI runs and their workers inherit it. Only
     # root runs sandboxes (a non-root run is the unit level, and /var/lib is not its to write).
     if _runs_tests(config) and os.geteuid() == 0:
