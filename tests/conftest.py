@@ -9,6 +9,7 @@ import os
 import signal
 from collections import defaultdict
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -16,6 +17,8 @@ from xdist.scheduler import LoadScopeScheduling
 
 from tests.support import schedule, seats
 from tests.support.pools import reserve
+
+UNIT = Path(__file__).parent / "unit"
 
 
 def _runs_tests(config: pytest.Config) -> bool:
@@ -37,8 +40,8 @@ def pytest_configure(config: pytest.Config) -> None:
 @pytest.hookimpl(wrapper=True, tryfirst=True)  # outside pytest-timeout's: waiting is free
 def pytest_runtest_protocol(item: pytest.Item) -> Iterator[object]:
     """Every test in a seat of the machine's (tests/support/seats.py)."""
-    if os.geteuid() != 0:  # the unit level: /run/lock is not its to write, and it is light
-        return (yield)
+    if os.geteuid() != 0 or item.path.is_relative_to(UNIT):  # the unit level: it is light
+        return (yield)  # (and /run/lock is only root's to write)
     with seats.seat(alone=item.get_closest_marker("alone") is not None):
         return (yield)
 

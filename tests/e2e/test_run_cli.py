@@ -288,5 +288,10 @@ def test_local_up_serves_the_sdk_until_ctrl_c(tmp_path: Path) -> None:
         assert "starting the local twin" not in run.stderr
     finally:
         os.killpg(serving.pid, signal.SIGINT)
-        stdout, _ = serving.communicate(timeout=60)
+        try:
+            stdout, _ = serving.communicate(timeout=60)
+        finally:  # never left running: it would hold its twin and workers past the test
+            if serving.poll() is None:
+                os.killpg(serving.pid, signal.SIGKILL)
+                serving.wait()
     assert serving.returncode == 0 and "stopping" in stdout

@@ -89,7 +89,7 @@ if os.fork() == 0:
     os.setsid()
     if os.fork() == 0:
         abstract = socket.socket(socket.AF_UNIX)
-        abstract.bind("\0trialbox-leftover")
+        abstract.bind(f"\0trialbox-leftover-{os.getuid()}")  # the slot's: no other suite's
         abstract.listen()
         memfd = os.memfd_create("trialbox-leftover")
         os.write(memfd, b"x")
@@ -107,10 +107,10 @@ print("left:", " ".join(left))
 """
 
 ABSTRACT_PROBE = (
-    "import socket\n"
+    "import os, socket\n"
     "s = socket.socket(socket.AF_UNIX)\n"
     "try:\n"
-    "    s.connect('\\0trialbox-leftover')\n"
+    "    s.connect(f'\\0trialbox-leftover-{os.getuid()}')\n"
     "    print('abstract socket still bound')\n"
     "except OSError as e:\n"
     "    print(type(e).__name__)\n"

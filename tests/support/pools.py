@@ -5,13 +5,15 @@ the demo, a developer's worker).
 Slots are machine-wide (trialbox.sandbox.slots), and several tests assert on what is left of
 every slot uid (no process, no file, no IPC object). Those assertions hold only where the
 uids are the test process's own. A reservation is an flock on its index's file, held until
-the process exits, so a range is never handed out twice while its holder lives, and a holder
-that died leaves it to the next (the lowest free range is taken, and its runner sweeps what
-was left).
+the process exits, so a range is never handed out twice while its holder lives (nor while a
+process it started and left still names it), and a holder that died leaves it to the next
+(the lowest free range is taken, and its runner sweeps what was left).
 """
 
 from __future__ import annotations
 
+import contextlib
+import os
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -58,10 +60,29 @@ def reserve() -> Reservation:
     ROOT.chmod(0o711)  # the slot uids traverse it to their directories
     locks = ROOT / "locks"
     locks.mkdir(exist_ok=True, mode=0o700)
+    in_use = _named_by_live_processes()
     for index in range(RESERVATIONS):  # the lowest free: a dead holder's is soon swept
         fd = try_exclusive(locks / f"{index}.lock")
         if fd is None:
             continue
+        if str(Reservation(index).state_dir) in in_use:
+            os.close(fd)
+            continue
         _held.append(fd)
         return Reservation(index)
     raise RuntimeError(f"all {RESERVATIONS} test uid ranges under {locks} are held")
+
+
+def _named_by_live_processes() -> set[str]:
+    """The state directories in live processes' environments. A process a test started and
+    left running (a leaked `local up`, its workers) still uses its reservation after the
+    holder, whose lock its children do not inherit, has exited."""
+    variable = f"{ENV_PREFIX}STATE_DIR=".encode()
+    found: set[str] = set()
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                for line in Path(entry.path, "environ").read_bytes().split(b"\0"):
+                    if line.startswith(variable):
+                        found.add(line.removeprefix(variable).decode(errors="replace"))
+    return found

@@ -4,6 +4,7 @@ machine's seats every test takes (tests/support/seats.py)."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 import threading
@@ -13,6 +14,16 @@ from types import SimpleNamespace
 from typing import Any
 
 from tests.support import schedule, seats
+from trialbox.sandbox.shared_files import try_exclusive
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def held_elsewhere(seat: Path) -> bool:
+    fd = try_exclusive(seat)
+    if fd is not None:
+        os.close(fd)
+    return fd is None
 
 
 def items(*nodeids: str) -> list[Any]:
@@ -111,7 +122,9 @@ def test_a_test_waits_for_a_seat_and_a_dead_holder_frees_it(tmp_path: Path) -> N
         f"with seats.seat(1, Path({str(tmp_path)!r})):\n"
         "    print('in', flush=True)\n    time.sleep(60)\n"
     )
-    held = subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True)
+    held = subprocess.Popen(
+        [sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, cwd=ROOT
+    )
     assert held.stdout is not None and held.stdout.readline() == "in\n"
     held.kill()
     held.wait()
@@ -132,7 +145,8 @@ def test_a_test_alone_waits_for_every_seat_and_holds_back_new_ones(tmp_path: Pat
 
     thread = threading.Thread(target=alone)
     thread.start()
-    time.sleep(0.2)  # the alone test now holds the gate and seat 1, and waits for seat 0
+    while not held_elsewhere(tmp_path / "1"):  # the alone test holds the gate, then seat 1
+        time.sleep(0.01)
     threading.Timer(
         0.2, lambda: (order.append("first leaves"), first.__exit__(None, None, None))
     ).start()

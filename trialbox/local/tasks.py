@@ -12,6 +12,7 @@ import contextlib
 import os
 import signal
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from trialbox.sandbox.cgroups import Cgroup, cgroup_class
@@ -56,6 +57,19 @@ class TwinTasks:
         self.cgroups = cgroup_class(config.cgroup_root)
         self.root = config.cgroup_root
         self.parent = f"{config.cgroup_parent}-twin-{os.getpid()}"
+        self._sweep_dead_twins(f"{config.cgroup_parent}-twin-")
+
+    def _sweep_dead_twins(self, prefix: str) -> None:
+        """Remove the empty parent cgroups of twins that died without closing (killed)."""
+        for path in self.cgroups(self.root, self.parent, "-").dirs:
+            for stale in path.parent.parent.glob(prefix + "*"):
+                pid = stale.name.removeprefix(prefix)
+                if not pid.isdigit() or Path(f"/proc/{pid}").exists():
+                    continue  # a live twin's (or a reused pid's: left for later)
+                with contextlib.suppress(OSError):  # a task cgroup with processes stays
+                    for task in (entry for entry in stale.iterdir() if entry.is_dir()):
+                        task.rmdir()
+                    stale.rmdir()
 
     def start(self) -> TwinTask:
         answer = self.ecs.run_task(
