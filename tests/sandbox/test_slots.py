@@ -12,8 +12,9 @@ import time
 import pytest
 
 from tests.support.tasks import ADD_TASK
-from trialbox.errors import SandboxSetupError
+from trialbox.errors import SandboxError, SandboxSetupError
 from trialbox.models import Limits, Sample, Task
+from trialbox.sandbox import processes
 from trialbox.sandbox.processes import processes_of
 from trialbox.sandbox.runner import Runner
 from trialbox.scoring import score
@@ -96,3 +97,21 @@ def test_a_slot_the_rlimit_backend_left_dirty_is_swept_by_a_bwrap_runner(runner:
     Runner(config)  # its startup sweep
     assert not (slot.work_dir / "left").exists()
     assert not (slots.locks_dir / "0.dirty").exists()
+
+
+def test_a_kill_that_outlasts_its_wait_names_each_survivors_state(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """A slot uid's process still there when the wait ends is a SandboxError that says what
+    state each survivor was in (stopped, in the kernel, running), so a rare one says why."""
+    uid = int(os.environ["TRIALBOX_SANDBOX_UID_BASE"]) + 4000  # this process's, no slot's
+    survivor = subprocess.Popen(["sleep", "60"], user=uid, group=uid)
+    monkeypatch.setattr(processes, "WAIT_GONE_S", -1.0)  # the wait is over at once
+    try:
+        with pytest.raises(
+            SandboxError, match=rf"survived SIGKILL: \{{{survivor.pid}: '[A-Za-z]+'\}}"
+        ):
+            processes.kill_all((uid,))
+    finally:
+        survivor.kill()
+        survivor.wait()

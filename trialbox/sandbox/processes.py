@@ -73,6 +73,9 @@ def kill_all(uids: tuple[int, ...]) -> None:
         if set(now) <= set(pids) and all(_stopped(pid) for pid in now):
             _signal(now, signal.SIGKILL)  # none was born meanwhile, and none runs
         if time.monotonic() > deadline:
-            raise SandboxError(f"processes of slot uids {uids} survived SIGKILL: {now[:10]}")
+            states = {pid: b"".join(_task_states(pid) or [b"-"]).decode() for pid in now[:10]}
+            raise SandboxError(  # with each one's task states (R, S, D, T...), to say why
+                f"processes of slot uids {uids} survived SIGKILL: {states}"
+            )
         time.sleep(0.002)
         pids = processes_of(uids)
