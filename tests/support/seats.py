@@ -46,29 +46,23 @@ def seat(
     seats = seats or count()
     directory.mkdir(parents=True, exist_ok=True)
     held: dict[int, int] = {}  # seat number -> its flock fd
+    want = seats if alone else 1
     gate = _open(directory / "gate")
     try:
-        if alone:
-            fcntl.flock(gate, fcntl.LOCK_EX)
-            while len(held) < seats:
-                for number in set(range(seats)) - set(held):
-                    fd = try_exclusive(directory / str(number))
-                    if fd is not None:
-                        held[number] = fd
-                if len(held) < seats:
-                    time.sleep(POLL_S)
-            fcntl.flock(gate, fcntl.LOCK_UN)
-        else:
-            while not held:
-                fcntl.flock(gate, fcntl.LOCK_SH)
-                for number in range(seats):
-                    fd = try_exclusive(directory / str(number))
-                    if fd is not None:
-                        held[number] = fd
+        # `alone` keeps the gate exclusive until it holds every seat; a single seat takes it
+        # shared for one pass, so it never waits while holding it.
+        while len(held) < want:
+            fcntl.flock(gate, fcntl.LOCK_EX if alone else fcntl.LOCK_SH)
+            for number in set(range(seats)) - set(held):
+                fd = try_exclusive(directory / str(number))
+                if fd is not None:
+                    held[number] = fd
+                    if len(held) == want:
                         break
+            if not alone or len(held) == want:
                 fcntl.flock(gate, fcntl.LOCK_UN)
-                if not held:
-                    time.sleep(POLL_S)
+            if len(held) < want:
+                time.sleep(POLL_S)
         yield sorted(held)
     finally:
         for fd in held.values():
