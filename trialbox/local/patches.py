@@ -10,8 +10,20 @@ from collections.abc import Callable
 from typing import Any
 
 from moto.awslambda_simple.models import LambdaSimpleBackend
+from moto.core.exceptions import AWSError
 from moto.core.responses import EmptyResult
-from moto.stepfunctions.parser.asl.eval.callback.callback import CallbackEndpoint
+from moto.stepfunctions.parser import models as sfn_models
+from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.resource import (
+    ResourceCondition,
+)
+from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.state_task_service_callback import (  # noqa: E501
+    StateTaskServiceCallback,
+)
+from moto.stepfunctions.parser.asl.eval.callback.callback import (
+    CallbackConsumerTimeout,
+    CallbackEndpoint,
+)
+from moto.stepfunctions.parser.asl.eval.environment import Environment
 from moto.stepfunctions.parser.asl.utils import boto_client
 from moto.stepfunctions.responses import StepFunctionResponse
 
@@ -22,6 +34,22 @@ _original_setup_heartbeat = CallbackEndpoint.setup_heartbeat_endpoint
 _original_notify_heartbeat = CallbackEndpoint.notify_heartbeat
 _original_boto_client_for = boto_client.boto_client_for
 _original_send_task_failure = StepFunctionResponse.send_task_failure
+_original_eval_execution = StateTaskServiceCallback._eval_execution
+# The names moto's Step Functions backend raises its exceptions by.
+_SFN_ERRORS: dict[str, Any] = vars(sfn_models)
+_original_task_does_not_exist = _SFN_ERRORS["TaskDoesNotExist"]
+
+
+class TaskDoesNotExist(AWSError):
+    """What a late answer to a timed-out attempt's token gets (moto's check for a timed-out
+    one tests the wrapper, never the timeout it wraps, so TaskTimedOut is never raised); moto's
+    own cannot be raised: it requires a message its raise sites never give."""
+
+    TYPE = "TaskDoesNotExist"
+    STATUS = 400
+
+    def __init__(self) -> None:
+        super().__init__("Task Does Not Exist")
 
 
 def route_lambda_invocations(invoke: Invoke) -> None:
@@ -87,6 +115,37 @@ def keep_failure_causes() -> None:
     StepFunctionResponse.send_task_failure = patched  # type: ignore[method-assign]
 
 
+def new_token_per_attempt() -> None:
+    """Defect: moto makes a waitForTaskToken state's token once, when the state starts, and
+    every Retry attempt sends that same token again. So an attempt that timed out (States.Timeout
+    or States.HeartbeatTimeout) can still be answered by its worker after its deadline: the
+    answer completes the retry, and a job that outlived its Execute step scores as if it had
+    not. On AWS each attempt has a token of its own, and the token of an attempt that timed out
+    answers TaskTimedOut. Give each retry a new token and time out the previous one (whose
+    answers then get TaskDoesNotExist: gone, to the worker, as TaskTimedOut is). Its test,
+    needed and working: tests/e2e/test_execute_budget.py."""
+    _SFN_ERRORS["TaskDoesNotExist"] = TaskDoesNotExist
+    latest: dict[str, str] = {}  # the state's first token -> its current attempt's
+    lock = threading.Lock()
+
+    def patched(self: Any, env: Environment) -> Any:
+        context: dict[str, Any] = dict(env.states.context_object.context_object_data)
+        waits = self.resource.condition == ResourceCondition.WaitForTaskToken
+        retry = (context.get("State") or {}).get("RetryCount", 0)
+        if waits and retry and context.get("Task"):
+            first = context["Task"]["Token"]
+            with lock:
+                previous = env.callback_pool_manager.get(latest.get(first, first))
+                if previous is not None and previous.get_outcome() is None:
+                    previous.report(CallbackConsumerTimeout())
+                token = env.states.context_object.update_task_token()
+                env.callback_pool_manager.add(token)
+                latest[first] = token
+        return _original_eval_execution(self, env)
+
+    StateTaskServiceCallback._eval_execution = patched  # type: ignore[method-assign]
+
+
 _clients: dict[tuple[str, str], Any] = {}
 _clients_lock = threading.Lock()
 
@@ -122,4 +181,6 @@ def undo() -> None:
     CallbackEndpoint.setup_heartbeat_endpoint = _original_setup_heartbeat  # type: ignore[method-assign]
     CallbackEndpoint.notify_heartbeat = _original_notify_heartbeat  # type: ignore[method-assign]
     StepFunctionResponse.send_task_failure = _original_send_task_failure  # type: ignore[method-assign]
+    StateTaskServiceCallback._eval_execution = _original_eval_execution  # type: ignore[method-assign]
+    _SFN_ERRORS["TaskDoesNotExist"] = _original_task_does_not_exist
     _rebind(_reused_client, _original_boto_client_for)

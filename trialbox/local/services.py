@@ -95,6 +95,7 @@ def serve(port: int, heartbeat_s: int, log_dir: Path, ready: IO[str], until: IO[
     patches.keep_early_callbacks()
     patches.accept_early_heartbeats()
     patches.keep_failure_causes()
+    patches.new_token_per_attempt()
     patches.reuse_service_clients()
     # Lambda polls a mapping's queue with the function's own role.
     pollers = [

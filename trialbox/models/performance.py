@@ -6,6 +6,9 @@ from pydantic import Field
 
 from trialbox.models.common import StrictModel
 
+# What preparing one timed run may take: the slot swept and the side's files written.
+TIMED_RUN_SETUP_S = 1.0
+
 
 class PerformanceSpec(StrictModel):
     workload: str = Field(
@@ -24,6 +27,12 @@ class PerformanceSpec(StrictModel):
     )
     memory: bool = Field(default=False, description="also a factor for peak memory")
     floor: float = Field(default=0.0, ge=0, le=1, description="the least factor")
+
+    def runs_s(self, timeout_s: float) -> float:
+        """The most wall time the timed runs can take under a command deadline of
+        `timeout_s`: every run of both sides at its deadline (a solution that sleeps costs no
+        CPU, but its runs still take their time), plus each run's fresh workspace."""
+        return 2 * self.repeats * (timeout_s + TIMED_RUN_SETUP_S)
 
 
 class PerformanceReport(StrictModel):

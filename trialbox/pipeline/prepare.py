@@ -4,6 +4,7 @@ spec, and answer with a small reference and the Execute step's timeouts."""
 from __future__ import annotations
 
 import json
+import math
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -52,13 +53,19 @@ class Preparer:
         # The runner enforces each command's deadline itself; the token timeout only catches
         # a sandbox that vanished. Its clock starts when the job is queued, and a job may wait
         # up to one heartbeat for a worker (longer, and the heartbeat lapses first), so it
-        # sits beyond that wait plus the runner's worst case plus a margin.
-        grading_s = task.grading.timeout_for(limits.timeout_s) if request.grade else 0
+        # sits beyond that wait plus the runner's worst case plus a margin. The worst case is
+        # every run the job can make: its commands, the grading and the performance scorer's
+        # timed runs.
+        grading_s = 0.0
+        if request.grade:
+            grading_s = task.grading.timeout_for(limits.timeout_s)
+            if task.grading.performance is not None:
+                grading_s += task.grading.performance.runs_s(limits.timeout_s)
         worst = len(request.commands) * limits.timeout_s + grading_s
         return JobRef(
             request_id=request.request_id,
             job_uri=uri,
-            timeout_s=self.heartbeat_s + int(worst) + self.margin_s,
+            timeout_s=self.heartbeat_s + math.ceil(worst) + self.margin_s,
             heartbeat_s=self.heartbeat_s,
         )
 

@@ -9,6 +9,7 @@ import os
 import secrets
 import socket
 from pathlib import Path
+from typing import Literal
 
 from trialbox import __version__
 from trialbox.models import iomatch
@@ -49,6 +50,8 @@ from trialbox.sandbox.slots import Slot, SlotPool
 
 MiB = 1024 * 1024
 DISK_FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
+# Under the slot's root: the solution's files, copied aside for its timed runs (root's only).
+TIMED_SOLUTION_DIR = "timed-solution"
 
 
 class WorkspaceOverflow(Exception):
@@ -273,7 +276,13 @@ class Runner:
                 notes.append(f"no checkpoint: {exc}")
         if not grade:
             return None
-        return self._grade(slot, task, limits, commands)
+        if task.grading.performance is None:
+            return self._grade(slot, task, limits, commands, None)
+        aside = self._set_aside(slot, limits)
+        try:
+            return self._grade(slot, task, limits, commands, aside)
+        finally:
+            self.backend.release_dir(slot.root / TIMED_SOLUTION_DIR)
 
     def _ungradable(self, task: Task, reason: str) -> GradingReport:
         expected = task.grading.expected_tests or []
@@ -290,33 +299,50 @@ class Runner:
             anomalies=[f"grading_setup_failed: {reason}"],
         )
 
+    def _set_aside(self, slot: Slot, limits: Limits) -> str | None:
+        """The solution's files for its timed runs, copied aside as the agent left them,
+        before grading runs any of its code (the boundary process works in the workspace):
+        root's, where no sandbox sees them. Returns why they could not be, or None."""
+        aside = slot.root / TIMED_SOLUTION_DIR
+        self.backend.prepare_dir(aside, limits.disk_mb + 1, 0, 0, 0o700)
+        try:
+            fs.copy_tree(slot.work_dir, aside, lambda *_: None, 0, 0, limits.disk_mb * MiB)
+        except OSError as exc:  # what the agent left cannot be copied: as at grading
+            return f"could not be copied for its timed runs ({type(exc).__name__}: {exc})"
+        return None
+
     def _measure(
-        self, slot: Slot, task: Task, spec: PerformanceSpec, limits: Limits
+        self, slot: Slot, task: Task, spec: PerformanceSpec, limits: Limits, aside: str | None
     ) -> PerformanceReport:
         """The performance scorer's runs: the workload beside the reference's files (as the
         grader's uid, read-only) and beside the solution's (as the agent's), interleaved, each
-        measured by the backend from outside: CPU seconds and peak MiB."""
-        assert task.reference is not None
-        self.backend.prepare_dir(
-            slot.grade_dir, limits.disk_mb + 1, 0, slot.grader_uid, 0o750, fs.WORKSPACE_INODES
-        )
-        fs.write_files(slot.grade_dir, task.reference, 0, 0)
+        measured by the backend from outside: CPU seconds and peak MiB.
+
+        Every run starts from the same pristine state, so nothing one run does reaches
+        another: the slot swept (no process of its uids, nothing they wrote anywhere, and under
+        bwrap a new cgroup with no memory charged to it), then a new workspace that holds only
+        its side's files, written by the runner: the reference's, or the solution's as they
+        were set aside before grading. So a reference run cannot have been disturbed by the
+        solution, and its failure stays the scorer's own (a reference that fails alone).
+        `aside`: why the solution's files could not be set aside (its failure), or None."""
+        if aside is not None:
+            return PerformanceReport(policy_failed=f"the solution's workspace {aside}")
         argv = ["python", "-c", spec.workload]
-        sides = {
-            "reference": CommandSpec(
-                argv, slot.grade_dir, "grader", limits, limits.timeout_s,
-                sandbox_env(self.runtime, self._sandbox_path(slot.grade_dir), limits),
-            ),
-            "policy": CommandSpec(
-                argv, slot.work_dir, "agent", limits, limits.timeout_s,
-                sandbox_env(self.runtime, self._sandbox_path(slot.work_dir), limits),
-            ),
-        }  # fmt: skip
+        env = sandbox_env(self.runtime, self._sandbox_path(slot.work_dir), limits)
+        roles: dict[str, Literal["agent", "grader"]] = {"reference": "grader", "policy": "agent"}
         report = PerformanceReport()
         expected: str | None = None  # what the reference's workload printed, first time
         for turn in range(spec.repeats):
             for side in ("reference", "policy") if turn % 2 == 0 else ("policy", "reference"):
-                outcome = self.backend.run(slot, sides[side])
+                try:
+                    self._fresh_workspace(slot, task, limits, side)
+                except OSError as exc:
+                    if side == "reference":
+                        raise  # the task's files, in a swept slot: the platform's
+                    report.policy_failed = f"the solution's workspace {exc}"
+                    return report
+                run = CommandSpec(argv, slot.work_dir, roles[side], limits, limits.timeout_s, env)
+                outcome = self.backend.run(slot, run)
                 failed = _workload_failure(outcome)
                 if failed is None and side == "reference" and expected is None:
                     expected = outcome.stdout.text()
@@ -338,6 +364,21 @@ class Runner:
                 cpu.append(outcome.cpu_s)
                 peak.append(outcome.peak_memory_mb)
         return report
+
+    def _fresh_workspace(self, slot: Slot, task: Task, limits: Limits, side: str) -> None:
+        """A swept slot and a new workspace with only this side's files in it."""
+        assert task.reference is not None
+        self.backend.sweep(slot)
+        if side == "reference":
+            self.backend.prepare_dir(
+                slot.work_dir, limits.disk_mb + 1, 0, slot.grader_uid, 0o750, fs.WORKSPACE_INODES
+            )
+            fs.write_files(slot.work_dir, task.reference, 0, 0)
+            return
+        uid = slot.agent_uid
+        self.backend.prepare_dir(slot.work_dir, limits.disk_mb, uid, uid, 0o700)
+        aside = slot.root / TIMED_SOLUTION_DIR
+        fs.copy_tree(aside, slot.work_dir, lambda *_: None, uid, uid, limits.disk_mb * MiB)
 
     def _boundary(self, grader: CommandSpec, slot: Slot, task: Task) -> None:
         """The policy's process beside the grader's: the zygote of trialbox_policy, as the
@@ -368,8 +409,14 @@ class Runner:
         grader.inherit.append((POLICY_SPEC_FD_ENV, _memfd(json.dumps(spec).encode())))
 
     def _grade(
-        self, slot: Slot, task: Task, limits: Limits, commands: list[CommandResult]
+        self,
+        slot: Slot,
+        task: Task,
+        limits: Limits,
+        commands: list[CommandResult],
+        aside: str | None,
     ) -> tuple[GradingReport, Status]:
+        """`aside`: for the performance scorer, `_set_aside`'s answer."""
         hidden_mb = sum(len(file_bytes(c)) for c in task.hidden_tests.values()) // MiB
         # Readable by the grader's group only: under rlimit, other slots can traverse /slots.
         self.backend.prepare_dir(
@@ -427,7 +474,7 @@ class Runner:
         performance = None
         spec_perf = task.grading.performance
         if spec_perf is not None and any(t.outcome == TestOutcome.PASSED for t in collated.tests):
-            performance = self._measure(slot, task, spec_perf, limits)
+            performance = self._measure(slot, task, spec_perf, limits, aside)
         report = GradingReport(
             command=argv,
             pytest_exit_code=outcome.exit_code,
