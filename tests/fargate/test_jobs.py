@@ -8,7 +8,14 @@ import pytest
 from tests.fargate.harness import Harness, Service
 from tests.fargate.programs import IDENTITY
 from tests.fargate.submit import assert_not_sandbox_error, describe, python, request, run_jobs
-from tests.support.programs import FORK_BOMB, SETSID_DAEMON
+from tests.support.memory import MiB, memory_of, peak_memory
+from tests.support.programs import (
+    FORK_BOMB,
+    SETSID_DAEMON,
+    STOPPED_VFORK_PAIR,
+    memory_spread,
+    socket_buffers,
+)
 from tests.support.tasks import CORRECT
 from trialbox.models import ExecutionResult, Status
 from trialbox.sandbox.processes import processes_of
@@ -30,6 +37,23 @@ CASES = {
     "grading": request(
         files={"solution.py": CORRECT, "conftest.py": "import os\nos._exit(0)\n"}, grade=True
     ),
+    "vfork_pair": request(commands=[python(STOPPED_VFORK_PAIR)], timeout_s=2),
+    "vfork_pair_at_import": request(
+        files={"solution.py": STOPPED_VFORK_PAIR + CORRECT}, grade=True, timeout_s=2
+    ),
+    "spread_anon": request(commands=[python(memory_spread(6, 206))], memory_mb=256, timeout_s=20),
+    # (Not "tmpfs": the task's /dev/shm holds 64 MiB, ENOSPC past it.)
+    "spread_leaderless": request(
+        commands=[python(memory_spread(6, 150, "leaderless"))], memory_mb=256, timeout_s=20
+    ),
+    "spread_memfd": request(
+        commands=[python(memory_spread(6, 206, "memfd"))], memory_mb=256, timeout_s=20
+    ),
+    "spread_hidden_memfd": request(
+        commands=[python(memory_spread(6, 206, "hidden_memfd"))], memory_mb=256, timeout_s=20
+    ),
+    "socket_buffers": request(commands=[python(socket_buffers(8, 480))], memory_mb=256),
+    "honest_spread": request(commands=[python(memory_spread(8, 51))], memory_mb=512),
 }
 
 
@@ -92,3 +116,52 @@ def test_grading_works(results: dict[str, ExecutionResult]) -> None:
     result = results["grading"]
     assert (result.status, result.reward) == (Status.SUCCEEDED, 1.0), describe(result)
     assert result.provenance is not None and result.provenance.backend == "rlimit"
+
+
+def test_a_stopped_vfork_pair_is_killed(results: dict[str, ExecutionResult]) -> None:
+    """Was a break: the pair (a vfork parent in D on its stopped child) never stopped, so the
+    kill never came: `sandbox_error`, loss-masked, where bwrap says timeout."""
+    (command,) = results["vfork_pair"].commands
+    assert (results["vfork_pair"].status, command.stdout) == (Status.TIMEOUT, "pair\n")
+    at_import = results["vfork_pair_at_import"]
+    assert (at_import.status, at_import.reward, at_import.loss_mask) == (Status.TIMEOUT, 0.0, False)
+
+
+@pytest.mark.parametrize("kind", ["anon", "memfd", "hidden_memfd", "leaderless"])
+def test_memory_spread_over_processes_is_oom(
+    results: dict[str, ExecutionResult], kind: str
+) -> None:
+    """Was a break: six processes held 1,236 MiB under a 256 MiB limit and `succeeded`."""
+    result = results[f"spread_{kind}"]
+    (command,) = result.commands
+    assert (result.status, command.oom_killed, command.stdout) == (Status.OOM, True, ""), describe(
+        result
+    )
+
+
+def test_an_honest_program_of_many_processes_succeeds(
+    results: dict[str, ExecutionResult],
+) -> None:
+    result = results["honest_spread"]
+    assert (result.status, result.commands[0].stdout) == (Status.SUCCEEDED, "held 8\n")
+    assert 8 * 51 < result.commands[0].peak_memory_mb < 512, describe(result)
+
+
+def test_a_sandbox_stays_under_its_memory_sampled_every_10_ms(
+    client: Client, service: Service, harness: Harness
+) -> None:
+    """From the host, every 10 ms: the job's processes' resident and shared memory, and the
+    memfds they hold open, stay under memory_mb + 64 MiB (the job runs alone)."""
+    uids = harness.slot_uids()
+    spread = request(commands=[python(memory_spread(6, 206, "memfd"))], memory_mb=256)
+    with peak_memory(lambda: memory_of(uids)) as peak:
+        (result,) = run_jobs(client, service, [spread])
+    assert result.status == Status.OOM, describe(result)
+    assert 200 * MiB < peak[0] < (256 + 64) * MiB, f"sampled {peak[0] / MiB:.0f} MiB"
+
+
+def test_socket_buffers_count_as_the_sandboxs_memory(results: dict[str, ExecutionResult]) -> None:
+    """Was a break of the first watchdog: 1.4 GiB queued in AF_UNIX socket buffers under a
+    256 MiB limit, `succeeded` (bwrap's cgroup charges it: `oom`)."""
+    result = results["socket_buffers"]
+    assert (result.status, result.commands[0].stdout) == (Status.OOM, ""), describe(result)

@@ -10,8 +10,10 @@ import pytest
 from tests.fargate.harness import Harness, Service
 from tests.fargate.programs import LEAVE_BEHIND, PROBE
 from tests.fargate.submit import describe, python, request, run_jobs
+from tests.support.programs import STOPPED_VFORK_PAIR
 from trialbox import constants as c
 from trialbox.models import ExecutionResult, Status
+from trialbox.sandbox.processes import processes_of
 from trialbox.sdk import Client
 
 ONE_SLOT = {"TRIALBOX_SANDBOX_SLOTS": "1"}
@@ -51,4 +53,23 @@ def test_next_job_on_the_worker_finds_nothing(
     reuse = reuse_expected(harness)
     if reuse is not None:  # reuse: the wipe, not a fresh task, cleared it
         assert (ran[0] == ran[1]) is reuse, (ran, one_slot.logs())
+    assert one_slot.failures() == []
+
+
+def test_a_stopped_vfork_pair_leaves_the_slot_usable(
+    client: Client, one_slot: Service, harness: Harness
+) -> None:
+    """Was a break: the pair (a vfork parent in D on its stopped child) could not be stopped,
+    so it was never killed: the job was `sandbox_error`, the pair outlived it, and every later
+    sweep of the slot failed. Now it is the job's timeout, and the same slot's next job runs."""
+    pair = request(commands=[python(STOPPED_VFORK_PAIR)], timeout_s=2)
+    (left,) = run_jobs(client, one_slot, [pair])
+    assert (left.status, left.commands[0].stdout) == (Status.TIMEOUT, "pair\n"), describe(left)
+    assert processes_of(tuple(harness.slot_uids())) == []
+    (probe,) = run_jobs(client, one_slot, [request(commands=[python(PROBE)])])
+    assert probe.status == Status.SUCCEEDED, describe(probe)
+    assert probe.commands[0].stdout == "nothing found\n", describe(probe)
+    ran = [one_slot.run_at(r.timings.started_at or 0) for r in (left, probe)]
+    if reuse_expected(harness):  # the same worker swept the slot and took the next job
+        assert ran[0] == ran[1], (ran, one_slot.logs())
     assert one_slot.failures() == []

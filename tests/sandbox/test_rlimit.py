@@ -1,21 +1,33 @@
 """The rlimit backend (what runs inside Fargate): the hostile cases it does cover.
 
 Not covered, by design (see trialbox/sandbox/rlimit.py): a private /tmp, hidden host
-processes, loopback/network isolation, a per-workspace disk cap and a cgroup OOM signal.
+processes, loopback/network isolation and a per-workspace disk cap. The sandbox's memory is
+bounded by a watchdog's sampling rather than a cgroup (trialbox/sandbox/watchdog.py).
 """
 
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
-from tests.support.programs import FORK_BOMB, LEFTOVERS, SETSID_DAEMON
+from tests.support.memory import memory_of, peak_memory
+from tests.support.programs import (
+    FORK_BOMB,
+    LEFTOVERS,
+    SETSID_DAEMON,
+    STOPPED_VFORK_PAIR,
+    memory_spread,
+    socket_buffers,
+)
 from tests.support.sandbox import secret_in_another_slot
 from tests.support.tasks import ADD_TASK, CORRECT
 from trialbox.models import Limits, Sample, Status, Task
+from trialbox.models.result import ExecutionResult
 from trialbox.sandbox.config import SandboxConfig
 from trialbox.sandbox.processes import processes_of
 from trialbox.sandbox.runner import Runner
@@ -58,7 +70,7 @@ def test_memory_limit_makes_allocation_fail(rlimit: Runner) -> None:
         ["python", "-c", "x = bytearray(600 * 1024 * 1024)"], Limits(memory_mb=256)
     )
     assert result.exit_code == 1 and "MemoryError" in result.stderr
-    assert result.oom_killed is False  # no cgroup: documented gap
+    assert result.oom_killed is False  # RLIMIT_AS refused it: nothing was ever over
 
 
 def test_file_size_limit_gives_efbig(rlimit: Runner) -> None:
@@ -153,3 +165,100 @@ def test_residue_names_what_a_job_left(rlimit: Runner) -> None:
         assert rlimit.residue() == [f"file {path}"]
     finally:
         path.unlink()
+
+
+def test_a_stopped_vfork_pair_is_killed_like_on_bwrap(rlimit: Runner, runner: Runner) -> None:
+    """Was a break: the kill stopped every process first and killed only once none ran; the
+    vfork parent (D, waiting on its stopped child) never stops, so the kill never came, the
+    run was a SandboxError after 5 s and the pair outlived it."""
+    ends = {}
+    for backend in (runner, rlimit):
+        result = backend.exec(["python", "-c", STOPPED_VFORK_PAIR], Limits(timeout_s=1))
+        ends[backend.config.backend] = (result.status, result.stdout, result.signal)
+    assert ends == {
+        "bwrap": (Status.TIMEOUT, "pair\n", "SIGKILL"),
+        "rlimit": (Status.TIMEOUT, "pair\n", "SIGKILL"),
+    }
+    assert processes_of(uids(rlimit)) == [] and rlimit.residue() == []
+    again = rlimit.exec(["python", "-c", "print('next')"], Limits())
+    assert (again.status, again.stdout) == (Status.SUCCEEDED, "next\n")
+
+
+def _grade(backend: Runner, files: dict[str, str], commands: list[list[str]]) -> ExecutionResult:
+    raw: dict[str, Any] = json.loads(json.dumps(ADD_TASK))
+    raw["limits"] = raw["limits"] | {"timeout_s": 2}
+    task = Task.model_validate(raw)
+    sample = Sample(task_id=task.task_id, sample_id="s", files=files, commands=commands)
+    return score(task.grading, backend.run(task, sample))
+
+
+@pytest.mark.parametrize("where", ["import", "agent"])
+def test_a_stopped_vfork_pair_in_a_sample_ends_as_on_bwrap(
+    rlimit: Runner, runner: Runner, where: str
+) -> None:
+    """Was a break: at import or in an agent command, the pair made the run a sandbox_error
+    (loss-masked) on rlimit; bwrap's result is the sample's own."""
+    solution = "def add(a, b):\n    return a + b\n"
+    files = {"solution.py": STOPPED_VFORK_PAIR + solution if where == "import" else solution}
+    commands = [["python", "-c", STOPPED_VFORK_PAIR]] if where == "agent" else []
+    ends = {}
+    for backend in (runner, rlimit):
+        result = _grade(backend, files, commands)
+        ends[backend.config.backend] = (result.status, result.reward, result.loss_mask)
+    expected = (Status.TIMEOUT, 0.0, False) if where == "import" else (Status.SUCCEEDED, 1.0, False)
+    assert ends == {"bwrap": expected, "rlimit": expected}
+    assert processes_of(uids(rlimit)) == [] and rlimit.residue() == []
+
+
+def _sampled(rlimit: Runner, code: str, limits: Limits) -> tuple[Any, int]:
+    """Run `code` while sampling its slot uids' memory every 10 ms: (result, the peak)."""
+    with peak_memory(lambda: memory_of(uids(rlimit))) as peak:
+        result = rlimit.exec(["python", "-c", code], limits)
+    return result, peak[0]
+
+
+@pytest.mark.parametrize("kind", ["anon", "tmpfs", "memfd", "hidden_memfd", "leaderless"])
+def test_memory_spread_over_processes_is_oom(rlimit: Runner, kind: str) -> None:
+    """Was a break: RLIMIT_AS caps each process; six of them held 1,236 MiB under a 256 MiB
+    limit, and the run `succeeded` with a peak of 207 MiB. Now the sandbox's total is bounded
+    near memory_mb, in the heap, on a tmpfs, in a memfd or behind a leader that exited (a
+    break of the first watchdog, whose /proc/<pid>/status showed no memory), and is `oom`."""
+    limits = Limits(memory_mb=256, timeout_s=20)
+    # A thread's malloc arena reserves 64 MiB of address space: less fits under RLIMIT_AS.
+    mib = 150 if kind == "leaderless" else 206
+    result, peak = _sampled(rlimit, memory_spread(6, mib, kind), limits)
+    assert (result.status, result.oom_killed, result.stdout) == (Status.OOM, True, "")
+    assert peak < (256 + 64) * 1024 * 1024, f"sampled {peak / 2**20:.0f} MiB"
+    assert processes_of(uids(rlimit)) == [] and rlimit.residue() == []
+
+
+def test_an_honest_program_of_many_processes_still_succeeds(rlimit: Runner) -> None:
+    limits = Limits(memory_mb=512, timeout_s=20)
+    result, peak = _sampled(rlimit, memory_spread(8, 512 // 10), limits)
+    assert (result.status, result.stdout) == (Status.SUCCEEDED, "held 8\n"), result.stderr
+    assert 8 * 51 * 2**20 < peak < 512 * 2**20
+    assert 8 * 51 < result.peak_memory_mb < 512  # the whole sandbox's, not one process's
+
+
+def test_socket_buffers_count_as_the_sandboxs_memory(rlimit: Runner, runner: Runner) -> None:
+    """Was a break of the first watchdog: eight processes queued 1.4 GiB in AF_UNIX socket
+    buffers under a 256 MiB limit (kernel memory: no RSS shows it) and `succeeded`; bwrap's
+    cgroup charges it, and says `oom`."""
+    code = socket_buffers(8, 480)
+    ends = {}
+    for backend in (runner, rlimit):
+        result = backend.exec(["python", "-c", code], Limits(memory_mb=256, timeout_s=20))
+        ends[backend.config.backend] = (result.status, result.stdout)
+    assert ends == {"bwrap": (Status.OOM, ""), "rlimit": (Status.OOM, "")}
+    assert processes_of(uids(rlimit)) == [] and rlimit.residue() == []
+
+
+def test_a_fork_bomb_of_forkers_cannot_outrun_the_kill(rlimit: Runner) -> None:
+    """The kill sends SIGKILL without stopping first: every process forks forever, and the
+    passes still leave nothing (a process with SIGKILL pending cannot finish a fork)."""
+    code = "import os\nprint('bomb', flush=True)\nwhile True:\n    try:\n        os.fork()\n"
+    code += "    except OSError:\n        pass\n"
+    result = rlimit.exec(["python", "-c", code], Limits(timeout_s=2, pids=64))
+    assert (result.status, result.stdout) == (Status.TIMEOUT, "bomb\n")
+    assert result.wall_s < 4
+    assert processes_of(uids(rlimit)) == [] and rlimit.residue() == []

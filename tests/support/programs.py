@@ -171,3 +171,95 @@ def hunter(action: str, life_s: int = 40) -> str:
         .replace("__LIFE__", str(life_s))
         .replace("__SABOTAGE__", repr(SABOTAGE))
     )
+
+
+# A parent in an uninterruptible (killable) wait on a stopped child: the vfork child stops
+# itself before it execs, so the parent sleeps in D until the child execs or exits, which it
+# never does. Neither can be stopped further: a kill that waits for every process of the
+# sandbox to stop before SIGKILL never kills. It prints, then hangs until killed.
+STOPPED_VFORK_PAIR = r"""
+import ctypes, signal
+libc = ctypes.CDLL(None, use_errno=True)
+print("pair", flush=True)
+if libc.vfork() == 0:
+    libc.kill(libc.getpid(), signal.SIGSTOP)
+    libc._exit(0)
+print("the parent went on")
+"""
+
+
+def memory_spread(processes: int, mib_each: int, kind: str = "anon", hold_s: float = 2.0) -> str:
+    """`processes` children each hold `mib_each` MiB at once, each under any per-process cap,
+    then the parent prints "held N". `kind`: where the memory is: "anon" (the heap), "tmpfs"
+    (a file on /dev/shm, then unlinked but held open), "memfd" (written, never mapped), or
+    "leaderless" (the heap of a thread whose thread-group leader exited: /proc/<pid>/status,
+    the leader's, shows no memory at all), or "hidden_memfd" (memfds of an undumpable
+    process, whose descriptors only CAP_SYS_PTRACE may look at)."""
+    return f"""
+import ctypes, os, platform, threading, time
+KIND, N, SIZE, HOLD = {kind!r}, {processes}, {mib_each} * 1024 * 1024, {hold_s}
+SYS_EXIT = {{"x86_64": 60, "aarch64": 93}}[platform.machine()]
+kids = []
+for i in range(N):
+    pid = os.fork()
+    if pid == 0:
+        chunk = b"\\1" * (1 << 20)
+        if KIND == "leaderless":
+            def hold():
+                time.sleep(0.3)  # the leader is gone first
+                held = b"\\1" * SIZE
+                time.sleep(HOLD)
+                os._exit(0)
+            threading.Thread(target=hold).start()
+            ctypes.CDLL(None).syscall(SYS_EXIT, 0)
+        if KIND == "anon":
+            held = b"\\1" * SIZE
+        else:
+            if KIND == "hidden_memfd":
+                ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE 0
+            fds = []
+            for mib in range(SIZE >> 20):
+                if mib % 32 == 0:  # files of 32 MiB: under any RLIMIT_FSIZE (disk_mb)
+                    if KIND.endswith("memfd"):
+                        fds.append(os.memfd_create("spread"))
+                    else:
+                        path = f"/dev/shm/spread-{{os.getpid()}}-{{mib}}"
+                        fds.append(os.open(path, os.O_RDWR | os.O_CREAT, 0o600))
+                        os.unlink(path)
+                os.write(fds[-1], chunk)
+        time.sleep(HOLD)
+        os._exit(0)
+    kids.append(pid)
+for pid in kids:
+    os.waitpid(pid, 0)
+print("held", N)
+"""
+
+
+def socket_buffers(processes: int, pairs_each: int, hold_s: float = 2.0) -> str:
+    """Kernel memory no process's RSS shows: `processes` children each fill `pairs_each`
+    AF_UNIX datagram socketpairs (the seccomp filter allows AF_UNIX) and hold them; the
+    parent prints "held N". About 360 KiB a pair."""
+    return f"""
+import os, socket, time
+kids = []
+for i in range({processes}):
+    pid = os.fork()
+    if pid == 0:
+        held = []
+        for _ in range({pairs_each}):
+            a, b = socket.socketpair(socket.AF_UNIX, socket.SOCK_DGRAM)
+            a.setblocking(False)
+            try:
+                while True:
+                    a.send(b"x" * 60000)
+            except BlockingIOError:
+                pass
+            held.append((a, b))
+        time.sleep({hold_s})
+        os._exit(0)
+    kids.append(pid)
+for pid in kids:
+    os.waitpid(pid, 0)
+print("held", len(kids))
+"""

@@ -1,6 +1,14 @@
 """Every process of the slot uids, and killing them from root, from outside (CAP_KILL): a slot
-uid cannot signal root, so nothing it left can stop or outrun the kill. Every process of the
-uids is stopped (SIGSTOP) until none runs, so a fork bomb cannot grow the set, and then killed.
+uid cannot signal root, so nothing it left can stop or outrun the kill.
+
+Each pass sends SIGKILL to every process of the uids at once, whatever state it is in, and
+passes repeat until none is left. SIGKILL needs no cooperation: a stopped process, one in a
+killable wait (a vfork parent whose child is stopped, a ptrace stop) and one that ignores every
+other signal all die. An earlier design stopped every process first and killed only once none
+ran; a process that cannot stop (that vfork parent, in D) kept the kill from ever happening.
+A fork bomb cannot outrun the passes: a process with SIGKILL pending cannot finish a fork
+(copy_process refuses it), so each pass leaves only children born during its own /proc scan,
+and RLIMIT_NPROC counts the dying ones until they are reaped.
 """
 
 from __future__ import annotations
@@ -14,7 +22,6 @@ from trialbox.errors import SandboxError
 
 WAIT_GONE_S = 5.0
 DEAD = (b"Z", b"X")
-STOPPED = (b"T", b"t")
 
 
 def _task_states(pid: int) -> list[bytes] | None:
@@ -47,11 +54,6 @@ def processes_of(uids: tuple[int, ...]) -> list[int]:
     return found
 
 
-def _stopped(pid: int) -> bool:
-    states = _task_states(pid)
-    return states is None or all(state in STOPPED + DEAD for state in states)
-
-
 def _signal(pids: list[int], sig: signal.Signals) -> None:
     for pid in pids:
         try:
@@ -63,19 +65,14 @@ def _signal(pids: list[int], sig: signal.Signals) -> None:
 
 
 def kill_all(uids: tuple[int, ...]) -> None:
-    """Stop every process of the uids until none runs (a stopped process cannot fork), then
-    SIGKILL them all and wait until they are gone."""
+    """SIGKILL every process of the uids, again while any is left, and wait until all are
+    gone; a SandboxError naming each survivor's task states after WAIT_GONE_S."""
     deadline = time.monotonic() + WAIT_GONE_S
-    pids = processes_of(uids)
-    while pids:
-        _signal(pids, signal.SIGSTOP)
-        now = processes_of(uids)
-        if set(now) <= set(pids) and all(_stopped(pid) for pid in now):
-            _signal(now, signal.SIGKILL)  # none was born meanwhile, and none runs
+    while pids := processes_of(uids):
+        _signal(pids, signal.SIGKILL)
         if time.monotonic() > deadline:
-            states = {pid: b"".join(_task_states(pid) or [b"-"]).decode() for pid in now[:10]}
+            states = {pid: b"".join(_task_states(pid) or [b"-"]).decode() for pid in pids[:10]}
             raise SandboxError(  # with each one's task states (R, S, D, T...), to say why
                 f"processes of slot uids {uids} survived SIGKILL: {states}"
             )
         time.sleep(0.002)
-        pids = processes_of(uids)

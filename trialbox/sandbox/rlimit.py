@@ -1,10 +1,11 @@
 """rlimit backend, for inside a Fargate task (no CAP_SYS_ADMIN: no namespaces, mounts or
 cgroups). What it enforces: setrlimit (AS, DATA, CPU, NPROC, FSIZE, NOFILE, CORE, MSGQUEUE), a
 dedicated uid per slot with no_new_privs and no groups, a new session, kill of every process of
-the slot uid (stopped, then killed, from root: see processes), capped output, a wall deadline and
-an explicit environment. The runner is undumpable, so a sandboxed process cannot read its
-environment (and the task's credentials URI) from /proc; nothing runs as a slot uid with the
-runner's environment.
+the slot uid (SIGKILL from root, whatever state each is in: see processes), a memory bound for
+the whole sandbox (a watchdog over the slot uids' memory that kills past memory_mb and reports
+`oom`: see watchdog), capped output, a wall deadline and an explicit environment. The runner
+is undumpable, so a sandboxed process cannot read its environment (and the task's credentials
+URI) from /proc; nothing runs as a slot uid with the runner's environment.
 
 The command starts as the slot uid: subprocess switches uid and groups in the child before it
 execs `prlimit`, so a refused switch is the sandbox's failure (SandboxError), never the
@@ -21,8 +22,11 @@ What it cannot cover (the bwrap backend does):
 - loopback and the network are reachable: egress is closed by the VPC (security groups to the
   endpoints only, endpoint policies, a DNS firewall);
 - no per-workspace disk cap: RLIMIT_FSIZE caps each file (EFBIG), not the total;
-- no cgroup OOM signal: RLIMIT_AS makes allocations fail (MemoryError) instead of an OOM kill,
-  so `oom` is never reported, and peak memory is the largest single process (ru_maxrss).
+- no cgroup: RLIMIT_AS makes a single process's allocation past memory_mb fail (MemoryError)
+  instead of an OOM kill; the sum of the sandbox's processes is bounded by the watchdog's
+  sampling (`oom` once over memory_mb), not by the kernel at the page, so it may pass memory_mb
+  by what the sandbox allocates between two samples. Peak memory is the largest sample, or the
+  largest single process (ru_maxrss) when larger.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ from trialbox.sandbox.config import SandboxConfig
 from trialbox.sandbox.fs import remove_tree, unmount
 from trialbox.sandbox.runtime import Runtime
 from trialbox.sandbox.slots import Slot
+from trialbox.sandbox.watchdog import MemoryWatchdog, tmpfs_places
 
 MiB = 1024 * 1024
 
@@ -51,9 +56,12 @@ def _within_hard(kind: int, wanted: int) -> int:
 
 
 class RlimitLaunched(Launched):
-    def __init__(self, proc: subprocess.Popen[bytes], uid: int) -> None:
+    def __init__(
+        self, proc: subprocess.Popen[bytes], uid: int, watchdog: MemoryWatchdog | None
+    ) -> None:
         super().__init__(proc)
         self.uid = uid
+        self.watchdog = watchdog  # None for a companion: its slot's command watches both
         self.rusage: resource.struct_rusage | None = None
 
     def kill_tree(self) -> None:
@@ -75,12 +83,12 @@ class RlimitLaunched(Launched):
         usage = self.rusage
         cpu = (usage.ru_utime + usage.ru_stime) if usage else 0.0
         exit_code = returncode if returncode >= 0 else 128 - returncode
-        return Measured(
-            exit_code=exit_code,
-            cpu_s=cpu,
-            peak_memory_mb=round(usage.ru_maxrss / 1024, 2) if usage else 0.0,
-            oom_killed=False,
-        )
+        peak = round(usage.ru_maxrss / 1024, 2) if usage else 0.0
+        oom = False
+        if self.watchdog is not None:
+            self.watchdog.stop()
+            peak, oom = max(peak, self.watchdog.peak_mb), self.watchdog.exceeded
+        return Measured(exit_code=exit_code, cpu_s=cpu, peak_memory_mb=peak, oom_killed=oom)
 
 
 class RlimitBackend(Backend):
@@ -90,7 +98,9 @@ class RlimitBackend(Backend):
     def __init__(self, config: SandboxConfig, runtime: Runtime) -> None:
         self.config = config
         self.runtime = runtime
-        self.places = wipe.writable_places(wipe.MOUNTINFO.read_text())
+        mountinfo = wipe.MOUNTINFO.read_text()
+        self.places = wipe.writable_places(mountinfo)
+        self.memory_places = tmpfs_places(mountinfo)
         as_uid.refuse_dumpable_setuid()
         as_uid.make_undumpable()
         as_uid.scrub_environment_block()
@@ -163,6 +173,8 @@ class RlimitBackend(Backend):
             writable = slot.scratch_dir
             self.prepare_dir(writable, 0, uid, uid, 0o700)
         env.update(HOME=str(writable), TMPDIR=str(writable))
+        # One bound for the slot's command and its companion (both uids), as bwrap's cgroup.
+        watchdog = None if join else MemoryWatchdog(slot.uids, limits.memory_mb, self.memory_places)
         try:
             proc = subprocess.Popen(
                 argv,
@@ -181,4 +193,6 @@ class RlimitBackend(Backend):
         except OSError as exc:  # the uid switch or the exec of prlimit: never the command's
             why = f"the sandbox could not start the command as uid {uid}: {exc}"
             raise SandboxError(why) from exc
-        return RlimitLaunched(proc, uid)
+        if watchdog is not None:
+            watchdog.start()
+        return RlimitLaunched(proc, uid, watchdog)

@@ -5,7 +5,7 @@ slot uids leave in a shared writable place would reach the next job on the same 
 uid can write only where the container is writable, so the wipe covers every writable mount
 the container has (on Fargate: the read-only root's volumes, /dev, /dev/shm, /dev/mqueue),
 plus the world-writable directories of the root when the root is writable (a dev host):
-- every process of the slot uids (killed as the uid, see as_uid);
+- every process of the slot uids (SIGKILL from root, see processes);
 - every file, directory, fifo, socket or POSIX message queue they own there;
 - their SysV shared memory, semaphores and message queues, and their persistent keyrings;
 - the session keyring every command inherits is sealed at start (nobody may add to it).

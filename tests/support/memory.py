@@ -1,0 +1,65 @@
+"""A sandbox's memory measured from outside, independently of the rlimit backend's watchdog."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import stat
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+MiB = 1024 * 1024
+
+
+def _resident(proc: str) -> int:
+    """RssAnon + RssShmem of a thread group. A leader that exited shows neither while its
+    other threads live on: any live thread's status has the group's."""
+    paths = [Path(proc, "status"), *Path(proc, "task").glob("*/status")]
+    for status_path in paths:
+        with contextlib.suppress(OSError):
+            status = status_path.read_text()
+            if "RssAnon:" in status:
+                fields = ("RssAnon:", "RssShmem:")
+                return sum(int(status.split(f)[1].split()[0]) * 1024 for f in fields)
+    return 0
+
+
+def memory_of(uids: tuple[int, ...] | range, shm: Path = Path("/dev/shm")) -> int:
+    """Bytes: every process's resident anonymous and shared memory, the uids' files on `shm`,
+    and the memfds and unlinked files their processes hold open."""
+    total, files = 0, {}
+    for entry in os.scandir("/proc"):
+        with contextlib.suppress(OSError):
+            if not entry.name.isdigit() or entry.stat().st_uid not in uids:
+                continue
+            total += _resident(entry.path)
+            for fd in os.listdir(f"{entry.path}/fd"):
+                with contextlib.suppress(OSError):
+                    info = os.stat(f"{entry.path}/fd/{fd}")
+                    if stat.S_ISREG(info.st_mode) and info.st_nlink == 0:
+                        files[(info.st_dev, info.st_ino)] = info.st_blocks * 512
+    for path in shm.iterdir():
+        with contextlib.suppress(OSError):
+            info = path.lstat()
+            if info.st_uid in uids and stat.S_ISREG(info.st_mode):
+                files[(info.st_dev, info.st_ino)] = info.st_blocks * 512
+    return total + sum(files.values())
+
+
+@contextlib.contextmanager
+def peak_memory(measure: Callable[[], int], every_s: float = 0.01) -> Iterator[list[int]]:
+    """Sample `measure` every `every_s` while the body runs; yields [peak bytes]."""
+    peak, done = [0], threading.Event()
+
+    def sample() -> None:
+        while not done.wait(every_s):
+            peak[0] = max(peak[0], measure())
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    try:
+        yield peak
+    finally:
+        done.set()
+        sampler.join()

@@ -1,0 +1,297 @@
+"""The rlimit backend's memory bound for a whole sandbox, where no cgroup can be had (Fargate).
+
+RLIMIT_AS caps each process, not their sum: six processes of a 256 MiB sandbox held 1,236 MiB.
+A thread of the runner samples every slot uid's memory (the more often the closer it is to
+the limit: see ALLOC_RATE) and, once the sum passes the sandbox's memory_mb, SIGKILLs every
+process of the slot (from root, see processes) and reports `oom`, as bwrap's cgroup does.
+
+What a sample counts, over-counting rather than missing (a shared page may count twice):
+- each process's resident anonymous and shared-memory pages (RssAnon + RssShmem, kernel
+  counters: O(1) to read; a live thread's when the group's leader exited), so a mapped SysV
+  segment, tmpfs file, memfd or MAP_SHARED region counts in every process that touched it;
+- the uids' SysV segments no process maps (their `rss` in /proc/sysvipc/shm);
+- kernel memory queued in the AF_UNIX sockets they own (socket_memory: sock_diag);
+- shared memory no process maps: files the uids own on the container's tmpfs mounts and
+  memfds or unlinked tmpfs files a process of theirs holds open (looked at with this thread's
+  fsuid switched to the process's uid: no CAP_SYS_PTRACE on Fargate). Walking those costs
+  more, so a sample does it only when the machine's Shmem (/proc/meminfo) grew past what is
+  left of the limit since the sandbox started: nothing else can hide unmapped shared memory.
+  A process that made itself undumpable, whose descriptors cannot be looked at, is charged
+  all of that growth instead.
+
+Not counted: pipe buffers (the kernel caps a uid's at fs.pipe-user-pages-soft, 64 MiB, then
+8 KiB a pipe), and kernel memory of other kinds a process can hold (page tables, which
+RLIMIT_AS bounds, inotify watches, epoll items).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import logging
+import os
+import signal
+import stat
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+
+from trialbox.errors import SandboxError
+from trialbox.sandbox import processes
+from trialbox.sandbox.socket_memory import UnixSocketMemory
+
+log = logging.getLogger("trialbox.sandbox")
+
+# A sample costs ~0.5 ms of CPU. The next one comes when the sandbox could have filled what is
+# left of its limit at ALLOC_RATE a CPU (page faults run at ~0.5 GiB/s a core measured on
+# Firecracker, as Fargate is; four times that here), every SAMPLE_S at the closest and
+# IDLE_S at the farthest.
+SAMPLE_S = 0.002
+IDLE_S = 0.05
+ALLOC_RATE = 2 * 1024**3
+KiB = 1024
+MOUNTINFO = Path("/proc/self/mountinfo")
+SHM_FS = ("tmpfs", "shm")
+
+
+def tmpfs_places(mountinfo: str) -> list[Path]:
+    """Writable tmpfs mount points, from /proc/self/mountinfo text: where a file is memory."""
+    places = []
+    for line in mountinfo.splitlines():
+        left, _, right = line.partition(" - ")
+        fields = left.split()
+        if right.split()[0] == "tmpfs" and "rw" in fields[5].split(","):
+            places.append(Path(fields[4].encode().decode("unicode_escape")))
+    return places
+
+
+def _read(path: str) -> bytes:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        return os.read(fd, 8192)
+    finally:
+        os.close(fd)
+
+
+def _pids(uids: tuple[int, ...]) -> list[int]:
+    found = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if entry.stat().st_uid in uids:
+                    found.append(int(entry.name))
+    return found
+
+
+def _rss_fields(status: bytes) -> int | None:
+    if b"RssAnon:" not in status:
+        return None  # no memory of its own to show: a zombie, or a leader that exited alone
+    total = 0
+    for field in (b"RssAnon:", b"RssShmem:"):
+        at = status.find(field)
+        if at >= 0:
+            total += int(status[at + len(field) :].split(None, 1)[0]) * KiB
+    return total
+
+
+def _resident(pid: int) -> int:
+    """Resident anonymous + shared-memory bytes of one thread group (0 once it is gone). A
+    leader that exited alone shows none while its other threads run on with the group's
+    memory: then any live thread's status has it."""
+    with contextlib.suppress(OSError):
+        found = _rss_fields(_read(f"/proc/{pid}/status"))
+        if found is not None:
+            return found
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError):
+                found = _rss_fields(_read(f"/proc/{pid}/task/{tid}/status"))
+                if found is not None:
+                    return found
+    return 0
+
+
+def _unmapped_sysv(uids: tuple[int, ...]) -> int:
+    """Resident bytes of the uids' SysV segments that no process maps (those count there)."""
+    try:
+        lines = Path("/proc/sysvipc/shm").read_text().splitlines()
+    except OSError:
+        return 0
+    header = lines[0].split()
+    # An old kernel has no rss column: the segment's size stands in for it.
+    rss_col = header.index("rss" if "rss" in header else "size")
+    uid_col, cuid_col = header.index("uid"), header.index("cuid")
+    attach_col = header.index("nattch")
+    total = 0
+    for line in lines[1:]:
+        fields = line.split()
+        owned = int(fields[uid_col]) in uids or int(fields[cuid_col]) in uids
+        if owned and int(fields[attach_col]) == 0:
+            total += int(fields[rss_col])
+    return total
+
+
+def _shmem() -> int:
+    """The machine's Shmem (every tmpfs page, memfd, SysV segment and shared mapping)."""
+    meminfo = _read("/proc/meminfo")
+    at = meminfo.find(b"Shmem:")
+    return int(meminfo[at + 6 :].split(None, 1)[0]) * KiB
+
+
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+@contextlib.contextmanager
+def _looking_as(uid: int) -> Iterator[None]:
+    """This thread's file-system uid and gid switched to `uid`: /proc/<pid>/fd of a process of
+    another uid needs CAP_SYS_PTRACE, which a Fargate task lacks, or the same fsuid and a
+    dumpable process. setfsuid is per thread: the runner's other threads are untouched."""
+    _libc.setfsgid(uid)
+    _libc.setfsuid(uid)
+    try:
+        yield
+    finally:
+        _libc.setfsuid(0)
+        _libc.setfsgid(0)
+
+
+def _open_files(pid: int, devices: set[int], seen: dict[tuple[int, int], int]) -> bool:
+    """Record the memfds and unlinked tmpfs files `pid` holds open; False when its
+    descriptors cannot be looked at (it made itself undumpable)."""
+    try:
+        uid = os.stat(f"/proc/{pid}").st_uid
+        with _looking_as(uid):
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                with contextlib.suppress(OSError):
+                    info = os.stat(f"/proc/{pid}/fd/{fd}")
+                    if not stat.S_ISREG(info.st_mode) or info.st_nlink:
+                        continue
+                    memfd = os.readlink(f"/proc/{pid}/fd/{fd}").startswith("/memfd:")
+                    if memfd or info.st_dev in devices:
+                        seen[(info.st_dev, info.st_ino)] = info.st_blocks * 512
+    except PermissionError:
+        return False
+    except OSError:  # gone
+        pass
+    return True
+
+
+def _unmapped_files(uids: tuple[int, ...], pids: list[int], places: list[Path], grown: int) -> int:
+    """Bytes of tmpfs files the uids own under `places`, and of memfds and unlinked files
+    their processes hold open, each file once. A process whose descriptors cannot be looked at
+    is charged all of the machine's shared-memory growth (`grown`) instead: it hid."""
+    seen: dict[tuple[int, int], int] = {}
+    stack = list(places)
+    while stack:
+        directory = stack.pop()
+        with contextlib.suppress(OSError), os.scandir(directory) as entries:
+            for entry in entries:
+                with contextlib.suppress(OSError):
+                    info = entry.stat(follow_symlinks=False)
+                    if stat.S_ISDIR(info.st_mode) and not os.path.ismount(entry.path):
+                        stack.append(Path(entry.path))
+                    elif info.st_uid in uids and stat.S_ISREG(info.st_mode):
+                        seen[(info.st_dev, info.st_ino)] = info.st_blocks * 512
+    devices = {os.stat(place).st_dev for place in places if place.exists()}
+    hidden = [pid for pid in pids if not _open_files(pid, devices, seen)]
+    return max(sum(seen.values()), grown) if hidden else sum(seen.values())
+
+
+class MemoryWatchdog:
+    """Samples a slot's memory from `start` until `stop`; once it passes `limit_mb`, kills
+    every process of the slot and sets `exceeded`. Two threads: the processes' memory, cheap
+    and bounded by the slot's pids, is never held up by the part whose cost the sandbox
+    controls (its sockets, files and descriptors: ~7 us a socket of the namespace)."""
+
+    def __init__(self, uids: tuple[int, ...], limit_mb: int, places: list[Path]) -> None:
+        self.uids = uids
+        self.limit = limit_mb * KiB * KiB
+        self.places = places
+        self.exceeded = False
+        self.peak = 0
+        self._done = threading.Event()
+        self._kill = threading.Lock()
+        self._shmem_low = _shmem()
+        self._processes = 0  # bytes, and pids, of the last processes' sample
+        self._pids: list[int] = []
+        self._kernel = 0  # bytes of the last sockets-and-files sample
+        self._unwalked = 0  # the machine's shared-memory growth that sample did not walk
+        self._sockets = UnixSocketMemory()
+        self._threads = [
+            threading.Thread(target=self._watch_processes, name="memory-watchdog", daemon=True),
+            threading.Thread(target=self._watch_kernel, name="memory-watchdog-k", daemon=True),
+        ]
+
+    def start(self) -> None:
+        for thread in self._threads:
+            thread.start()
+
+    def stop(self) -> None:
+        self._done.set()
+        for thread in self._threads:
+            thread.join()
+
+    @property
+    def peak_mb(self) -> float:
+        return round(self.peak / (KiB * KiB), 2)
+
+    def _total(self) -> int:
+        total = self._processes + self._kernel
+        self.peak = max(self.peak, total)
+        return total
+
+    def _sample_processes(self) -> int:
+        pids = _pids(self.uids)
+        self._processes = sum(_resident(pid) for pid in pids) + _unmapped_sysv(self.uids)
+        self._pids = pids
+        return self._total()
+
+    def _sample_kernel(self) -> int:
+        sockets = self._sockets.queued(self.uids)
+        # Growth since the lowest Shmem seen, so that another sandbox's release cannot hide
+        # this one's growth. The walk costs more: only when the growth could matter, and not
+        # when the sandbox is over without it.
+        shmem = _shmem()
+        self._shmem_low = min(self._shmem_low, shmem)
+        grown = shmem - self._shmem_low
+        files = 0
+        if self._processes + sockets <= self.limit < self._processes + sockets + grown:
+            files = _unmapped_files(self.uids, self._pids, self.places, grown)
+            grown = 0
+        self._kernel, self._unwalked = sockets + files, grown
+        return self._total()
+
+    def _next_wait(self, total: int) -> float:
+        """Until the sandbox could have filled what is left of its limit, within bounds."""
+        rate = ALLOC_RATE * (os.cpu_count() or 1)
+        return min(max((self.limit - total - self._unwalked) / rate, SAMPLE_S), IDLE_S)
+
+    def _watch_processes(self) -> None:
+        wait = SAMPLE_S
+        while not self._done.wait(wait):
+            total = self._sample_processes()
+            if total > self.limit:
+                return self._over()
+            wait = self._next_wait(total)
+
+    def _watch_kernel(self) -> None:
+        wait = SAMPLE_S
+        with contextlib.closing(self._sockets):
+            while not self._done.wait(wait):
+                total = self._sample_kernel()
+                if total > self.limit:
+                    return self._over()
+                wait = self._next_wait(total)
+
+    def _over(self) -> None:
+        """Once, from whichever thread saw it: kill the slot and say so."""
+        if not self._kill.acquire(blocking=False):
+            return
+        self.exceeded = True
+        self._done.set()  # the other thread stops sampling
+        for pid in self._pids:  # at once: each ms of a kill's /proc scan is more memory
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
+        try:
+            processes.kill_all(self.uids)
+        except SandboxError:  # the runner's own kill_tree meets it again, and raises
+            log.exception("the memory watchdog's kill of uids %s failed", self.uids)
