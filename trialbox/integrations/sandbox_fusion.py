@@ -7,10 +7,13 @@ SandboxFusion) written to the workspace, the program run with its stdin, then ea
 pool finished, whatever the program did; 504 when the platform could not answer (the client's
 queue full, no result in time, a sandbox error), because verl retries only 504 and scores any
 other failure as a failed sample; 422 for a request that is not SandboxFusion's shape.
+Every answer fits Lambda's 6 MB response (`fit_answer`): what does not fit is cut or left out,
+and `truncated` names it.
 
 `serve()` runs a `Proxy` on this machine, in front of the RunCode function URL: `trialbox
 sandbox-fusion-proxy` for a deployed stack (the calls signed by the node's AWS credentials)
-and `trialbox local up` for the twin's. The proxy answers Lambda's throttle (429) with a 504.
+and `trialbox local up` for the twin's. The proxy answers Lambda's throttle (429) with a 504,
+and refuses what the function URL would refuse (trialbox.function_url) with the same 4xx.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ import threading
 import uuid
 from enum import StrEnum
 from http import HTTPStatus
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import ThreadingHTTPServer
 from typing import Any, Protocol
 
 import urllib3
@@ -32,6 +35,16 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from trialbox.constants import RUN_CODE_TIMEOUT_S
 from trialbox.errors import InputError, TrialboxError, WaitTimeout
+from trialbox.function_url import (
+    MAX_REQUEST_BYTES,
+    MAX_RESPONSE_BYTES,
+    IntakeHandler,
+    IntakeServer,
+    Refused,
+    event_body,
+    event_json,
+    payload_bytes,
+)
 from trialbox.models import ExecutionRequest, ExecutionResult, Status, Task
 from trialbox.models.common import EncodedFile, RelPath
 from trialbox.models.limits import LimitOverrides
@@ -65,7 +78,12 @@ ENDPOINT_ENV = "SANDBOX_FUSION_ENDPOINT"  # read by the sandbox-fusion client (a
 # 504: verl gives up on a call after compile_timeout + run_timeout + 10 s, and retries a 504.
 WAIT_MARGIN_S = 8.0
 FUNCTION_TIMEOUT_S = RUN_CODE_TIMEOUT_S  # on AWS; Endpoint.answer's `time_left_s` reads it
-MAX_BODY_BYTES = 64 * 1024 * 1024
+# An answer's JSON, as the function returns it (its body a JSON string within Lambda's JSON),
+# fits Lambda's 6 MB with room for the status and headers around it.
+MAX_ANSWER_BYTES = MAX_RESPONSE_BYTES - 4096
+# The part of a function URL's event the proxy does not see (requestContext, AWS's headers).
+EVENT_CONTEXT_BYTES = 4096
+MAX_CONNECTIONS = 256
 
 # The task a run_code call runs under: its limits are the ceiling a call may tighten. It is
 # never graded (`grade: false`), so its test is never run.
@@ -74,7 +92,7 @@ RUN_CODE_TASK = Task(
     hidden_tests={"tests/test_ungraded.py": "def test_ungraded():\n    pass\n"},
     grading={"command": ["python", "-m", "pytest", "-q", "tests"]},
     # verl asks for 1024 MiB by default; output is the program's, and each fetched file's
-    # base64 (a function URL answers at most 6 MB in all).
+    # base64 (a function URL answers at most 6 MB in all: fit_answer cuts the rest).
     limits={"timeout_s": 60, "memory_mb": 1024, "output_bytes": MAX_FETCH_BYTES * 4 // 3 + 4},
 )
 
@@ -127,6 +145,11 @@ class RunCodeResponse(BaseModel):
     run_result: CommandRunResult | None = None
     executor_pod_name: str | None = None
     files: dict[str, str] = Field(default_factory=dict, description="path: base64")
+    truncated: list[str] = Field(
+        default_factory=list,
+        description="fields that are not whole: a stream cut to its beginning (by the run's "
+        "output limit or to fit the 6 MB answer), a file left out (`files/<path>`)",
+    )
 
 
 class PlatformFailure(TrialboxError):
@@ -180,13 +203,92 @@ def response_for(call: RunCodeRequest, result: ExecutionResult) -> RunCodeRespon
         elif command.exit_code == TOO_BIG or command.stdout_truncated:
             unfetched.append(f"{path}: over {MAX_FETCH_BYTES // 2**20} MiB, not fetched")
     ok = run.status == CommandRunStatus.FINISHED and run.return_code == 0
+    main = result.commands[0]
+    cut = {"run_result.stdout": main.stdout_truncated, "run_result.stderr": main.stderr_truncated}
     return RunCodeResponse(
         status=RunStatus.SUCCESS if ok else RunStatus.FAILED,
         message="; ".join(unfetched),
         run_result=run,
         executor_pod_name=None,
         files=fetched,
+        truncated=[name for name, truncated in cut.items() if truncated],
     )
+
+
+def fit_answer(response: RunCodeResponse) -> str:
+    """The answer's JSON, within MAX_ANSWER_BYTES as Lambda measures it (the JSON string
+    inside the function's JSON: a byte the run's output replaced costs 7 bytes there). If it
+    does not fit, the smallest of stdout, stderr and the fetched files are kept whole and the
+    rest share what is left: a stream is cut to its beginning, a file that does not fit whole
+    is left out (then kept after all, smallest first, if what the streams left takes it).
+    `truncated` and `message` say which."""
+    run = response.run_result or CommandRunResult(status=CommandRunStatus.FINISHED)
+    streams = {"run_result.stdout": run.stdout or "", "run_result.stderr": run.stderr or ""}
+    files = {f"files/{path}": data for path, data in response.files.items()}
+    pieces = streams | files
+    if sum(map(len, pieces.values())) <= MAX_ANSWER_BYTES:  # else it cannot fit: not measured
+        answer = json.dumps(response.model_dump(mode="json"))
+        if payload_bytes(answer) <= MAX_ANSWER_BYTES:
+            return answer
+    bare = response.model_copy(
+        update={"run_result": run.model_copy(update=dict.fromkeys(("stdout", "stderr"), "")),
+                "files": {}, "truncated": [*response.truncated, *pieces]},
+    )  # fmt: skip
+    # Room for `message` to name each piece (its name and 60 characters of words).
+    notes = sum(_cost(name) + 60 for name in pieces)
+    budget = MAX_ANSWER_BYTES - payload_bytes(json.dumps(bare.model_dump(mode="json"))) - notes
+    costs = {name: _cost(value) for name, value in streams.items()}
+    costs |= {name: _cost(value) + _cost(name) for name, value in files.items()}  # and its key
+    shares = _shares(costs, budget)
+    kept = [name for name in files if shares[name] == costs[name]]
+    allowed = _shares({s: costs[s] for s in streams}, budget - sum(costs[f] for f in kept))
+    cut = {name: _prefix(value, allowed[name]) for name, value in streams.items()}
+    left = budget - sum(costs[f] for f in kept) - sum(_cost(v) for v in cut.values())
+    for name in sorted(files.keys() - set(kept), key=lambda f: costs[f]):  # what streams left
+        if costs[name] <= left:
+            kept.append(name)
+            left -= costs[name]
+    shortened = [name for name in streams if len(cut[name]) < len(streams[name])]
+    dropped = [name for name in files if name not in kept]
+    said = [f"{name} cut to its first {len(cut[name])} of {len(streams[name])} characters"
+            for name in shortened] + [f"{name} left out" for name in dropped]  # fmt: skip
+    why = f"{', '.join(said)}: an answer must fit Lambda's 6 MB" if said else ""
+    fitted = response.model_copy(
+        update={
+            "run_result": run.model_copy(update={k.split(".")[1]: v for k, v in cut.items()}),
+            "files": {name.removeprefix("files/"): files[name] for name in files if name in kept},
+            "truncated": list(dict.fromkeys([*response.truncated, *shortened, *dropped])),
+            "message": "; ".join(m for m in [response.message, why] if m),
+        }
+    )
+    return json.dumps(fitted.model_dump(mode="json"))
+
+
+def _cost(text: str) -> int:
+    """A string's bytes in the answer as Lambda measures it: escaped twice."""
+    if text.isascii() and text.isprintable():  # base64, most output: counted, not encoded
+        return len(text) + 6 + 3 * (text.count('"') + text.count("\\"))
+    return payload_bytes(json.dumps(text))
+
+
+def _shares(costs: dict[str, int], budget: int) -> dict[str, int]:
+    """Each piece's allowance: the cheapest whole while they fit, each of the others an equal
+    share of what they leave."""
+    allowed, left = {}, max(0, budget)
+    order = sorted(costs, key=lambda name: costs[name])
+    for i, name in enumerate(order):
+        allowed[name] = min(costs[name], left // (len(order) - i))
+        left -= allowed[name]
+    return allowed
+
+
+def _prefix(text: str, allowance: int) -> str:
+    """The longest beginning of `text` (found by shrinking) whose cost is within
+    `allowance`."""
+    n = len(text)
+    while n and (cost := _cost(text[:n])) > allowance:
+        n = min(n - 1, n * allowance // cost)
+    return text[:n]
 
 
 def _run_result(command: CommandResult) -> CommandRunResult:
@@ -267,9 +369,10 @@ class Endpoint:
             call = RunCodeRequest.model_validate_json(body)
             request = execution_request(call)  # refused here, before it takes a slot
         except ValidationError as exc:
-            return _json(HTTPStatus.UNPROCESSABLE_ENTITY, {"detail": validation_message(exc)})
+            detail = _brief(validation_message(exc))
+            return _json(HTTPStatus.UNPROCESSABLE_ENTITY, {"detail": detail})
         except InputError as exc:
-            return _json(HTTPStatus.UNPROCESSABLE_ENTITY, {"detail": str(exc)})
+            return _json(HTTPStatus.UNPROCESSABLE_ENTITY, {"detail": _brief(str(exc))})
         if not self.slots.acquire(blocking=False):
             return _failure("overloaded: too many calls at once; retry")
         margin = self.wait_margin_s
@@ -283,15 +386,23 @@ class Endpoint:
             return _failure(str(exc))
         finally:
             self.slots.release()
-        return _json(HTTPStatus.OK, response.model_dump(mode="json"))
+        return HTTPStatus.OK, fit_answer(response)
 
 
 def _json(status: int, body: dict[str, Any]) -> tuple[int, str]:
     return status, json.dumps(body)
 
 
+def _brief(text: str, limit: int = 4000) -> str:
+    """An error's text, cut: it may quote the request's own values (a field name, a path),
+    and an answer must fit Lambda's 6 MB whatever the request holds."""
+    if len(text) <= limit:
+        return text
+    return f"{text[:limit]}... ({len(text) - limit} characters more)"
+
+
 def _failure(message: str) -> tuple[int, str]:
-    body = RunCodeResponse(status=RunStatus.SANDBOX_ERROR, message=message)
+    body = RunCodeResponse(status=RunStatus.SANDBOX_ERROR, message=_brief(message))
     return _json(HTTPStatus.GATEWAY_TIMEOUT, body.model_dump(mode="json"))
 
 
@@ -311,6 +422,10 @@ class Proxy:
         request = AWSRequest(
             method="POST", url=self.url, data=body, headers={"Content-Type": "application/json"}
         )
+        try:
+            _check_event_size(dict(request.headers.items()), body)
+        except Refused as refused:
+            return _json(refused.status, {"detail": refused.detail})
         credentials = self.session.get_credentials()
         if credentials is None:
             return _json(HTTPStatus.FORBIDDEN, {"detail": "no AWS credentials on this node"})
@@ -327,10 +442,27 @@ class Proxy:
         return proxied(answered.status, answered.data.decode(errors="replace"))
 
 
+def _check_event_size(headers: dict[str, str], body: bytes) -> None:
+    """Refused (413) if the event the function URL makes of this request would be over
+    Lambda's limit: AWS would refuse it, and a 504 for it would be retried."""
+    text, encoded = event_body(headers, body)
+    event = len(event_json({"headers": headers, "body": text, "isBase64Encoded": encoded}))
+    if event + EVENT_CONTEXT_BYTES > MAX_REQUEST_BYTES:
+        raise Refused(
+            HTTPStatus.REQUEST_ENTITY_TOO_LARGE,
+            f"this call is {event} bytes as a Lambda event (JSON escapes each quote, backslash "
+            f"and control character), over the {MAX_REQUEST_BYTES} bytes a function URL "
+            "takes: send less code, stdin or files",
+        )
+
+
 def proxied(status: int, body: str) -> tuple[int, str]:
     """The proxy's answer for the function URL's."""
     if status in (HTTPStatus.OK, HTTPStatus.UNPROCESSABLE_ENTITY, HTTPStatus.GATEWAY_TIMEOUT):
         return status, body
+    if status == HTTPStatus.REQUEST_ENTITY_TOO_LARGE:  # a 504 would be sent again, 3 times
+        detail = f"the function URL refused the call as too large: {body[:500]}"
+        return _json(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, {"detail": detail})
     if status == HTTPStatus.FORBIDDEN:
         detail = (
             "the function URL refused this node's credentials: its role needs "
@@ -344,38 +476,37 @@ class Answers(Protocol):
     def answer(self, body: bytes, time_left_s: float | None = None) -> tuple[int, str]: ...
 
 
-def serve(endpoint: Answers, host: str = "127.0.0.1", port: int = 0) -> ThreadingHTTPServer:
+def serve(
+    endpoint: Answers,
+    host: str = "127.0.0.1",
+    port: int = 0,
+    max_connections: int = MAX_CONNECTIONS,
+) -> ThreadingHTTPServer:
     """Serve `POST /run_code` on a daemon thread; `server.server_address` says the port and
-    `server.shutdown()` stops it."""
+    `server.shutdown()` stops it. It takes what the function URL takes (trialbox.function_url)
+    and at most `max_connections` at once: the next is a 504, which verl retries."""
 
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
+    class Handler(IntakeHandler):
         def do_POST(self) -> None:
-            if self.path.rstrip("/") != "/run_code":
-                self._send(
-                    HTTPStatus.NOT_FOUND, {"detail": f"no route {self.path}: POST /run_code"}
-                )
+            try:
+                if self.path.rstrip("/") != "/run_code":
+                    raise Refused(HTTPStatus.NOT_FOUND, f"no route {self.path}: POST /run_code")
+                body = self.read_body()
+            except Refused as refused:
+                self.refuse(refused)
                 return
-            length = int(self.headers.get("Content-Length") or 0)
-            if length > MAX_BODY_BYTES:
-                self._send(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, {"detail": "body over 64 MiB"})
-                return
-            self._send(*endpoint.answer(self.rfile.read(length)))
-
-        def _send(self, status: int, body: dict[str, Any] | str) -> None:
-            data = (body if isinstance(body, str) else json.dumps(body)).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            status, answer = endpoint.answer(body)
+            self.send_json(status, answer.encode())
 
         def log_message(self, format: str, *args: Any) -> None:
             log.debug("%s " + format, self.address_string(), *args)
 
-    server = ThreadingHTTPServer((host, port), Handler)
-    server.daemon_threads = True
+    busy = RunCodeResponse(
+        status=RunStatus.SANDBOX_ERROR, message="overloaded: too many connections; retry"
+    ).model_dump(mode="json")
+    server = IntakeServer(
+        (host, port), Handler, max_connections, (HTTPStatus.GATEWAY_TIMEOUT, busy)
+    )
     threading.Thread(target=server.serve_forever, daemon=True, name="sandbox-fusion").start()
     return server
 

@@ -1,6 +1,9 @@
 """The twin's Lambda function URLs: an HTTP server per URL on loopback, each request made a
 function URL event (payload format 2.0) for the function's real handler, and its answer the
-HTTP response, as Lambda does. Signatures are not checked (tests/iam checks the policies)."""
+HTTP response, as Lambda does. Signatures are not checked (tests/iam checks the policies).
+It takes what a function URL takes (trialbox.function_url: the 6 MB event, a Content-Length,
+a request received whole in time) and refuses the rest as AWS does, and answers 502 for a
+function answer over Lambda's 6 MB, as Lambda does."""
 
 from __future__ import annotations
 
@@ -9,25 +12,42 @@ import json
 import sys
 import time
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http import HTTPStatus
 from threading import Thread
 from typing import Any
 from urllib.parse import urlsplit
 
+from trialbox.function_url import (
+    MAX_REQUEST_BYTES,
+    MAX_RESPONSE_BYTES,
+    REQUEST_TOO_LARGE,
+    IntakeHandler,
+    IntakeServer,
+    Refused,
+    event_body,
+    event_json,
+)
 from trialbox.local.functions import Throttled
 from trialbox.local.resources import ACCOUNT
 
 Invoke = Callable[[str, bytes], tuple[bool, bytes]]
+JSON = {"Content-Type": "application/json"}
+THROTTLED = {"Message": "Rate Exceeded."}
+MAX_CONNECTIONS = 64
 
 
 class FunctionUrl:
     """A function's URL, bound at once (its address goes into the stack's outputs) and
     answering once `start` names how to invoke the function."""
 
-    def __init__(self, function: str) -> None:
+    def __init__(self, function: str, max_connections: int = MAX_CONNECTIONS) -> None:
         self.function = function
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(self))
-        self.server.daemon_threads = True
+        self.server = IntakeServer(
+            ("127.0.0.1", 0),
+            _handler(self),
+            max_connections,
+            (HTTPStatus.TOO_MANY_REQUESTS, THROTTLED),
+        )
         self.invoke: Invoke | None = None
 
     @property
@@ -43,6 +63,7 @@ class FunctionUrl:
     ) -> tuple[int, dict[str, str], bytes]:
         assert self.invoke is not None
         path = urlsplit(target)
+        text, encoded = event_body(headers, body)
         event = {
             "version": "2.0",
             "routeKey": "$default",
@@ -63,16 +84,21 @@ class FunctionUrl:
                 "time": time.strftime("%d/%b/%Y:%H:%M:%S +0000", time.gmtime()),
                 "timeEpoch": int(time.time() * 1000),
             },
-            "body": base64.b64encode(body).decode(),
-            "isBase64Encoded": True,
+            "body": text,
+            "isBase64Encoded": encoded,
         }  # fmt: skip
+        request = event_json(event)
+        if len(request) > MAX_REQUEST_BYTES:
+            return 413, JSON, json.dumps({"Message": REQUEST_TOO_LARGE}).encode()
         try:
-            ok, payload = self.invoke(self.function, json.dumps(event).encode())
+            ok, payload = self.invoke(self.function, request)
         except Throttled:  # at its reserved concurrency, as Lambda answers
-            return 429, {"Content-Type": "application/json"}, b'{"Message":"Rate Exceeded."}'
+            return 429, JSON, json.dumps(THROTTLED).encode()
+        if ok and len(payload) > MAX_RESPONSE_BYTES:
+            ok, payload = False, b"Function.ResponseSizeTooLarge: %d bytes" % len(payload)
         if not ok:  # Lambda's answer to a function error or timeout; the error in the log
             print(f"function URL of {self.function}: {payload.decode()[:2000]}", file=sys.stderr)
-            return 502, {"Content-Type": "application/json"}, b'{"Message":"Internal Server Error"}'
+            return 502, JSON, b'{"Message":"Internal Server Error"}'
         out: Any = json.loads(payload)
         data = out.get("body") or ""
         raw = base64.b64decode(data) if out.get("isBase64Encoded") else str(data).encode()
@@ -85,21 +111,19 @@ def _access_key(headers: dict[str, str]) -> str:
     return auth.split("Credential=", 1)[1].split("/", 1)[0] if "Credential=" in auth else ""
 
 
-def _handler(url: FunctionUrl) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
+def _handler(url: FunctionUrl) -> type[IntakeHandler]:
+    class Handler(IntakeHandler):
+        def error_body(self, detail: str) -> dict[str, Any]:
+            return {"Message": detail}
 
         def _serve(self) -> None:
-            length = int(self.headers.get("Content-Length") or 0)
-            body = self.rfile.read(length)
+            try:
+                body = self.read_body()
+            except Refused as refused:
+                self.refuse(refused)
+                return
             status, headers, raw = url.answer(self.command, self.path, dict(self.headers), body)
-            self.send_response(status)
-            for name, value in headers.items():
-                if name.lower() != "content-length":
-                    self.send_header(name, value)
-            self.send_header("Content-Length", str(len(raw)))
-            self.end_headers()
-            self.wfile.write(raw)
+            self.send_json(status, raw, headers)
 
         do_GET = do_POST = do_PUT = _serve
 
