@@ -271,7 +271,9 @@ def test_verl_tool_keeps_the_episode_session_across_calls_and_the_reward_grades_
         assert "3" in await call(
             {"command": "python -c 'from solution import add; print(add(1, 2))'"}
         )
-        assert "give `command`" in await call({"code": "1"})
+        assert await call({"code": "1"}) == (
+            "error: the `command` argument cannot run: give it as a string, not nothing"
+        )
         extra_info = {"index": 0} | agent_data.extra_fields  # naive.py merges tool_extra_fields
         assert extra_info[verl.SESSION_FIELD] and extra_info[verl.CHECKPOINT_FIELD]
         # The final response holds no code: the workspace the tool left is what is graded.
@@ -491,7 +493,7 @@ class _Recorder(http.server.BaseHTTPRequestHandler):
 
 
 @pytest.mark.parametrize(
-    ("aws", "proxy"), [(200, 200), (422, 422), (403, 403), (429, 504), (502, 504)]
+    ("aws", "proxy"), [(200, 200), (422, 422), (403, 403), (413, 413), (429, 504), (502, 504)]
 )
 def test_the_proxy_signs_with_sigv4_and_maps_awss_answers(aws: int, proxy: int) -> None:
     _Recorder.status = aws

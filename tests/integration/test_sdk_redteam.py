@@ -10,7 +10,9 @@ received, inline or by S3 pointer) and records a `succeeded` result for each req
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import json
+import re
 import signal
 import threading
 import time
@@ -29,14 +31,16 @@ from trialbox.errors import (
     ClientClosed,
     InputError,
     RequestIdReused,
+    SessionError,
     TrialboxError,
     WaitTimeout,
 )
 from trialbox.models import ExecutionRequest, Status, Task, result_for
 from trialbox.models.jobs import RolloutInput
+from trialbox.models.sessions import SessionOpen
 from trialbox.pipeline.dispatch import Dispatcher
 from trialbox.pipeline.record import record
-from trialbox.sdk import AsyncClient, Client, Resources
+from trialbox.sdk import AsyncClient, Client, Resources, sessions
 from trialbox.sdk.aws import MAX_BATCH_BYTES, MAX_INLINE_BYTES
 from trialbox.sdk.extract import extract_code
 
@@ -542,6 +546,118 @@ def test_an_extractor_that_raises_sends_nothing_of_the_group(
         client.run_group(TASK, ["one", "two", "three"], extract=extract, timeout=5)
     time.sleep(0.1)
     assert pipeline.ran_ids == [] and pipeline.queued() == 0
+
+
+# --- a task as a Task, a ref, or its JSON ------------------------------------------------------
+
+TASK_JSON = TASK.model_dump(mode="json")
+BAD_TASK = TASK_JSON | {"grading": TASK_JSON["grading"] | {"scorer": "magic"}}  # a row's typo
+
+
+def test_every_entry_point_takes_a_task_as_its_json_like_the_task_itself(
+    aws: Aws, resources: Resources, pipeline: Pipeline
+) -> None:
+    """Was a break: `'dict' object has no attribute 'task_id'` (run_group, resolve_task) and
+    `'dict' object has no attribute 'model_dump_json'` (push_tasks) deep inside."""
+    with Client(resources) as client:
+        pushed = client.push_tasks([TASK_JSON], name="rows")
+        assert pushed == client.push_tasks([TASK], name="rows")  # the same content, once
+        assert client.resolve_task(TASK_JSON) == client.resolve_task(TASK)
+        assert client.resolve_task(pushed.task("add-two")) == (TASK, pushed.task("add-two"))
+        code = ["```python\ndef add(a, b):\n    return a + b\n```"]
+        grouped = client.run_group(TASK_JSON, code, group_id="rows", timeout=10)
+        request = {"request_id": "as-json", "task": TASK_JSON, "files": {"solution.py": "x\n"}}
+        (ran,) = client.run([request], timeout=10)
+    assert [(r.status, r.reward) for r in [*grouped, ran]] == [(Status.SUCCEEDED, 1.0)] * 2
+    assert {r.request_id: r.task for r in pipeline.ran}["as-json"] == TASK
+
+
+def test_a_bad_task_is_an_input_error_at_the_call_naming_the_field_and_nothing_is_sent(
+    aws: Aws, resources: Resources, pipeline: Pipeline
+) -> None:
+    scorer = r"grading\.scorer: Input should be 'tests_pass_fraction', .* or 'performance'$"
+    with Client(resources) as client:
+        calls = {
+            "session": (lambda: client.session(BAD_TASK), rf"^task\.{scorer}"),
+            "run_group": (lambda: client.run_group(BAD_TASK, ["x"]), rf"^task\.{scorer}"),
+            "resolve_task": (lambda: client.resolve_task(BAD_TASK), rf"^task\.{scorer}"),
+            "push_tasks": (lambda: client.push_tasks([TASK, BAD_TASK]), rf"^tasks\[1\]\.{scorer}"),
+            "push_tasks_a_ref": (
+                lambda: client.push_tasks(["set@v/add-two"]),
+                r"^tasks\[0\]: expected a Task or the task's JSON as a dict, got str$",
+            ),
+            "push_tasks_one_task": (
+                lambda: client.push_tasks(TASK),  # type: ignore[arg-type]
+                r"^tasks: expected a list, got Task$",
+            ),
+            "submit": (
+                lambda: client.submit([{"request_id": "r", "task": BAD_TASK}]),
+                rf"^requests\[0\]\.task\.{scorer}",
+            ),
+            "submit_a_request_without_an_id": (
+                lambda: client.submit([req("ok"), {"task_ref": "set@v/add-two"}]),
+                r"^requests\[1\]\.request_id: Field required$",
+            ),
+            "a_number": (
+                lambda: client.run_group(7, ["x"]),  # type: ignore[arg-type]
+                r"^task: expected a Task, a task ref \(name@version/task_id\) or the task's "
+                r"JSON as a dict, got int$",
+            ),
+            "a_malformed_ref": (
+                lambda: client.session("add-two"),
+                r"^task: task ref 'add-two' is not of the form taskset@version/task_id$",
+            ),
+            "a_ref_that_is_not_text": (
+                lambda: client.resolve_task("a\ud800@v/t"),
+                r"^task: task ref 'a\\ud800@v/t' is not valid Unicode text \(surrogates not "
+                r"allowed at character 1\)$",
+            ),
+            "a_ref_with_a_nul": (
+                lambda: client.run_group("a\x00@v/t", ["x"]),
+                r"^task: task ref 'a\\x00@v/t' holds a control character$",
+            ),
+            "session_limits": (
+                lambda: client.session(TASK, limits={"timeout_s": "soon"}),
+                r"^limits\.timeout_s: Input should be a valid number",
+            ),
+        }
+        raised = {}
+        for name, (call, message) in calls.items():
+            with pytest.raises(InputError) as caught:
+                call()
+            raised[name] = re.search(message, str(caught.value)) is not None or str(caught.value)
+    assert raised == dict.fromkeys(calls, True)
+    listed = aws.s3.list_objects_v2(Bucket="tasksets")
+    assert listed.get("KeyCount") == 0 and pipeline.ran_ids == [] and pipeline.queued() == 0
+
+
+def test_completions_given_as_one_string_are_refused_never_graded_per_character(
+    aws: Aws, resources: Resources, pipeline: Pipeline
+) -> None:
+    """Was a break: `run_group(task, "def add...")` graded each character as a completion."""
+    with Client(resources) as client, pytest.raises(InputError) as caught:
+        client.run_group(TASK, "```python\nx = 1\n```", timeout=5)
+    assert str(caught.value) == "completions: a list of completions (str), not one string"
+    assert pipeline.ran_ids == [] and pipeline.queued() == 0
+
+
+def test_a_session_on_a_task_given_as_its_json_opens_with_that_task(
+    aws: Aws, resources: Resources, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Was a break: `client.session(task={...})` failed with `AttributeError: 'dict' object
+    has no attribute 'task_id'`. With no worker, the open times out; the work queue holds
+    the session's spec, with the task's starter files and never its hidden tests."""
+    monkeypatch.setattr(sessions, "OPEN_TIMEOUT_S", 0.5)
+    monkeypatch.setattr(sessions, "REPLY_WAIT_S", 0)
+    with_sessions = dataclasses.replace(
+        resources, work_queue_url=aws.work_queue, session_queue_prefix="redteam-"
+    )
+    with Client(with_sessions) as client, pytest.raises(SessionError, match="no worker took"):
+        client.session(task=TASK_JSON, ttl_s=60)
+    (message,) = aws.sqs.receive_message(QueueUrl=aws.work_queue)["Messages"]
+    spec = SessionOpen.model_validate_json(message["Body"]).session
+    assert (spec.task_id, spec.workspace) == (TASK.task_id, TASK.workspace)
+    assert "test_add" not in message["Body"]
 
 
 # --- trialbox run ---------------------------------------------------------------------------------

@@ -1,5 +1,6 @@
-"""What the adapters share: a picklable connection, tasks named by a dataset's cell, completions
-as text, and rewards with the platform's failures left out (None, never 0)."""
+"""What the adapters share: a picklable connection, tasks named by a dataset's cell, the model's
+tool arguments checked, completions as text, and rewards with the platform's failures left out
+(None, never 0)."""
 
 from __future__ import annotations
 
@@ -17,23 +18,26 @@ from typing import Any
 
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from trialbox.errors import InputError, SessionError, TrialboxError
 from trialbox.models import ExecutionResult, Task
 from trialbox.models.iomatch import IoSpec
-from trialbox.models.sample import TaskRef
+from trialbox.models.sample import Argv
 from trialbox.pipeline.record import validation_message
 from trialbox.sdk import AsyncClient, Client, Resources
 from trialbox.sdk.core import is_loopback, local_session
 from trialbox.sdk.extract import Extract, extract_code
+from trialbox.sdk.inputs import TaskInput, task_or_ref
 from trialbox.settings import ClientSettings
 
 log = logging.getLogger("trialbox.integrations")
 STACK_ENV = "TRIALBOX_STACK"  # the deployed stack an adapter reaches, when no client is given
 
-TaskCell = Task | str | Mapping[str, Any]
-"""A dataset's task cell: a pushed task's ref (`name@version/task_id`), a Task, or its JSON."""
+TaskCell = TaskInput
+"""A dataset's task cell: a pushed task's ref (`name@version/task_id`), a Task, or its JSON (a
+dict, or its text)."""
+_ARGV: TypeAdapter[list[str]] = TypeAdapter(Argv)
 
 
 @dataclass(frozen=True)
@@ -111,24 +115,33 @@ _lock = threading.Lock()
 
 
 def task_of(cell: object, column: str) -> Task | str:
-    """A task cell as `run_group` and sessions take it, or InputError naming the column."""
-    if isinstance(cell, Task):
-        return cell
-    if isinstance(cell, str) and not cell.lstrip().startswith("{"):
+    """A task cell as `run_group` and sessions take it (the SDK's reading, with a task's JSON
+    text decoded first), or InputError naming the column and the field."""
+    if isinstance(cell, str) and cell.lstrip().startswith("{"):
         try:
-            TaskRef.parse(cell)  # its task is read when it is used
+            cell = json.loads(cell)
         except ValueError as exc:
-            raise InputError(f"column {column!r}: {exc}") from None
-        return cell
+            raise InputError(f"column {column!r}: the task's JSON does not parse: {exc}") from None
+    return task_or_ref(cell, f"column {column!r}")
+
+
+class BadToolCall(ValueError):
+    """A tool call whose arguments cannot run; its text is for the model to read."""
+
+
+def tool_argv(prefix: Sequence[str], source: object, what: str) -> list[str]:
+    """The command that runs the model's `source` (`prefix` + source: `bash -c ...`), checked
+    as a session checks it; BadToolCall saying why when it cannot run (a wrong type, a NUL, a
+    lone surrogate, over the kernel's argument limits). The model wrote it: never the
+    trainer's error, and nothing is sent."""
+    if not isinstance(source, str):
+        given = "nothing" if source is None else f"a {type(source).__name__}"
+        raise BadToolCall(f"{what} cannot run: give it as a string, not {given}")
     try:
-        raw = json.loads(cell) if isinstance(cell, str) else cell
-        return Task.model_validate(raw)
-    except (ValueError, ValidationError) as exc:
-        detail = validation_message(exc) if isinstance(exc, ValidationError) else str(exc)
-        raise InputError(
-            f"column {column!r}: expected a task ref (name@version/task_id), a task or its "
-            f"JSON; got {type(cell).__name__}: {detail}"
-        ) from None
+        return _ARGV.validate_python([*prefix, source])
+    except ValidationError as exc:
+        reasons = "; ".join(e["msg"].removeprefix("Value error, ") for e in exc.errors())
+        raise BadToolCall(f"{what} cannot run: {reasons}") from None
 
 
 def task_or_cases(cell: object, column: str) -> Task | str:
@@ -234,7 +247,7 @@ class Graded:
 
 async def grade_groups(
     client: AsyncClient,
-    groups: Sequence[tuple[Task | str, Sequence[str]]],
+    groups: Sequence[tuple[TaskInput, Sequence[str]]],
     extract: Extract = extract_code,
     *,
     mask_group: bool = False,

@@ -19,9 +19,15 @@ from typing import Any
 from skyrl_gym.envs.base_text_env import BaseTextEnv, BaseTextEnvStepOutput
 from skyrl_gym.envs.registration import register
 
-from trialbox.errors import InputError
-from trialbox.integrations.common import Connection, task_of, task_or_cases
-from trialbox.models import ExecutionResult, Task
+from trialbox.errors import InputError, SessionError
+from trialbox.integrations.common import (
+    BadToolCall,
+    Connection,
+    task_of,
+    task_or_cases,
+    tool_argv,
+)
+from trialbox.models import ExecutionResult, Task, ungradable
 from trialbox.sdk.extract import PYTHON_INFO, defined_names, fenced_blocks, files_for
 
 __all__ = ["ENV_ID", "TrialboxTextEnv"]
@@ -61,21 +67,45 @@ class TrialboxTextEnv(BaseTextEnv):  # type: ignore[misc]
         self.turns += 1
         blocks = fenced_blocks(action)
         if blocks and blocks[-1][0] in SHELL_INFO and self.turns < self.max_turns:
-            text = self.session.step(commands=[["bash", "-c", blocks[-1][1]]]).feedback
+            info, script = blocks[-1]
+            try:  # what the model wrote: a block that cannot run is its error text
+                argv = tool_argv(["bash", "-c"], script, f"the `{info}` block")
+            except BadToolCall as exc:
+                text = f"error: {exc}"
+            else:
+                text = self._run(argv)
             return BaseTextEnvStepOutput(
                 observations=[{"role": "user", "content": text}],
                 reward=0.0,
                 done=False,
                 metadata={},
             )
-        files = files_for(self.workspace(), self._answer(blocks))
-        if files:
-            self.session.write_files(files)
-        result = self.session.grade()
+        result = self._grade(blocks)
         self.close()
         return BaseTextEnvStepOutput(
             observations=[], reward=_reward(result), done=True, metadata=_metadata(result)
         )
+
+    def _run(self, argv: list[str]) -> str:
+        """The block's feedback; this call's own refusal (the session expired) is the
+        model's error text."""
+        try:
+            feedback: str = self.session.step(commands=[argv]).feedback
+        except (InputError, SessionError) as exc:
+            return f"error: {exc}"
+        return feedback
+
+    def _grade(self, blocks: list[tuple[str, str]]) -> ExecutionResult:
+        """The workspace graded with the answer written to it; an answer that cannot be
+        written (text that is not valid Unicode, say) is the model's 0, without a run."""
+        files = files_for(self.workspace(), self._answer(blocks))
+        if files:
+            try:
+                self.session.write_files(files)
+            except InputError as exc:
+                return ungradable(None, self.session.aio.task.task_id, "0", str(exc))
+        result: ExecutionResult = self.session.grade()
+        return result
 
     def _answer(self, blocks: list[tuple[str, str]]) -> str | None:
         """The last block that is Python (by its info string), or unlabelled and defining a

@@ -15,8 +15,9 @@ from collections import Counter
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from trialbox.errors import InputError
+from trialbox.errors import InputError, SessionError
 from trialbox.integrations.common import (
+    BadToolCall,
     Connection,
     Graded,
     TaskCell,
@@ -24,9 +25,9 @@ from trialbox.integrations.common import (
     grade_groups,
     is_infrastructure_failure,
     task_of,
+    tool_argv,
 )
 from trialbox.models import ExecutionResult, Task
-from trialbox.models.sessions import CallResult
 from trialbox.sdk import AsyncClient, Client
 from trialbox.sdk.extract import Extract, extract_code
 from trialbox.sdk.sessions import AsyncSession
@@ -180,7 +181,7 @@ class TrialboxEnvironment:
         Args:
             command: The bash command line to run.
         """
-        return self._run(["bash", "-c", command])
+        return self._run(["bash", "-c"], command, "the `command` argument")
 
     def run_python(self, code: str) -> str:
         """Run Python code in the task's workspace and return what it printed and its exit
@@ -189,7 +190,7 @@ class TrialboxEnvironment:
         Args:
             code: The Python source code to run.
         """
-        return self._run(["python", "-c", code])
+        return self._run(["python", "-c"], code, "the `code` argument")
 
     def get_reward(self) -> float | None:
         """The episode's grade: its reward, or None when the platform failed it."""
@@ -207,24 +208,35 @@ class TrialboxEnvironment:
 
     # --- internals (private: TRL turns every public method into a tool) ----------------------
 
-    def _run(self, argv: list[str]) -> str:
+    def _run(self, program: list[str], source: object, what: str) -> str:
+        """The call's feedback, or an error text: whatever the model passed, a tool answers
+        it and never raises (TRL would end the rollout), and arguments that cannot run send
+        nothing."""
         if self._opening is None:
             return "error: no episode (reset was not called)"
         if self._graded is not None:
             return "error: the episode is graded; the next reset starts another"
         try:
-            called = self._connection.client().schedule(self._step(self._opening, argv)).result()
+            argv = tool_argv(program, source, what)
+        except BadToolCall as exc:
+            return f"error: {exc}"
+        try:
+            return self._connection.client().schedule(self._step(self._opening, argv)).result()
         except Exception as exc:
             if not is_infrastructure_failure(exc):
                 raise
             return f"error: the sandbox failed (not your command): {exc}"
-        return called.feedback
 
-    async def _step(
-        self, opening: concurrent.futures.Future[AsyncSession], argv: list[str]
-    ) -> CallResult:
+    async def _step(self, opening: concurrent.futures.Future[AsyncSession], argv: list[str]) -> str:
+        """The call's feedback. The session's opening fails as the trainer's error (a task
+        ref naming no task) or the platform's; this call's own refusal (the session expired
+        or closed) is the model's error text."""
         session = await asyncio.wrap_future(opening)
-        return await session.step(commands=[argv], timeout_s=self._timeout_s)
+        try:
+            called = await session.step(commands=[argv], timeout_s=self._timeout_s)
+        except (InputError, SessionError) as exc:
+            return f"error: {exc}"
+        return called.feedback
 
     def _start_grading(self) -> None:
         if self._opening is not None and self._graded is None:

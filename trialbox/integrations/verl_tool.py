@@ -12,13 +12,20 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import Mapping
 from typing import Any
 
 from verl.tools.base_tool import BaseTool
 from verl.tools.schemas import OpenAIFunctionToolSchema, ToolResponse
 
-from trialbox.errors import InputError
-from trialbox.integrations.common import Connection, is_infrastructure_failure, task_or_cases
+from trialbox.errors import InputError, SessionError
+from trialbox.integrations.common import (
+    BadToolCall,
+    Connection,
+    is_infrastructure_failure,
+    task_or_cases,
+    tool_argv,
+)
 from trialbox.integrations.verl import (
     CHECKPOINT_FIELD,
     SESSION_FIELD,
@@ -26,6 +33,7 @@ from trialbox.integrations.verl import (
     episode_session,
 )
 from trialbox.models import Task
+from trialbox.models.sessions import CallResult
 
 __all__ = ["TrialboxTool"]
 
@@ -78,12 +86,17 @@ class TrialboxTool(BaseTool):  # type: ignore[misc]
         if agent_data is None:
             raise InputError("TrialboxTool runs in verl's tool agent loop (it needs agent_data)")
         task = self._tasks.get(instance_id) or _task_of(agent_data)
-        parameter, argv = PROGRAMS[self.program]
-        source = parameters.get(parameter)
-        if not isinstance(source, str):
-            return ToolResponse(text=f"error: give `{parameter}` as a string"), 0.0, {}
+        parameter, program = PROGRAMS[self.program]
+        try:  # the model's arguments: any that cannot run are its error text, never a raise
+            if not isinstance(parameters, Mapping):
+                raise BadToolCall(
+                    f"the `{parameter}` argument is missing: the arguments are not an object"
+                )
+            argv = tool_argv(program, parameters.get(parameter), f"the `{parameter}` argument")
+        except BadToolCall as exc:
+            return ToolResponse(text=f"error: {exc}"), 0.0, {}
         client = Connection.from_env().client()
-        call = _call(agent_data.request_id, task, self.ttl_s, [*argv, source], self.timeout_s)
+        call = _call(agent_data.request_id, task, self.ttl_s, argv, self.timeout_s)
         try:
             session_id, result = await asyncio.wrap_future(client.schedule(call))
         except Exception as exc:
@@ -94,6 +107,8 @@ class TrialboxTool(BaseTool):  # type: ignore[misc]
                 0.0,
                 {},
             )
+        if isinstance(result, str):  # this call refused: the model's text
+            return ToolResponse(text=result), 0.0, {}
         agent_data.extra_fields[SESSION_FIELD] = session_id
         if result.checkpoint:
             agent_data.extra_fields[CHECKPOINT_FIELD] = result.checkpoint
@@ -108,10 +123,15 @@ class TrialboxTool(BaseTool):  # type: ignore[misc]
 
 async def _call(
     key: str, task: Task | str, ttl_s: float, argv: list[str], timeout_s: Any
-) -> tuple[str, Any]:
+) -> tuple[str, CallResult | str]:
+    """The session's id and the call's result. The session's opening fails as the trainer's
+    error or the platform's; this call's own refusal (the session expired or closed) is the
+    model's error text."""
     session = await episode_session(key, task, ttl_s)
-    result = await session.step(commands=[argv], timeout_s=timeout_s)
-    return session.session_id, result
+    try:
+        return session.session_id, await session.step(commands=[argv], timeout_s=timeout_s)
+    except (InputError, SessionError) as exc:
+        return session.session_id, f"error: {exc}"
 
 
 def _task_of(agent_data: Any) -> Task | str:

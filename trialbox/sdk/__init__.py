@@ -1,7 +1,8 @@
 """The SDK: `Client` (blocking) and `AsyncClient` (asyncio), one implementation."""
 
-from trialbox.sdk.core import AsyncClient
+from trialbox.sdk.core import AsyncClient, SessionOpening
 from trialbox.sdk.handles import AsyncHandle
+from trialbox.sdk.inputs import RequestInput, TaskInput
 from trialbox.sdk.resources import Resources, default_concurrency
 from trialbox.sdk.sessions import AsyncSession
 from trialbox.sdk.sync import Client, Handle, Session
@@ -13,8 +14,11 @@ __all__ = [
     "AsyncSession",
     "Client",
     "Handle",
+    "RequestInput",
     "Resources",
     "Session",
+    "SessionOpening",
+    "TaskInput",
     "TaskSetRef",
     "default_concurrency",
     "request_id",

@@ -18,11 +18,13 @@ from typing import TYPE_CHECKING, Any, Self
 from urllib.parse import urlparse
 
 import boto3
+from pydantic import ValidationError
 
 from trialbox import keys
 from trialbox.errors import (
     AwsCallError,
     ClientClosed,
+    InputError,
     MissingExtra,
     RequestIdReused,
     TrialboxError,
@@ -34,6 +36,14 @@ from trialbox.models.limits import LimitOverrides
 from trialbox.sdk import groups
 from trialbox.sdk.aws import Aws, service
 from trialbox.sdk.handles import AsyncHandle
+from trialbox.sdk.inputs import (
+    RequestInput,
+    TaskInput,
+    as_requests,
+    as_tasks,
+    located,
+    task_or_ref,
+)
 from trialbox.sdk.resources import Resources, default_concurrency
 from trialbox.sdk.sessions import AsyncSession, SessionIO
 from trialbox.sdk.tasksets import TaskSetRef, tasks_body, taskset_ref
@@ -137,14 +147,19 @@ class AsyncClient:
 
     @classmethod
     def from_stack(
-        cls, name: str, *, region: str | None = None, session: Any = None, **kwargs: Any
+        cls,
+        name: str,
+        *,
+        region: str | None = None,
+        session: Any = None,
+        concurrency: int | None = None,
     ) -> Self:
         """The deployed stack `name`, its resources read from its CloudFormation outputs."""
         resources, session = stack_resources(name, region, session)
-        return cls(resources, session=session, **kwargs)
+        return cls(resources, session=session, concurrency=concurrency)
 
     @classmethod
-    def local(cls, workers: int = 2, **kwargs: Any) -> Self:
+    def local(cls, workers: int = 2, *, concurrency: int | None = None) -> Self:
         """A local twin on this machine (moto and bwrap sandboxes), stopped with the client.
         Starting it takes a few seconds, and blocks."""
         twin = local_twin_class()(workers=workers).start()
@@ -154,8 +169,8 @@ class AsyncClient:
                 Resources.from_outputs(twin.outputs),
                 endpoint_url=twin.endpoint_url,
                 session=session,
+                concurrency=concurrency,
                 twin=twin,
-                **kwargs,
             )
         except BaseException:
             twin.stop()
@@ -180,9 +195,10 @@ class AsyncClient:
         body = await asyncio.to_thread(path.read_bytes)
         return await self._push(path.stem, body)
 
-    async def push_tasks(self, tasks: list[Task], name: str = "tasks") -> TaskSetRef:
-        """Upload tasks built in code as a task set (once per content, per client)."""
-        return await self._push(name, tasks_body(tasks))
+    async def push_tasks(self, tasks: Sequence[TaskInput], name: str = "tasks") -> TaskSetRef:
+        """Upload tasks built in code (each a Task or its JSON as a dict) as a task set (once
+        per content, per client). A bad task is an InputError naming it and its field."""
+        return await self._push(name, tasks_body(as_tasks(tasks)))
 
     async def _push(self, name: str, body: bytes) -> TaskSetRef:
         if body not in self._pushed:
@@ -195,13 +211,15 @@ class AsyncClient:
 
     # --- submitting and waiting ------------------------------------------------------------------
 
-    async def submit(self, requests: Sequence[ExecutionRequest]) -> list[AsyncHandle]:
-        """One handle per request, at once. A request whose result the pipeline already holds
-        (the same id and content) resolves without running again; an id already used for other
-        content raises RequestIdReused naming it, and nothing of this call is submitted."""
+    async def submit(self, requests: Sequence[RequestInput]) -> list[AsyncHandle]:
+        """One handle per request (an ExecutionRequest or its JSON as a dict), at once. A
+        request whose result the pipeline already holds (the same id and content) resolves
+        without running again; an id already used for other content raises RequestIdReused
+        naming it, and nothing of this call is submitted. A bad request is an InputError
+        naming it and its field."""
         self._check_open()
         self._check_loop()
-        requests = list(requests)
+        requests = as_requests(requests)
         hashes = [r.content_sha256() for r in requests]
         fresh: dict[str, AsyncHandle] = {}
         handles: list[AsyncHandle] = []
@@ -263,7 +281,7 @@ class AsyncClient:
         return [h.future.result() for h in handles]
 
     async def run(
-        self, requests: Sequence[ExecutionRequest], timeout: float | None = None
+        self, requests: Sequence[RequestInput], timeout: float | None = None
     ) -> list[ExecutionResult]:
         """Submit, then gather: every request to its terminal result, in order."""
         return await self.gather(await self.submit(requests), timeout)
@@ -298,7 +316,7 @@ class AsyncClient:
 
     async def run_group(
         self,
-        task: Task | str,
+        task: TaskInput,
         completions: Sequence[str],
         extract: groups.Extract = groups.extract_code,
         *,
@@ -306,11 +324,14 @@ class AsyncClient:
         timeout: float | None = None,
     ) -> list[ExecutionResult]:
         """GRPO: N completions for one task -> N graded results, in order. `task` is an
-        inline Task (pushed once per content) or a pushed task's ref (`ref.task(task_id)`).
+        inline Task or its JSON as a dict (pushed once per content), or a pushed task's ref
+        (`ref.task(task_id)`).
         Each completion's code (`extract`) goes into the task's starter file; a completion
         with no code scores 0.0 with the flag `no_code`, without a sandbox. The default
         `group_id` hashes the task and the submitted files, so the same group runs once: pass
         a `group_id` to grade it anew (after a cancel, say)."""
+        if isinstance(completions, str):  # never one sample per character
+            raise InputError("completions: a list of completions (str), not one string")
         task, task_ref = await self.resolve_task(task)
         plan = await asyncio.to_thread(  # extraction may be slow: never on the loop
             groups.plan, task, task_ref, completions, extract, group_id
@@ -323,20 +344,22 @@ class AsyncClient:
             for p in plan
         ]
 
-    async def resolve_task(self, task: Task | str) -> tuple[Task, str]:
+    async def resolve_task(self, task: TaskInput) -> tuple[Task, str]:
         """The task and its ref: a ref's task read from its task set (once per task set), or
-        an inline task pushed (once per content). A ref naming no task raises SessionError."""
+        an inline task (a Task or its JSON as a dict) pushed (once per content). A bad task is
+        an InputError naming its field; a ref naming no task raises SessionError."""
         self._check_open()
-        if isinstance(task, str):
-            return await self._session_io().task(task), task
-        ref = await self.push_tasks([task], name=f"group-{task.task_id}")
-        return task, ref.task(task.task_id)
+        read = task_or_ref(task)
+        if isinstance(read, str):
+            return await self._session_io().task(read), read
+        ref = await self.push_tasks([read], name=f"group-{read.task_id}")
+        return read, ref.task(read.task_id)
 
     # --- sessions ----------------------------------------------------------------------------
 
     def session(
         self,
-        task: Task | str,
+        task: TaskInput,
         *,
         run_id: str | None = None,
         episode_id: str | None = None,
@@ -345,13 +368,15 @@ class AsyncClient:
         ttl_s: float = DEFAULT_TTL_S,
         idle_release_s: float = DEFAULT_IDLE_RELEASE_S,
         files: dict[str, FileContent] | None = None,
-    ) -> _OpeningSession:
-        """A session on `task` (a task ref, `ref.task(task_id)`, or an inline Task): use with
-        `async with`, or `await` it. Its hidden tests reach only `grade()`."""
+    ) -> SessionOpening:
+        """A session on `task` (a task ref, `ref.task(task_id)`, an inline Task, or its JSON
+        as a dict): use with `async with`, or `await` it. Its hidden tests reach only
+        `grade()`. A bad task or limit is an InputError here, at the call."""
         self._check_open()
-        return _OpeningSession(
-            self, task, run_id, episode_id, tags or {}, limits, ttl_s, idle_release_s, files
-        )
+        return SessionOpening(
+            self, task_or_ref(task), run_id, episode_id, tags or {}, _limits(limits), ttl_s,
+            idle_release_s, files,
+        )  # fmt: skip
 
     def _session_io(self) -> SessionIO:
         if self._sessions is None:
@@ -540,9 +565,18 @@ def _unsendable(request_id: str, exc: Exception) -> TrialboxError:
     return TrialboxError(f"request {request_id} cannot be sent: {exc}")
 
 
-class _OpeningSession:
-    """`AsyncClient.session(...)`: awaitable (an open session) and an async context manager
-    (closed at exit)."""
+def _limits(limits: LimitOverrides | dict[str, Any] | None) -> LimitOverrides:
+    if isinstance(limits, LimitOverrides):
+        return limits
+    try:
+        return LimitOverrides.model_validate(limits or {})
+    except ValidationError as exc:
+        raise InputError(located(exc, "limits")) from None
+
+
+class SessionOpening:
+    """What `AsyncClient.session(...)` returns: awaitable (an open session) and an async
+    context manager (closed at exit)."""
 
     def __init__(
         self,
@@ -551,7 +585,7 @@ class _OpeningSession:
         run_id: str | None,
         episode_id: str | None,
         tags: dict[str, str],
-        limits: LimitOverrides | dict[str, Any] | None,
+        limits: LimitOverrides,
         ttl_s: float,
         idle_release_s: float,
         files: dict[str, FileContent] | None,
@@ -566,9 +600,8 @@ class _OpeningSession:
             resolved = await client._session_io().task(task)
         else:
             task_ref, resolved = None, task
-        overrides = LimitOverrides.model_validate(limits or {})
         session = AsyncSession(
-            client, resolved, task_ref, limits=overrides, ttl_s=ttl_s,
+            client, resolved, task_ref, limits=limits, ttl_s=ttl_s,
             idle_release_s=idle_release_s, run_id=run_id, episode_id=episode_id, tags=tags,
             files=files,
         )  # fmt: skip

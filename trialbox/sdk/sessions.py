@@ -26,9 +26,10 @@ from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import ClientError
+from pydantic import ValidationError
 
 from trialbox import keys
-from trialbox.errors import AwsCallError, SessionError, TrialboxError
+from trialbox.errors import AwsCallError, InputError, SessionError, TrialboxError
 from trialbox.models import ExecutionRequest, ExecutionResult, Status, Task
 from trialbox.models.common import FileContent
 from trialbox.models.limits import LimitOverrides
@@ -45,6 +46,7 @@ from trialbox.models.sessions import (
     SessionSpec,
 )
 from trialbox.sdk.aws import call
+from trialbox.sdk.inputs import located
 
 if TYPE_CHECKING:
     from trialbox.sdk.core import AsyncClient
@@ -55,6 +57,20 @@ MAX_MESSAGE_BYTES = 1000 * 1024  # SQS takes 1 MiB; the rest of the message is s
 IO_THREADS = 256  # blocking SQS calls of concurrent sessions (long polls, mostly)
 OOM_MARK = "OutOfMemoryError"  # ECS's reason for a container killed at its memory limit
 FATE_WAIT_S = 30.0  # ECS marks a task STOPPED within this after its container dies
+
+
+ARGV_NOT_A_STRING = "a command is a list of strings (argv), not one string: ['sh', '-c', 'ls -l']"
+
+
+def _commands(commands: Sequence[Sequence[str]]) -> list[list[str]]:
+    """Each command as a list; a string where a list belongs is an InputError, never split
+    into one-letter arguments."""
+    if isinstance(commands, str):
+        raise InputError("commands: a list of commands, not one string: [['sh', '-c', 'ls']]")
+    for index, command in enumerate(commands):
+        if isinstance(command, str):
+            raise InputError(f"commands[{index}]: {ARGV_NOT_A_STRING}")
+    return [list(c) if isinstance(c, Sequence) else c for c in commands]
 
 
 def _fits(body: str, what: str) -> str:
@@ -227,13 +243,15 @@ class AsyncSession:
         """Write `files`, then run each command (each with the session's per-command limit,
         or `timeout_s` if lower). `feedback` is the text for the model's next turn."""
         return await self._next(
-            op="exec", files=files or {}, commands=[list(c) for c in commands], timeout_s=timeout_s
+            op="exec", files=files or {}, commands=_commands(commands), timeout_s=timeout_s
         )
 
     async def exec(
         self, argv: Sequence[str], timeout_s: float | None = None
     ) -> CommandResult | CallResult:
         """One command: its result (a CallResult instead if the platform failed the call)."""
+        if isinstance(argv, str):
+            raise InputError(f"argv: {ARGV_NOT_A_STRING}")
         result = await self.step(commands=[argv], timeout_s=timeout_s)
         return result.commands[0] if result.commands else result
 
@@ -300,7 +318,11 @@ class AsyncSession:
                 raise SessionError(f"session {self.session_id} is closed")
             if self.ttl_left() <= 0:
                 raise SessionError(f"session {self.session_id} expired (its TTL passed)")
-            return await self._call(Call(seq=self.seq + 1, **fields))
+            try:
+                call = Call(seq=self.seq + 1, **fields)
+            except ValidationError as exc:  # nothing is sent, and the session goes on
+                raise InputError(located(exc, "")) from None
+            return await self._call(call)
 
     async def _call(
         self, request: Call, timeout: float | None = None, failover: bool = True

@@ -7,24 +7,34 @@ import concurrent.futures
 import threading
 from collections.abc import Callable, Coroutine, Iterator, Sequence
 from pathlib import Path
-from typing import Any, Self, TypeVar
+from typing import TYPE_CHECKING, Any, Self, TypeVar
 
 from trialbox.errors import TrialboxError, WaitTimeout
-from trialbox.models import ExecutionRequest, ExecutionResult, Task
+from trialbox.models import ExecutionResult, Task
 from trialbox.models.common import FileContent
+from trialbox.models.limits import LimitOverrides
 from trialbox.models.report import CommandResult
 from trialbox.models.sessions import CallResult
 from trialbox.sdk import groups
-from trialbox.sdk.core import AsyncClient, stack_resources
+from trialbox.sdk.core import (
+    DEFAULT_IDLE_RELEASE_S,
+    DEFAULT_TTL_S,
+    AsyncClient,
+    stack_resources,
+)
 from trialbox.sdk.handles import AsyncHandle
+from trialbox.sdk.inputs import RequestInput, TaskInput
 from trialbox.sdk.resources import Resources
 from trialbox.sdk.sessions import AsyncSession
 from trialbox.sdk.tasksets import TaskSetRef
 
+if TYPE_CHECKING:
+    from trialbox.local.twin import LocalTwin
+
 T = TypeVar("T")
 
 
-class _Loop:
+class LoopThread:
     """One event loop on a daemon thread; coroutines are run on it from any thread."""
 
     def __init__(self) -> None:
@@ -51,7 +61,7 @@ class _Loop:
 class Handle:
     """A submitted request; `handle.result()` blocks until its terminal result."""
 
-    def __init__(self, inner: AsyncHandle, loop: _Loop) -> None:
+    def __init__(self, inner: AsyncHandle, loop: LoopThread) -> None:
         self._inner = inner
         self._loop = loop
         self.request_id = inner.request_id
@@ -94,15 +104,20 @@ class Client:
         endpoint_url: str | None = None,
         session: Any = None,
         concurrency: int | None = None,
+        twin: LocalTwin | None = None,
     ) -> None:
         self._start(
             lambda: AsyncClient(
-                resources, endpoint_url=endpoint_url, session=session, concurrency=concurrency
+                resources,
+                endpoint_url=endpoint_url,
+                session=session,
+                concurrency=concurrency,
+                twin=twin,
             )
         )
 
     def _start(self, factory: Callable[[], AsyncClient]) -> None:
-        self._loop = _Loop()
+        self._loop = LoopThread()
         try:
             self._async: AsyncClient = self._loop.run(_build(factory))
         except BaseException:
@@ -110,18 +125,23 @@ class Client:
             raise
 
     @classmethod
-    def from_stack(cls, name: str, *, region: str | None = None, **kwargs: Any) -> Self:
+    def from_stack(
+        cls,
+        name: str,
+        *,
+        region: str | None = None,
+        session: Any = None,
+        concurrency: int | None = None,
+    ) -> Self:
         """The deployed stack `name`, its resources read from its CloudFormation outputs."""
-        resources, session = stack_resources(name, region, kwargs.pop("session", None))
-        client = cls.__new__(cls)
-        client._start(lambda: AsyncClient(resources, session=session, **kwargs))
-        return client
+        resources, session = stack_resources(name, region, session)
+        return cls(resources, session=session, concurrency=concurrency)
 
     @classmethod
-    def local(cls, workers: int = 2, **kwargs: Any) -> Self:
+    def local(cls, workers: int = 2, *, concurrency: int | None = None) -> Self:
         """A local twin on this machine (moto and bwrap sandboxes), stopped with the client."""
         client = cls.__new__(cls)
-        client._start(lambda: AsyncClient.local(workers, **kwargs))
+        client._start(lambda: AsyncClient.local(workers, concurrency=concurrency))
         return client
 
     @property
@@ -144,10 +164,10 @@ class Client:
     def push_taskset(self, path: str | Path) -> TaskSetRef:
         return self._loop.run(self._async.push_taskset(path))
 
-    def push_tasks(self, tasks: list[Task], name: str = "tasks") -> TaskSetRef:
+    def push_tasks(self, tasks: Sequence[TaskInput], name: str = "tasks") -> TaskSetRef:
         return self._loop.run(self._async.push_tasks(tasks, name))
 
-    def submit(self, requests: Sequence[ExecutionRequest]) -> list[Handle]:
+    def submit(self, requests: Sequence[RequestInput]) -> list[Handle]:
         return [Handle(h, self._loop) for h in self._loop.run(self._async.submit(requests))]
 
     def as_completed(
@@ -170,7 +190,7 @@ class Client:
         return [h.result() for h in handles]
 
     def run(
-        self, requests: Sequence[ExecutionRequest], timeout: float | None = None
+        self, requests: Sequence[RequestInput], timeout: float | None = None
     ) -> list[ExecutionResult]:
         return self._loop.run(self._async.run(requests, timeout))
 
@@ -189,7 +209,7 @@ class Client:
 
     def run_group(
         self,
-        task: Task | str,
+        task: TaskInput,
         completions: Sequence[str],
         extract: groups.Extract = groups.extract_code,
         *,
@@ -200,12 +220,30 @@ class Client:
             self._async.run_group(task, completions, extract, group_id=group_id, timeout=timeout)
         )
 
+    def resolve_task(self, task: TaskInput) -> tuple[Task, str]:
+        return self._loop.run(self._async.resolve_task(task))
+
     def read_object(self, uri: str) -> bytes:
         return self._loop.run(self._async.read_object(uri))
 
-    def session(self, task: Task | str, **kwargs: Any) -> Session:
-        """An open session (AsyncClient.session's arguments); close it, or use `with`."""
-        return Session(self._loop.run(self._async.session(task, **kwargs).open()), self._loop)
+    def session(
+        self,
+        task: TaskInput,
+        *,
+        run_id: str | None = None,
+        episode_id: str | None = None,
+        tags: dict[str, str] | None = None,
+        limits: LimitOverrides | dict[str, Any] | None = None,
+        ttl_s: float = DEFAULT_TTL_S,
+        idle_release_s: float = DEFAULT_IDLE_RELEASE_S,
+        files: dict[str, FileContent] | None = None,
+    ) -> Session:
+        """An open session (see AsyncClient.session); close it, or use `with`."""
+        opening = self._async.session(
+            task, run_id=run_id, episode_id=episode_id, tags=tags, limits=limits, ttl_s=ttl_s,
+            idle_release_s=idle_release_s, files=files,
+        )  # fmt: skip
+        return Session(self._loop.run(opening.open()), self._loop)
 
     def close(self) -> None:
         if self._loop.thread.is_alive():
@@ -222,7 +260,7 @@ class Client:
 class Session:
     """The blocking face of an AsyncSession: the same calls, run on the client's loop."""
 
-    def __init__(self, inner: AsyncSession, loop: _Loop) -> None:
+    def __init__(self, inner: AsyncSession, loop: LoopThread) -> None:
         self.aio = inner
         self._loop = loop
 
@@ -241,6 +279,10 @@ class Session:
     @property
     def failovers(self) -> int:
         return self.aio.failovers
+
+    def ttl_left(self) -> float:
+        """Seconds until the session ends server-side (its TTL)."""
+        return self.aio.ttl_left()
 
     def step(
         self,

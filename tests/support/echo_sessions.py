@@ -1,0 +1,72 @@
+"""A session worker for moto in-process tests of what sits above a session (the SDK's faces,
+the trainer adapters' tools): it takes session opens from the work queue and answers each
+call on the session's outbox with feedback that echoes the call, without a sandbox."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any
+
+from trialbox.models import Status
+from trialbox.models.sessions import Call, CallResult, Reply, SessionOpen, SessionSpec
+
+
+class EchoSessions:
+    """Serves on a thread until `stop()`: `opened` lists each SessionSpec it took, `calls`
+    each Call it answered (feedback `ran <argv>` per command, `wrote <paths>` for files)."""
+
+    def __init__(self, sqs: Any, work_queue_url: str) -> None:
+        self.sqs, self.work_queue_url = sqs, work_queue_url
+        self.opened: list[SessionSpec] = []
+        self.calls: list[Call] = []
+        self._stopping = threading.Event()
+        self._thread = threading.Thread(target=self._serve, daemon=True, name="echo-sessions")
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stopping.set()
+        self._thread.join(timeout=10)
+
+    def _serve(self) -> None:
+        while not self._stopping.is_set():
+            for body in self._take(self.work_queue_url):
+                spec = SessionOpen.model_validate_json(body).session
+                self.opened.append(spec)
+                self._reply(spec, Reply(kind="opened", session_id=spec.session_id, worker="echo"))
+            for spec in list(self.opened):
+                for body in self._take(spec.inbox_url):
+                    self._answer(spec, Call.model_validate_json(body))
+            time.sleep(0.01)
+
+    def _answer(self, spec: SessionSpec, call: Call) -> None:
+        self.calls.append(call)
+        said = [f"ran {argv}" for argv in call.commands]
+        if call.files:
+            said.append(f"wrote {sorted(call.files)}")
+        result = CallResult(
+            session_id=spec.session_id,
+            seq=call.seq,
+            op=call.op,
+            status=Status.SUCCEEDED,
+            feedback="\n".join(said),
+            checkpoint=f"s3://traces/echo/{spec.session_id}/{call.seq}",
+        )
+        reply = Reply(kind="result", session_id=spec.session_id, seq=call.seq, result=result)
+        self._reply(spec, reply.model_copy(update={"worker": "echo"}))
+
+    def _take(self, url: str) -> list[str]:
+        try:
+            answer = self.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)
+        except Exception:  # the session's queues were deleted as it closed
+            return []
+        for message in answer.get("Messages", []):
+            self.sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+        return [m["Body"] for m in answer.get("Messages", [])]
+
+    def _reply(self, spec: SessionSpec, reply: Reply) -> None:
+        try:
+            body = reply.model_dump_json(exclude_defaults=True)
+            self.sqs.send_message(QueueUrl=spec.outbox_url, MessageBody=body)
+        except Exception:
+            pass  # the session closed meanwhile: nobody waits for this reply

@@ -1,0 +1,109 @@
+"""The blocking SDK and the asyncio SDK are one API: every public method of each async class
+has a blocking twin with the same parameters (names, kinds, defaults, annotations) and the
+matching return type, so the two faces cannot drift apart."""
+
+from __future__ import annotations
+
+import inspect
+import re
+from typing import Any
+
+import pytest
+
+from trialbox.sdk import AsyncClient, AsyncHandle, AsyncSession, Client, Handle, Session
+
+# The async face's names for what the blocking face calls otherwise.
+SYNC_NAMES = {
+    "AsyncClient": "Client",
+    "AsyncSession": "Session",
+    "AsyncHandle": "Handle",
+    "SessionOpening": "Session",
+    "AsyncIterator": "Iterator",
+}
+RENAMED = {"aclose": "close", "__aenter__": "__enter__", "__aexit__": "__exit__"}
+# Async members with no blocking twin, each with its reason. A stale entry fails the test.
+ASYNC_ONLY = {
+    AsyncSession: {
+        "open": "a blocking Session is open when it is made (Client.session opens it)",
+    },
+    AsyncHandle: {
+        "resolve": "the client's pump resolves a handle; the blocking Handle reads the outcome",
+    },
+}
+PAIRS = [(AsyncClient, Client), (AsyncSession, Session), (AsyncHandle, Handle)]
+# Made by the Client around the async object (never by a user): constructors differ by design.
+WRAPPED = {AsyncSession, AsyncHandle}
+
+
+def public(cls: type) -> dict[str, Any]:
+    """The class's public callables and properties (dunder context managers and __init__
+    included), by name."""
+    names = {n for n in dir(cls) if not n.startswith("_")}
+    names |= {n for n in ("__init__", "__aenter__", "__aexit__", "__enter__", "__exit__")
+              if n in vars(cls)}  # fmt: skip
+    members = {}
+    for name in names:
+        member = inspect.getattr_static(cls, name)
+        if isinstance(member, classmethod | staticmethod):
+            member = member.__func__
+        if callable(member) or isinstance(member, property):
+            members[name] = member
+    return members
+
+
+def synced(annotation: object) -> str:
+    text = str(annotation)
+    for name, sync in SYNC_NAMES.items():
+        text = re.sub(rf"\b{name}\b", sync, text)
+    return text
+
+
+def shape(member: Any) -> list[tuple[str, str, str, str]] | str:
+    """Parameters as (name, kind, default, annotation), then the return annotation; for a
+    property, its type."""
+    if isinstance(member, property):
+        assert member.fget is not None
+        return synced(inspect.signature(member.fget).return_annotation)
+    signature = inspect.signature(member)
+    params = [
+        (p.name, p.kind.name, repr(p.default), synced(p.annotation))
+        for p in signature.parameters.values()
+    ]
+    return [*params, ("->", "", "", synced(signature.return_annotation))]
+
+
+@pytest.mark.parametrize("pair", PAIRS, ids=lambda pair: f"{pair[0].__name__}")
+def test_every_async_method_has_a_blocking_twin_with_the_same_signature(
+    pair: tuple[type, type],
+) -> None:
+    aio, sync = pair
+    async_members, sync_members = public(aio), public(sync)
+    only = ASYNC_ONLY.get(aio, {})
+    missing = sorted(
+        name for name in async_members
+        if RENAMED.get(name, name) not in sync_members and name not in only
+    )  # fmt: skip
+    assert missing == [], f"{sync.__name__} lacks {missing}"
+    stale = sorted(name for name in only if RENAMED.get(name, name) in sync_members)
+    assert stale == [], f"{stale} have a blocking twin now: drop them from ASYNC_ONLY"
+    drifted = {
+        name: (shape(member), shape(sync_members[RENAMED.get(name, name)]))
+        for name, member in async_members.items()
+        if name not in only
+        and name not in ("__aenter__", "__aexit__")  # async vs sync protocols: checked apart
+        and not (name == "__init__" and aio in WRAPPED)
+        and shape(member) != shape(sync_members[RENAMED.get(name, name)])
+    }
+    assert drifted == {}, "\n".join(
+        f"{n}:\n  async {a}\n  sync  {s}" for n, (a, s) in drifted.items()
+    )
+
+
+def test_no_public_signature_names_a_private_type() -> None:
+    private: list[str] = []
+    for aio, sync in PAIRS:
+        for cls in (aio, sync):
+            for name, member in public(cls).items():
+                if re.search(r"(?<![\w.])_[A-Za-z]", str(shape(member))):
+                    private.append(f"{cls.__name__}.{name}: {shape(member)}")
+    assert private == []
