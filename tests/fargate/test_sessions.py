@@ -42,3 +42,36 @@ def test_a_session_holds_the_task_alone_then_grades_from_its_checkpoint(
     assert (graded.status, graded.reward) == (Status.SUCCEEDED, 1.0)
     assert processes_of(tuple(harness.slot_uids())) == []
     assert service.failures() == []
+
+
+def test_checkpoints_keep_hard_links_and_are_bounded_per_session(
+    client: Client, service: Service, harness: Harness
+) -> None:
+    """Issue 22 on rlimit: hard links come back as links after an idle release (one file, not
+    thousands), and a session stores at most 4 x disk_mb of checkpoints (16 MiB here): past
+    it, a call that changes the workspace is the policy's error and is undone."""
+    harness.activate(service)
+    limits = {"disk_mb": 4, "memory_mb": 256}
+    with client.session(Task.model_validate(ADD_TASK), ttl_s=300, idle_release_s=1,
+                        limits=limits) as s:  # fmt: skip
+        made = s.exec(["sh", "-c", "echo x > one; for i in $(seq 3000); do ln one l$i; done"])
+        assert made.exit_code == 0, made
+        time.sleep(2.5)  # released: the next call restores the checkpoint
+        after = s.step(commands=[["sh", "-c", "stat -c %h one; ls | wc -l"]])
+        assert (after.status, after.error, after.restored_s is not None) == (
+            Status.SUCCEEDED,
+            None,
+            True,
+        )
+        assert after.commands[0].stdout == "3001\n3002\n"  # solution.py, one, 3,000 links
+        refused = None
+        for call in range(1, 9):  # 3 MB of fresh random bytes a call: the 6th is past 16 MiB
+            noise = s.step(commands=[["sh", "-c", "head -c 3000000 /dev/urandom > noise"]])
+            assert (noise.status, noise.loss_mask) == (Status.SUCCEEDED, False), noise
+            if noise.error is not None:
+                refused = (call, noise.error)
+                break
+        assert refused is not None and refused[0] == 6, refused
+        assert "checkpoint storage" in refused[1] and "the call is undone" in refused[1]
+        assert s.exec(["sh", "-c", "stat -c %h one"]).stdout == "3001\n"
+    assert service.failures() == []

@@ -37,17 +37,34 @@ class SessionWorkspace:
         self.limits, self.notes = limits.effective()
         self._hold = contextlib.ExitStack()
         self.slot: Slot = self._hold.enter_context(runner.slots.acquire(job=False))
+        self._fingerprint: str | None = None  # the tree as it was at the last checkpoint
         try:
             uid = self.slot.agent_uid
             runner.backend.prepare_dir(self.slot.work_dir, self.limits.disk_mb, uid, uid, 0o700)
             if checkpoint is None:
                 fs.write_files(self.slot.work_dir, workspace, uid, uid)
             else:  # the whole workspace it saved, starter files included (or deleted)
-                fs.restore(self.slot.work_dir, checkpoint, uid, uid, self.capacity)
+                self._restore(checkpoint)
             if files:
                 self.write(files)
         except BaseException:
             self._hold.close()
+            raise
+
+    def _restore(self, checkpoint: bytes) -> None:
+        """A checkpoint never stores what its restore would not fit (fs.Budget); one that
+        does not fit anyway is the policy's, as the grade scores it (never a masked error)."""
+        uid = self.slot.agent_uid
+        try:
+            fs.restore(self.slot.work_dir, checkpoint, uid, uid, self.capacity)
+        except fs.CheckpointTooLarge as exc:
+            raise WorkspaceError(f"the last checkpoint does not fit the workspace: {exc}") from exc
+        except OSError as exc:
+            if exc.errno in DISK_FULL and self.runner.backend.caps_workspace:
+                raise WorkspaceError(
+                    f"the last checkpoint does not fit the {self.limits.disk_mb} MiB workspace: "
+                    f"{exc.strerror}"
+                ) from exc
             raise
 
     @property
@@ -94,13 +111,20 @@ class SessionWorkspace:
                 raise WorkspaceError(f"{path[:80]}...: a name too long") from exc
             raise
 
-    def checkpoint(self) -> bytes:
-        """Raises WorkspaceError when the files exceed the workspace (sparse files count in
-        full): such a state could never be restored."""
+    def checkpoint(self) -> bytes | None:
+        """The workspace's archive, or None when nothing changed since the last one (fs.
+        fingerprint: the tree's metadata, the same only for the same tree once settled).
+        Raises WorkspaceError when a restore would not fit the workspace (a sparse file
+        counts in full): such a state could never be restored."""
+        now = fs.fingerprint(self.slot.work_dir)
+        if now is not None and now == self._fingerprint:
+            return None
         try:
-            return fs.checkpoint(self.slot.work_dir, self.capacity)
+            data = fs.checkpoint(self.slot.work_dir, self.capacity)
         except fs.CheckpointTooLarge as exc:
             raise WorkspaceError(f"{exc}; the call is undone") from exc
+        self._fingerprint = now
+        return data
 
     def release(self) -> None:
         """Kill what runs, give the slot back (idempotent)."""

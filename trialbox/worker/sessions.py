@@ -15,6 +15,7 @@ import base64
 import contextlib
 import logging
 import math
+import os
 import threading
 import time
 from collections import OrderedDict
@@ -28,7 +29,7 @@ from trialbox.models import Status
 from trialbox.models.result import reward_for
 from trialbox.models.sessions import ALIVE_S, Call, CallResult, Reply, SessionSpec
 from trialbox.pipeline.stores import ObjectStore
-from trialbox.sandbox.runner import Runner
+from trialbox.sandbox.runner import MiB, Runner
 from trialbox.sandbox.session import SessionWorkspace, WorkspaceError
 from trialbox.scoring.feedback import command_feedback
 from trialbox.worker.protection import TaskProtection
@@ -39,6 +40,11 @@ log = logging.getLogger("trialbox.worker.sessions")
 POLL_S = 20  # the inbox's long poll, at most
 KEPT_REPLIES = 8  # answered calls kept for a re-sent seq
 MAX_REPLY_CHARS = 200_000  # SQS takes 256 KiB; a larger result is read from its trace file
+# A session stores at most this many times its disk_mb of checkpoints over its life: past
+# it, a call that changes the workspace is the policy's error (not the platform's).
+CHECKPOINT_QUOTA_FACTOR = 4
+KEPT_STORED = 64
+CHECKPOINT_NICE = 10  # the checkpointing thread's nice value (Linux sets it per thread)
 
 
 class SessionHost:
@@ -131,6 +137,10 @@ class HostedSession:
         self.last_call = time.monotonic()
         self.closed = False
         self.restored_s: float | None = None  # a restore not yet reported by a call
+        # The bytes of checkpoints this host stored for the session (CHECKPOINT_QUOTA_FACTOR),
+        # and the last KEPT_STORED of them: going back to one of those stores nothing.
+        self.stored: OrderedDict[str, None] = OrderedDict()
+        self.stored_bytes = 0
 
     # --- the thread -----------------------------------------------------------------------
 
@@ -268,7 +278,7 @@ class HostedSession:
         except WorkspaceError as exc:
             # The policy's mistake, told back, and the session goes on; a call that may have
             # changed the workspace is undone (the next call restores the last checkpoint).
-            if call.op == "exec":
+            if call.op != "read":
                 self._release()
             status = Status.SUCCEEDED
             return CallResult(
@@ -321,11 +331,33 @@ class HostedSession:
         return SessionWorkspace(self.host.runner, spec.workspace, spec.limits, data, files)
 
     def _save(self) -> None:
-        """Make the workspace durable before the reply names it (stored once per content)."""
-        assert self.workspace is not None
-        data = self.workspace.checkpoint()
-        if sha256_hex(data) != self.checkpoint:
-            self.checkpoint = save_checkpoint(self.host.store, data)
+        """Make the workspace durable before the reply names it (stored once per content,
+        and built only when the workspace changed). Its compression runs at a lower CPU
+        priority than the worker's other threads: a session writing large checkpoints slows
+        its own calls, not its neighbours'."""
+        workspace = self.workspace
+        assert workspace is not None
+        with _lowered_priority():
+            data = workspace.checkpoint()
+        if data is None:
+            return
+        checkpoint = sha256_hex(data)
+        if checkpoint == self.checkpoint or checkpoint in self.stored:
+            self.checkpoint = checkpoint
+            return  # stored already
+        quota = CHECKPOINT_QUOTA_FACTOR * workspace.limits.disk_mb * MiB
+        if self.stored_bytes + len(data) > quota:
+            raise WorkspaceError(
+                f"the session's checkpoint storage is spent: {self.stored_bytes / MiB:.1f} MiB "
+                f"stored, and this call's checkpoint ({len(data) / MiB:.1f} MiB) would pass "
+                f"the {quota // MiB} MiB a session may store ({CHECKPOINT_QUOTA_FACTOR} x "
+                "disk_mb); the call is undone. Calls that leave the workspace as it is go on."
+            )
+        self.checkpoint = save_checkpoint(self.host.store, data)
+        self.stored_bytes += len(data)
+        self.stored[checkpoint] = None
+        while len(self.stored) > KEPT_STORED:
+            self.stored.popitem(last=False)
 
     def _release(self) -> None:
         if self.workspace is not None:
@@ -356,3 +388,18 @@ class HostedSession:
         self.host.sqs.send_message(
             QueueUrl=self.spec.outbox_url, MessageBody=reply.model_dump_json(exclude_defaults=True)
         )
+
+
+@contextlib.contextmanager
+def _lowered_priority() -> Iterator[None]:
+    """This thread at CHECKPOINT_NICE for the block (Linux: a nice value per thread)."""
+    thread = threading.get_native_id()
+    before = os.getpriority(os.PRIO_PROCESS, thread)
+    os.setpriority(os.PRIO_PROCESS, thread, max(before, CHECKPOINT_NICE))
+    try:
+        yield
+    finally:
+        try:
+            os.setpriority(os.PRIO_PROCESS, thread, before)
+        except OSError as exc:  # raising it back needs CAP_SYS_NICE: the thread stays niced
+            log.warning("cannot restore the session thread's priority: %s", exc)
