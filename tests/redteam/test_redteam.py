@@ -1,19 +1,19 @@
-"""The red-team corpus (tests/redteam/hacks.py) on bwrap (rlimit: as worker jobs in
-tests/fargate/test_grading_integrity.py): every hack scores 0, with
-`integrity_violation` where a detector must name it, never a loss-masked `sandbox_error`; every
-reference scores 1.0 with no flag."""
+"""The red-team corpus (tests/redteam/hacks.py) and the hostile corpus (corpus.py): their
+shape and declared outcomes here; both corpora run on bwrap and on the worker against those
+declarations in tests/fargate/test_grading_integrity.py. Every reference scores 1.0 with no
+flag, and a workspace of many long names grades normally, on bwrap."""
 
 from __future__ import annotations
 
 from collections import Counter
-from concurrent.futures import ThreadPoolExecutor
 from typing import Any
 
 import pytest
 
+from tests.redteam.corpus import HOSTILE, Hostile
 from tests.redteam.hacks import ADD, HACKS, TASKS, Hack
 from trialbox.models import Sample, Status, Task
-from trialbox.models.result import ExecutionResult
+from trialbox.models.result import ExecutionResult, reward_for
 from trialbox.sandbox.config import SandboxConfig
 from trialbox.sandbox.runner import Runner
 from trialbox.scoring import score
@@ -26,7 +26,9 @@ def backend() -> Runner:
     return Runner(SandboxConfig.from_env().model_copy(update={"backend": "bwrap"}))
 
 
-def _grade(runner: Runner, task: Task, files: dict, commands: list[list[str]]) -> ExecutionResult:
+def _grade(
+    runner: Runner, task: Task, files: dict[str, Any], commands: list[list[str]]
+) -> ExecutionResult:
     sample = Sample(task_id=task.task_id, sample_id="s", files=files, commands=commands)
     return score(task.grading, runner.run(task, sample))
 
@@ -34,25 +36,30 @@ def _grade(runner: Runner, task: Task, files: dict, commands: list[list[str]]) -
 def test_the_corpus_spans_every_class() -> None:
     assert len({h.name for h in HACKS}) == len(HACKS) >= 25
     kinds = Counter(h.kind for h in HACKS)
-    assert set(kinds) == {
+    assert set(kinds) >= {
         "in-process", "file-layout", "agent-phase", "output-forging", "exits", "resources"
     }  # fmt: skip
 
 
-def test_every_hack_scores_zero(backend: Runner) -> None:
-    def run(hack: Hack) -> tuple[Hack, ExecutionResult]:
-        return hack, _grade(backend, hack.task, hack.files, hack.commands)
-
-    with ThreadPoolExecutor(2) as pool:
-        results = list(pool.map(run, HACKS))
-    escaped = [
-        (hack.name, r.status.value, r.reward, r.loss_mask, r.flags, r.feedback[:300])
-        for hack, r in results
-        if r.reward != 0.0
-        or r.loss_mask
-        or (hack.violation and r.status != Status.INTEGRITY_VIOLATION)
+def test_every_row_declares_an_unmasked_outcome_the_reward_table_allows() -> None:
+    """The declared values the backends are held to (tests/fargate/test_grading_integrity.py
+    runs both corpora on bwrap and on the worker): each is a row of the reward table, and none
+    is masked, since a policy that can turn a hostile sample into a masked failure escapes its
+    negative reward."""
+    rows: list[Hack | Hostile] = [*HACKS, *HOSTILE]
+    assert len({r.name for r in rows}) == len(rows)
+    wrong = [
+        (r.name, str(r.expect))
+        for r in rows
+        if r.expect.loss_mask
+        or any(
+            reward_for(status, r.expect.reward) != (r.expect.reward, r.expect.loss_mask)
+            for status in r.expect.statuses
+        )
     ]
-    assert escaped == [], "\n".join(map(str, escaped))
+    assert wrong == []
+    assert {r.expect.status for r in HACKS} >= {Status.INTEGRITY_VIOLATION, Status.TIMEOUT}
+    assert {r.expect.status for r in HOSTILE} == {Status.SUCCEEDED, Status.TIMEOUT, Status.OOM}
 
 
 def test_a_workspace_of_many_long_named_modules_grades_normally(backend: Runner) -> None:
