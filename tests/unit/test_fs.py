@@ -16,18 +16,16 @@ from pathlib import Path
 import pytest
 
 from trialbox.models import EncodedFile
-from trialbox.sandbox.fs import (
+from trialbox.sandbox.checkpoints import (
     PAGE,
     SETTLE_NS,
     BadCheckpoint,
     CheckpointTooLarge,
     checkpoint,
-    copy_tree,
     fingerprint,
-    remove_tree,
     restore,
-    write_files,
 )
+from trialbox.sandbox.fs import copy_tree, remove_tree, write_files
 
 UID, GID = os.getuid(), os.getgid()
 

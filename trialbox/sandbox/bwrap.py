@@ -13,6 +13,7 @@ import subprocess
 from pathlib import Path
 
 from trialbox.errors import SandboxSetupError
+from trialbox.models.limits import Limits
 from trialbox.sandbox import processes, seccomp
 from trialbox.sandbox.backend import Backend, CommandSpec, Launched, Measured
 from trialbox.sandbox.cgroups import Cgroup, cgroup_class
@@ -127,6 +128,13 @@ class BwrapBackend(Backend):
                 self.config.cgroup_root, self.config.cgroup_parent, slot.cgroup_name
             )
         return self._cgroups[slot.index]
+
+    def accounting(self, slot: Slot, limits: Limits) -> list[str]:
+        """The slot's cgroup, with `limits` and zeroed counters (nothing of the slot runs
+        between a session's commands): the helper's CPU and memory are the slot's."""
+        cgroup = self._cgroup(slot)
+        cgroup.create(limits.memory_mb, limits.pids, limits.cpus)
+        return ["/bin/sh", "-c", JOIN_SHIM, "sh", *map(str, cgroup.procs_files), "--"]
 
     def sweep(self, slot: Slot) -> None:
         self._cgroup(slot).remove()

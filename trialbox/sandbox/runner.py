@@ -15,7 +15,7 @@ from trialbox import __version__
 from trialbox.models import iomatch
 from trialbox.models.common import FileContent, file_bytes
 from trialbox.models.limits import Limits
-from trialbox.models.performance import PerformanceReport, PerformanceSpec
+from trialbox.models.performance import PerformanceReport, PerformanceSpec, copy_s
 from trialbox.models.report import (
     CommandResult,
     GradingReport,
@@ -27,7 +27,7 @@ from trialbox.models.report import (
 )
 from trialbox.models.sample import Sample
 from trialbox.models.task import Isolation, Task
-from trialbox.sandbox import fs, processes
+from trialbox.sandbox import checkpoints, fs, processes
 from trialbox.sandbox.backend import Backend, CommandSpec, Outcome
 from trialbox.sandbox.bwrap import SANDBOX_WORKDIR, BwrapBackend
 from trialbox.sandbox.config import SandboxConfig
@@ -97,6 +97,13 @@ def _memfd(data: bytes) -> int:
     os.write(fd, data)
     os.lseek(fd, 0, os.SEEK_SET)
     return fd
+
+
+def _copy(src: Path, dst: Path, prune: fs.Prune, uid: int, limits: Limits) -> list[tuple[str, str]]:
+    """One copy of a workspace in a job, bounded (fs.copy_tree: its entries, its data, and the
+    deadline the Execute step's budget counts it at: copy_s). A tree past them is an OSError,
+    the policy's, as any workspace that cannot be copied."""
+    return fs.copy_tree(src, dst, prune, uid, uid, limits.disk_mb * MiB, copy_s(limits.disk_mb))
 
 
 def _workload_failure(outcome: Outcome) -> str | None:
@@ -185,7 +192,7 @@ class Runner:
         base_checkpoint: bytes | None = None,
     ) -> RunReport:
         """Agent phase, then grading. The workspace is the task's files, or `base_checkpoint`
-        (fs.checkpoint's archive: the whole workspace it saved), then the sample's files.
+        (checkpoints.checkpoint's archive: the whole workspace it saved), then the sample's files.
         `checkpoint_to` receives the workspace after the commands. Never raises for the
         sandbox's own failures: the report then has status `sandbox_error` and says why."""
         limits, notes = (limits or task.limits).effective()
@@ -257,9 +264,9 @@ class Runner:
             raise overflow
         try:
             if base_checkpoint is not None:
-                fs.restore(slot.work_dir, base_checkpoint, uid, uid, limits.disk_mb * MiB)
+                checkpoints.restore(slot.work_dir, base_checkpoint, uid, uid, limits.disk_mb * MiB)
             fs.write_files(slot.work_dir, sample.files, uid, uid)
-        except fs.CheckpointTooLarge as exc:
+        except checkpoints.CheckpointTooLarge as exc:
             raise overflow from exc
         except OSError as exc:
             if exc.errno in DISK_FULL and self.backend.caps_workspace:
@@ -271,8 +278,9 @@ class Runner:
         processes.kill_all((uid,))  # the agent's leftovers, before anything reads its files
         if checkpoint_to is not None:
             try:
-                checkpoint_to.write_bytes(fs.checkpoint(slot.work_dir, limits.disk_mb * MiB))
-            except fs.CheckpointTooLarge as exc:  # it could never be restored: none is kept
+                data = checkpoints.checkpoint(slot.work_dir, limits.disk_mb * MiB)
+                checkpoint_to.write_bytes(data)
+            except checkpoints.CheckpointTooLarge as exc:  # never restorable: none is kept
                 notes.append(f"no checkpoint: {exc}")
         if not grade:
             return None
@@ -306,7 +314,7 @@ class Runner:
         aside = slot.root / TIMED_SOLUTION_DIR
         self.backend.prepare_dir(aside, limits.disk_mb + 1, 0, 0, 0o700)
         try:
-            fs.copy_tree(slot.work_dir, aside, lambda *_: None, 0, 0, limits.disk_mb * MiB)
+            _copy(slot.work_dir, aside, lambda *_: None, 0, limits)
         except OSError as exc:  # what the agent left cannot be copied: as at grading
             return f"could not be copied for its timed runs ({type(exc).__name__}: {exc})"
         return None
@@ -378,7 +386,7 @@ class Runner:
         uid = slot.agent_uid
         self.backend.prepare_dir(slot.work_dir, limits.disk_mb, uid, uid, 0o700)
         aside = slot.root / TIMED_SOLUTION_DIR
-        fs.copy_tree(aside, slot.work_dir, lambda *_: None, uid, uid, limits.disk_mb * MiB)
+        _copy(aside, slot.work_dir, lambda *_: None, uid, limits)
 
     def _boundary(self, grader: CommandSpec, slot: Slot, task: Task) -> None:
         """The policy's process beside the grader's: the zygote of trialbox_policy, as the
@@ -431,12 +439,12 @@ class Runner:
         boundary = task.grading.isolation == Isolation.BOUNDARY
         skip = HijackFilter(slot.work_dir, self.protected, trusted, boundary)
         try:
-            left_out = fs.copy_tree(slot.work_dir, slot.grade_dir, skip, 0, 0, limits.disk_mb * MiB)
+            left_out = _copy(slot.work_dir, slot.grade_dir, skip, 0, limits)
             if not boundary:  # the starter's modules, importable from a directory of their own
                 solution = slot.grade_dir / SOLUTION_DIR
                 solution.mkdir(mode=0o755)
                 prune = skip.solution_tree(starter_entries(task.workspace))
-                fs.copy_tree(slot.work_dir, solution, prune, 0, 0, limits.disk_mb * MiB)
+                _copy(slot.work_dir, solution, prune, 0, limits)
             # Root-owned, mode 644/755: readable, never writable, by the grader's uid. The
             # hidden tests win every collision with what the agent left.
             fs.write_files(slot.grade_dir, dict[str, FileContent](task.hidden_tests), 0, 0)

@@ -8,11 +8,12 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import math
 
 from trialbox.models.common import FileContent, file_bytes
 from trialbox.models.limits import Limits
 from trialbox.models.report import CommandResult
-from trialbox.sandbox import fs, processes
+from trialbox.sandbox import checkpoint_child, checkpoints, fs, processes
 from trialbox.sandbox.runner import DISK_FULL, MiB, Runner, command_result
 from trialbox.sandbox.slots import Slot
 
@@ -38,6 +39,7 @@ class SessionWorkspace:
         self._hold = contextlib.ExitStack()
         self.slot: Slot = self._hold.enter_context(runner.slots.acquire(job=False))
         self._fingerprint: str | None = None  # the tree as it was at the last checkpoint
+        self.checkpoint_cpu_s = 0.0  # the CPU its checkpoints' builders took, in all
         try:
             uid = self.slot.agent_uid
             runner.backend.prepare_dir(self.slot.work_dir, self.limits.disk_mb, uid, uid, 0o700)
@@ -52,12 +54,12 @@ class SessionWorkspace:
             raise
 
     def _restore(self, checkpoint: bytes) -> None:
-        """A checkpoint never stores what its restore would not fit (fs.Budget); one that
+        """A checkpoint never stores what its restore would not fit (checkpoints.Budget); one that
         does not fit anyway is the policy's, as the grade scores it (never a masked error)."""
         uid = self.slot.agent_uid
         try:
-            fs.restore(self.slot.work_dir, checkpoint, uid, uid, self.capacity)
-        except fs.CheckpointTooLarge as exc:
+            checkpoints.restore(self.slot.work_dir, checkpoint, uid, uid, self.capacity)
+        except checkpoints.CheckpointTooLarge as exc:
             raise WorkspaceError(f"the last checkpoint does not fit the workspace: {exc}") from exc
         except OSError as exc:
             if exc.errno in DISK_FULL and self.runner.backend.caps_workspace:
@@ -112,19 +114,25 @@ class SessionWorkspace:
             raise
 
     def checkpoint(self) -> bytes | None:
-        """The workspace's archive, or None when nothing changed since the last one (fs.
-        fingerprint: the tree's metadata, the same only for the same tree once settled).
-        Raises WorkspaceError when a restore would not fit the workspace (a sparse file
-        counts in full): such a state could never be restored."""
-        now = fs.fingerprint(self.slot.work_dir)
+        """The workspace's archive, or None when nothing changed since the last one
+        (checkpoints.fingerprint: the tree's metadata, the same only for the same tree once
+        settled). Built by a child in the slot's own accounting (checkpoint_child), under the
+        CPU budget of one command: its CPU is the session's, `checkpoint_cpu_s`. Raises
+        WorkspaceError when a restore would not fit the workspace (a sparse file counts in
+        full), or the session's own limits cannot archive it: such a state is the policy's."""
+        now = checkpoints.fingerprint(self.slot.work_dir)
         if now is not None and now == self._fingerprint:
             return None
+        limits = self.limits
+        budget_s = math.ceil(limits.timeout_s * limits.cpus) + 1  # as a command's RLIMIT_CPU
+        accounting = self.runner.backend.accounting(self.slot, limits)
         try:
-            data = fs.checkpoint(self.slot.work_dir, self.capacity)
-        except fs.CheckpointTooLarge as exc:
+            built = checkpoint_child.build(self.slot.work_dir, self.capacity, budget_s, accounting)
+        except checkpoints.CheckpointTooLarge as exc:
             raise WorkspaceError(f"{exc}; the call is undone") from exc
         self._fingerprint = now
-        return data
+        self.checkpoint_cpu_s += built.cpu_s
+        return built.data
 
     def release(self) -> None:
         """Kill what runs, give the slot back (idempotent)."""

@@ -44,7 +44,7 @@ MAX_REPLY_CHARS = 200_000  # SQS takes 256 KiB; a larger result is read from its
 # it, a call that changes the workspace is the policy's error (not the platform's).
 CHECKPOINT_QUOTA_FACTOR = 4
 KEPT_STORED = 64
-CHECKPOINT_NICE = 10  # the checkpointing thread's nice value (Linux sets it per thread)
+CHECKPOINT_NICE = 10  # the checkpointing thread's nice value (per thread; its children keep it)
 
 
 class SessionHost:
@@ -332,9 +332,10 @@ class HostedSession:
 
     def _save(self) -> None:
         """Make the workspace durable before the reply names it (stored once per content,
-        and built only when the workspace changed). Its compression runs at a lower CPU
-        priority than the worker's other threads: a session writing large checkpoints slows
-        its own calls, not its neighbours'."""
+        and built only when the workspace changed). Its compression is the session's own CPU
+        (a child in the slot's accounting: SessionWorkspace.checkpoint), started from this
+        thread at a lower priority, which the child keeps: a session writing large
+        checkpoints slows its own calls, not its neighbours'."""
         workspace = self.workspace
         assert workspace is not None
         with _lowered_priority():

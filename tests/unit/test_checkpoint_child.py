@@ -1,0 +1,57 @@
+"""A session's checkpoint built by a child process (trialbox/sandbox/checkpoint_child.py): the
+same archive as in the worker, its CPU the child's own (its rusage), and every way the child can
+end told apart: a workspace too large and a child the session's limits killed are the policy's,
+anything else the platform's."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+
+import pytest
+
+from trialbox.errors import SandboxError
+from trialbox.sandbox.checkpoint_child import build
+from trialbox.sandbox.checkpoints import CheckpointTooLarge, checkpoint
+
+NO_ACCOUNT: list[str] = []
+
+
+def workspace(tmp_path: Path) -> Path:
+    root = tmp_path / "ws"
+    (root / "pkg").mkdir(parents=True)
+    text = b"".join(b"line %d of some source text, words words\n" % i for i in range(100_000))
+    (root / "pkg" / "text.txt").write_bytes(text)
+    (root / "noise").write_bytes(os.urandom(1 << 20))
+    (root / "link").symlink_to("pkg/text.txt")
+    return root
+
+
+def test_the_child_builds_the_workers_archive_on_its_own_cpu(tmp_path: Path) -> None:
+    root = workspace(tmp_path)
+    started = time.thread_time()
+    built = build(root, 64 << 20, 10, NO_ACCOUNT)
+    worker_s = time.thread_time() - started
+    assert built.data == checkpoint(root, 64 << 20)
+    assert built.cpu_s > 0.02  # interpreter, walk and gzip: the child's rusage
+    assert worker_s < built.cpu_s  # the worker reads a pipe
+
+
+def test_a_workspace_too_large_is_refused_with_the_childs_reason(tmp_path: Path) -> None:
+    with pytest.raises(CheckpointTooLarge, match="more than 65536 bytes of files"):
+        build(workspace(tmp_path), 64 << 10, 10, NO_ACCOUNT)
+
+
+@pytest.mark.parametrize("signal", ["KILL", "XCPU"])
+def test_a_child_the_sessions_limits_killed_is_the_policys(tmp_path: Path, signal: str) -> None:
+    """SIGKILL (the slot's memory limit, or RLIMIT_CPU's hard limit) or SIGXCPU (its soft
+    limit): the session's own limits, so the policy's."""
+    killed = ["/bin/sh", "-c", f'kill -{signal} $$; exec "$@"', "sh"]
+    with pytest.raises(CheckpointTooLarge, match="the session's own limits allow"):
+        build(workspace(tmp_path), 64 << 20, 10, killed)
+
+
+def test_a_child_that_fails_otherwise_is_the_platforms(tmp_path: Path) -> None:
+    with pytest.raises(SandboxError, match=r"builder failed \(exit 7\)"):
+        build(workspace(tmp_path), 64 << 20, 10, ["/bin/sh", "-c", "exit 7", "sh"])
