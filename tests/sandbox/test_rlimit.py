@@ -30,6 +30,7 @@ from trialbox.models import Limits, Sample, Status, Task
 from trialbox.models.result import ExecutionResult
 from trialbox.sandbox.config import SandboxConfig
 from trialbox.sandbox.processes import processes_of
+from trialbox.sandbox.rlimit import container_memory
 from trialbox.sandbox.runner import Runner
 from trialbox.scoring import score
 
@@ -65,10 +66,10 @@ def test_fork_bomb_hits_nproc(rlimit: Runner) -> None:
     assert processes_of(uids(rlimit)) == []
 
 
-def test_memory_limit_makes_allocation_fail(rlimit: Runner) -> None:
-    result = rlimit.exec(
-        ["python", "-c", "x = bytearray(600 * 1024 * 1024)"], Limits(memory_mb=256)
-    )
+def test_an_allocation_past_the_containers_memory_fails(rlimit: Runner) -> None:
+    # RLIMIT_AS is a backstop at what the container has: past it, nothing is ever touched.
+    size = container_memory() + 1024**3
+    result = rlimit.exec(["python", "-c", f"x = bytearray({size})"], Limits(memory_mb=256))
     assert result.exit_code == 1 and "MemoryError" in result.stderr
     assert result.oom_killed is False  # RLIMIT_AS refused it: nothing was ever over
 
@@ -262,3 +263,65 @@ def test_a_fork_bomb_of_forkers_cannot_outrun_the_kill(rlimit: Runner) -> None:
     assert (result.status, result.stdout) == (Status.TIMEOUT, "bomb\n")
     assert result.wall_s < 4
     assert processes_of(uids(rlimit)) == [] and rlimit.residue() == []
+
+
+def test_memory_shared_by_forked_processes_counts_once(rlimit: Runner) -> None:
+    """Was a break: the watchdog summed each process's RssAnon, which counts the copy-on-write
+    pages a fork shares once per process: 24 sleeping children of a 60 MiB parent were `oom`
+    under 256 MiB (bwrap's cgroup charges each page once: they fit)."""
+    code = (
+        "import os, time\n"
+        "held = bytearray(60 << 20)\n"
+        "held[::4096] = b'x' * len(held[::4096])\n"
+        "kids = []\n"
+        "for _ in range(24):\n"
+        "    pid = os.fork()\n"
+        "    if pid == 0:\n"
+        "        time.sleep(1)\n"
+        "        os._exit(0)\n"
+        "    kids.append(pid)\n"
+        "for pid in kids:\n"
+        "    os.waitpid(pid, 0)\n"
+        "print('shared', len(kids))\n"
+    )
+    result = rlimit.exec(["python", "-c", code], Limits(memory_mb=256, pids=64, timeout_s=20))
+    assert (result.status, result.stdout) == (Status.SUCCEEDED, "shared 24\n"), result.stderr
+
+
+def test_one_process_over_the_memory_is_oom_as_on_bwrap(rlimit: Runner, runner: Runner) -> None:
+    """Was a break: RLIMIT_AS at memory_mb refused a 4 GiB allocation (MemoryError: the program
+    went on and scored 0.0) where bwrap's cgroup kills the sandbox (`oom`)."""
+    code = "x = bytearray(4 << 30)\nprint('allocated')\n"
+    limits = Limits(memory_mb=256, timeout_s=20)
+    result = runner.exec(["python", "-c", code], limits)
+    ends = {"bwrap": (result.status, result.oom_killed, result.stdout)}
+    result, peak = _sampled(rlimit, code, limits)  # one process faulting pages in at full speed
+    ends["rlimit"] = (result.status, result.oom_killed, result.stdout)
+    assert ends == {"bwrap": (Status.OOM, True, ""), "rlimit": (Status.OOM, True, "")}
+    assert peak < (256 + 64) * 1024 * 1024, f"sampled {peak / 2**20:.0f} MiB"
+    assert processes_of(uids(rlimit)) == [] and rlimit.residue() == []
+
+
+def test_what_an_agent_command_leaves_outside_the_workspace_is_gone_for_the_grader(
+    rlimit: Runner,
+) -> None:
+    """Was a break: on rlimit /tmp and /dev/shm are the container's, so the agent's files
+    there outlived its command and the grading watchdog charged them to the grader (a correct
+    solution `oom`). As on bwrap, whose every command has its own /tmp and /dev/shm, nothing a
+    command leaves outside the workspace reaches the next one."""
+    names = [f"{place}/trialbox-phase-{os.getpid()}" for place in ("/tmp", "/dev/shm")]
+    sizes = [1, 230]  # MiB: with the grader's own pytest and companion, over 256
+    leave = f"for p, n in zip({names!r}, {sizes!r}):\n    open(p, 'wb').write(b'x' * (n << 20))\n"
+    probe = f"import os\nprint([os.path.exists(p) for p in {names!r}])\n"
+    files = {"solution.py": CORRECT}
+    raw: dict[str, Any] = json.loads(json.dumps(ADD_TASK))
+    raw["limits"] = raw["limits"] | {"memory_mb": 256, "timeout_s": 10, "disk_mb": 256}
+    task = Task.model_validate(raw)
+    commands = [["python", "-c", leave], ["python", "-c", probe]]
+    sample = Sample(task_id=task.task_id, sample_id="s", files=files, commands=commands)
+    report = rlimit.run(task, sample)
+    assert [c.stdout for c in report.commands[:2]] == ["", "[False, False]\n"]
+    assert (score(task.grading, report).status, score(task.grading, report).reward) == (
+        Status.SUCCEEDED,
+        1.0,
+    )

@@ -7,26 +7,31 @@ the whole sandbox (a watchdog over the slot uids' memory that kills past memory_
 is undumpable, so a sandboxed process cannot read its environment (and the task's credentials
 URI) from /proc; nothing runs as a slot uid with the runner's environment.
 
-The command starts as the slot uid: subprocess switches uid and groups in the child before it
-execs `prlimit`, so a refused switch is the sandbox's failure (SandboxError), never the
-command's exit code. prlimit lowers the limits and execs `setpriv --no-new-privs`, which execs
-the command; both come from util-linux, which every Debian image has.
+The command starts as the slot uid under a reaper (see reaper), which forks it; it switches uid
+and groups before it execs `prlimit`, so a refused switch is the sandbox's failure
+(SandboxError), never the command's exit code. The reaper reaps every process the command
+started, wherever it went, so the CPU time reported is all of theirs. prlimit lowers the
+limits and execs `setpriv --no-new-privs`, which execs the command; both come from util-linux,
+which every Debian image has.
 
 Between jobs on one task, `sweep` wipes what the slot uids left anywhere writable (wipe.py), and
 the worker checks `residue` before it takes the next job.
 
 What it cannot cover (the bwrap backend does):
 - no private /tmp: /tmp is shared with the worker (the sandbox env points TMPDIR at the
-  workspace instead), and the wipe removes what a job left there;
+  workspace instead); after each command (not its companion) the wipe removes what the
+  slot's uids left outside the slot's tree, so, as on bwrap, nothing one command or phase
+  leaves in /tmp, /dev/shm or SysV IPC reaches the next, nor is charged to its memory;
 - host processes are visible in /proc (but not signallable or readable: other uids);
 - loopback and the network are reachable: egress is closed by the VPC (security groups to the
   endpoints only, endpoint policies, a DNS firewall);
 - no per-workspace disk cap: RLIMIT_FSIZE caps each file (EFBIG), not the total;
-- no cgroup: RLIMIT_AS makes a single process's allocation past memory_mb fail (MemoryError)
-  instead of an OOM kill; the sum of the sandbox's processes is bounded by the watchdog's
-  sampling (`oom` once over memory_mb), not by the kernel at the page, so it may pass memory_mb
-  by what the sandbox allocates between two samples. Peak memory is the largest sample, or the
-  largest single process (ru_maxrss) when larger.
+- no cgroup: the sandbox's memory, one process's or the sum of all, is bounded by the
+  watchdog's sampling (`oom` once over memory_mb), not by the kernel at the page, so it may
+  pass memory_mb by what the sandbox allocates between two samples. RLIMIT_AS is only a
+  backstop at the container's memory (an allocation past it is a MemoryError, as the kernel's
+  overcommit would refuse it on bwrap on a machine of that size). Peak memory is the largest
+  sample, or the largest single process (its reaper's ru_maxrss) when larger.
 """
 
 from __future__ import annotations
@@ -35,10 +40,12 @@ import math
 import os
 import resource
 import subprocess
+from collections.abc import Callable
+from functools import partial
 from pathlib import Path
 
 from trialbox.errors import SandboxError
-from trialbox.sandbox import as_uid, processes, seccomp, wipe
+from trialbox.sandbox import as_uid, processes, reaper, wipe
 from trialbox.sandbox.backend import Backend, CommandSpec, Launched, Measured
 from trialbox.sandbox.config import SandboxConfig
 from trialbox.sandbox.fs import remove_tree, unmount
@@ -55,39 +62,61 @@ def _within_hard(kind: int, wanted: int) -> int:
     return wanted if hard == resource.RLIM_INFINITY else min(wanted, hard)
 
 
+def container_memory() -> int:
+    """Bytes of memory this container may use: its cgroup's limit where it has one (read-only
+    is enough), else the machine's."""
+    meminfo = Path("/proc/meminfo").read_text()
+    total = int(meminfo.split("MemTotal:")[1].split()[0]) * 1024
+    for limit in ("/sys/fs/cgroup/memory.max", "/sys/fs/cgroup/memory/memory.limit_in_bytes"):
+        try:
+            text = Path(limit).read_text().strip()
+        except OSError:
+            continue
+        if text.isdigit():
+            total = min(total, int(text))
+    return total
+
+
 class RlimitLaunched(Launched):
     def __init__(
-        self, proc: subprocess.Popen[bytes], uid: int, watchdog: MemoryWatchdog | None
+        self,
+        reaped: reaper.Reaped,
+        uid: int,
+        watchdog: MemoryWatchdog | None,
+        wipe_outside: Callable[[], None] | None = None,
     ) -> None:
-        super().__init__(proc)
+        super().__init__(reaped.proc)  # the reaper's: its pipes are the command's
+        self.reaped = reaped
         self.uid = uid
         self.watchdog = watchdog  # None for a companion: its slot's command watches both
-        self.rusage: resource.struct_rusage | None = None
+        self.wipe_outside = wipe_outside  # None for a companion: its slot's command wipes
 
     def kill_tree(self) -> None:
         # Every process of the uid, wherever it went (a setsid daemon included).
         processes.kill_all((self.uid,))
 
     def exited(self) -> bool:
-        # Without reaping it (WNOWAIT): `wait` reaps it with its rusage, the CPU time and peak
-        # memory the result reports.
-        return os.waitid(os.P_PID, self.proc.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+        return self.reaped.exited()
 
     def wait(self) -> int:
-        if self.proc.returncode is None:
-            _, status, self.rusage = os.wait4(self.proc.pid, 0)
-            self.proc.returncode = os.waitstatus_to_exitcode(status)
-        return self.proc.returncode
+        return self.reaped.wait()
+
+    def discard(self) -> None:
+        super().discard()
+        self.reaped.close()
 
     def finish(self, returncode: int) -> Measured:
-        usage = self.rusage
-        cpu = (usage.ru_utime + usage.ru_stime) if usage else 0.0
+        # Every process the command started, reaped by its reaper: CPU time and largest one.
+        totals = self.reaped.totals()
         exit_code = returncode if returncode >= 0 else 128 - returncode
-        peak = round(usage.ru_maxrss / 1024, 2) if usage else 0.0
+        peak = totals.peak_mb
         oom = False
         if self.watchdog is not None:
             self.watchdog.stop()
             peak, oom = max(peak, self.watchdog.peak_mb), self.watchdog.exceeded
+        if self.wipe_outside is not None:  # after the wall time: what bwrap's exit frees
+            self.wipe_outside()
+        cpu = totals.cpu_s
         return Measured(exit_code=exit_code, cpu_s=cpu, peak_memory_mb=peak, oom_killed=oom)
 
 
@@ -101,6 +130,7 @@ class RlimitBackend(Backend):
         mountinfo = wipe.MOUNTINFO.read_text()
         self.places = wipe.writable_places(mountinfo)
         self.memory_places = tmpfs_places(mountinfo)
+        self.backstop = container_memory()
         as_uid.refuse_dumpable_setuid()
         as_uid.make_undumpable()
         as_uid.scrub_environment_block()
@@ -142,7 +172,10 @@ class RlimitBackend(Backend):
     def launch(self, slot: Slot, spec: CommandSpec, fds: list[int], join: bool = False) -> Launched:
         uid = slot.agent_uid if spec.role == "agent" else slot.grader_uid
         limits = spec.limits
-        memory = limits.memory_mb * MiB
+        # The sandbox's memory is the watchdog's to bound (`oom`, as bwrap's cgroup): a
+        # process's address space is capped only at what the container has, a backstop that
+        # refuses what the kernel's overcommit would refuse on a machine of that size anyway.
+        memory = max(limits.memory_mb * MiB, self.backstop)
         wanted = {
             "as": (resource.RLIMIT_AS, memory),
             "data": (resource.RLIMIT_DATA, memory),
@@ -176,23 +209,12 @@ class RlimitBackend(Backend):
         # One bound for the slot's command and its companion (both uids), as bwrap's cgroup.
         watchdog = None if join else MemoryWatchdog(slot.uids, limits.memory_mb, self.memory_places)
         try:
-            proc = subprocess.Popen(
-                argv,
-                cwd=spec.workdir,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE,
-                pass_fds=fds,
-                env=env,
-                start_new_session=True,
-                user=uid,
-                group=uid,
-                extra_groups=[],
-                preexec_fn=seccomp.install,  # allocates nothing: built at import
-            )
-        except OSError as exc:  # the uid switch or the exec of prlimit: never the command's
+            reaped = reaper.start(argv, uid, spec.workdir, env, fds)
+        except (OSError, subprocess.SubprocessError) as exc:  # never the command's failure
             why = f"the sandbox could not start the command as uid {uid}: {exc}"
             raise SandboxError(why) from exc
         if watchdog is not None:
             watchdog.start()
-        return RlimitLaunched(proc, uid, watchdog)
+        # Once the command is over, nothing it left outside the slot's tree reaches the next.
+        wipe_outside = partial(wipe.wipe_outside, slot.uids, self.places, slot.root)
+        return RlimitLaunched(reaped, uid, watchdog, None if join else wipe_outside)

@@ -5,10 +5,14 @@ A thread of the runner samples every slot uid's memory (the more often the close
 the limit: see ALLOC_RATE) and, once the sum passes the sandbox's memory_mb, SIGKILLs every
 process of the slot (from root, see processes) and reports `oom`, as bwrap's cgroup does.
 
-What a sample counts, over-counting rather than missing (a shared page may count twice):
+What a sample counts, over-counting rather than missing:
 - each process's resident anonymous and shared-memory pages (RssAnon + RssShmem, kernel
   counters: O(1) to read; a live thread's when the group's leader exited), so a mapped SysV
-  segment, tmpfs file, memfd or MAP_SHARED region counts in every process that touched it;
+  segment, tmpfs file, memfd or MAP_SHARED region counts in every process that touched it,
+  and so do the copy-on-write pages forked processes share. Only when that sum is over the
+  limit, the sample counts each page once instead (Pss_Anon + Pss_Shmem of smaps_rollup,
+  which walks the page tables): twenty forks of a 60 MiB parent hold 60 MiB, as bwrap's cgroup
+  charges them, not 1.2 GiB;
 - the uids' SysV segments no process maps (their `rss` in /proc/sysvipc/shm);
 - kernel memory queued in the AF_UNIX sockets they own (socket_memory: sock_diag);
 - shared memory no process maps: files the uids own on the container's tmpfs mounts and
@@ -16,6 +20,9 @@ What a sample counts, over-counting rather than missing (a shared page may count
   fsuid switched to the process's uid: no CAP_SYS_PTRACE on Fargate). Walking those costs
   more, so a sample does it only when the machine's Shmem (/proc/meminfo) grew past what is
   left of the limit since the sandbox started: nothing else can hide unmapped shared memory.
+  Its cost is the sandbox's to raise (8,000 files in a place it writes), so it looks at files
+  only in directories the uids may write, and the next walk waits WALK_IDLE times the last
+  one's CPU time (the last walk's result standing in): a fifth of a CPU at most.
   A process that made itself undumpable, whose descriptors cannot be looked at, is charged
   all of that growth instead.
 
@@ -33,6 +40,7 @@ import os
 import signal
 import stat
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -48,6 +56,9 @@ log = logging.getLogger("trialbox.sandbox")
 # IDLE_S at the farthest.
 SAMPLE_S = 0.002
 IDLE_S = 0.05
+# A walk of the tmpfs files costs what the sandbox put there: WALK_IDLE times its CPU time
+# passes before the next one, so the walks take at most a fifth of a CPU.
+WALK_IDLE = 4
 ALLOC_RATE = 2 * 1024**3
 KiB = 1024
 MOUNTINFO = Path("/proc/self/mountinfo")
@@ -108,6 +119,33 @@ def _resident(pid: int) -> int:
                 if found is not None:
                     return found
     return 0
+
+
+def _pss_fields(rollup: bytes) -> int | None:
+    if b"Pss_Anon:" not in rollup:
+        return None  # no memory to show (a leader that exited alone), or an old kernel
+    total = 0
+    for field in (b"Pss_Anon:", b"Pss_Shmem:"):
+        at = rollup.find(field)
+        total += int(rollup[at + len(field) :].split(None, 1)[0]) * KiB
+    return total
+
+
+def _proportional(pid: int) -> int:
+    """What one thread group really holds of anonymous and shared memory: each page divided by
+    the processes that map it (Pss), so copy-on-write pages a fork shares count once over the
+    slot. From /proc/<pid>/smaps_rollup, which walks the page tables (so only when the resident
+    sum is over), looked at as the process's uid; a process that made itself undumpable, whose
+    rollup cannot be read, counts its resident memory instead."""
+    with contextlib.suppress(OSError), _looking_as(os.stat(f"/proc/{pid}").st_uid):
+        for where in [f"/proc/{pid}"] + [
+            f"/proc/{pid}/task/{tid}" for tid in os.listdir(f"/proc/{pid}/task")
+        ]:
+            with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+                found = _pss_fields(_read(f"{where}/smaps_rollup"))
+                if found is not None:
+                    return found
+    return _resident(pid)
 
 
 def _unmapped_sysv(uids: tuple[int, ...]) -> int:
@@ -175,20 +213,32 @@ def _open_files(pid: int, devices: set[int], seen: dict[tuple[int, int], int]) -
     return True
 
 
+def _writable_by(info: os.stat_result, uids: tuple[int, ...]) -> bool:
+    return bool(
+        info.st_uid in uids
+        or info.st_mode & stat.S_IWOTH
+        or (info.st_mode & stat.S_IWGRP and info.st_gid in uids)
+    )
+
+
 def _unmapped_files(uids: tuple[int, ...], pids: list[int], places: list[Path], grown: int) -> int:
     """Bytes of tmpfs files the uids own under `places`, and of memfds and unlinked files
     their processes hold open, each file once. A process whose descriptors cannot be looked at
     is charged all of the machine's shared-memory growth (`grown`) instead: it hid."""
     seen: dict[tuple[int, int], int] = {}
-    stack = list(places)
+    stack = [(place, True) for place in places]
     while stack:
-        directory = stack.pop()
+        directory, writable = stack.pop()
         with contextlib.suppress(OSError), os.scandir(directory) as entries:
             for entry in entries:
+                # Only a directory the uids may write can hold a file of theirs (a link or a
+                # rename into it needs that too): elsewhere only subdirectories are looked at.
+                if not writable and not entry.is_dir(follow_symlinks=False):
+                    continue
                 with contextlib.suppress(OSError):
                     info = entry.stat(follow_symlinks=False)
                     if stat.S_ISDIR(info.st_mode) and not os.path.ismount(entry.path):
-                        stack.append(Path(entry.path))
+                        stack.append((Path(entry.path), _writable_by(info, uids)))
                     elif info.st_uid in uids and stat.S_ISREG(info.st_mode):
                         seen[(info.st_dev, info.st_ino)] = info.st_blocks * 512
     devices = {os.stat(place).st_dev for place in places if place.exists()}
@@ -215,6 +265,8 @@ class MemoryWatchdog:
         self._pids: list[int] = []
         self._kernel = 0  # bytes of the last sockets-and-files sample
         self._unwalked = 0  # the machine's shared-memory growth that sample did not walk
+        self._files = 0  # bytes the last walk found
+        self._next_walk = 0.0  # monotonic time before which no walk starts
         self._sockets = UnixSocketMemory()
         self._threads = [
             threading.Thread(target=self._watch_processes, name="memory-watchdog", daemon=True),
@@ -241,7 +293,11 @@ class MemoryWatchdog:
 
     def _sample_processes(self) -> int:
         pids = _pids(self.uids)
-        self._processes = sum(_resident(pid) for pid in pids) + _unmapped_sysv(self.uids)
+        resident = sum(_resident(pid) for pid in pids)
+        sysv = _unmapped_sysv(self.uids)
+        if resident + sysv + self._kernel > self.limit:  # shared pages may count many times
+            resident = sum(_proportional(pid) for pid in pids)
+        self._processes = resident + sysv
         self._pids = pids
         return self._total()
 
@@ -255,8 +311,15 @@ class MemoryWatchdog:
         grown = shmem - self._shmem_low
         files = 0
         if self._processes + sockets <= self.limit < self._processes + sockets + grown:
-            files = _unmapped_files(self.uids, self._pids, self.places, grown)
-            grown = 0
+            files = self._files
+            if time.monotonic() >= self._next_walk:
+                started = time.thread_time()
+                files = self._files = _unmapped_files(self.uids, self._pids, self.places, grown)
+                grown = 0
+                # The walk's cost is the sandbox's to raise (its files): at most a share of a
+                # CPU goes to it, the last walk's result standing in between.
+                cost = time.thread_time() - started
+                self._next_walk = time.monotonic() + cost * WALK_IDLE
         self._kernel, self._unwalked = sockets + files, grown
         return self._total()
 

@@ -93,6 +93,19 @@ def wipe(uids: tuple[int, ...], places: list[Path]) -> None:
     as_uid.remove_ipc_and_keys(uids)
 
 
+def wipe_outside(uids: tuple[int, ...], places: list[Path], keep: Path) -> None:
+    """After a command of a sandbox: kill what it left running and remove what it left
+    anywhere but under `keep` (the slot's own tree: its workspaces), SysV IPC included, as
+    bwrap's per-command /tmp, /dev/shm and IPC namespace vanish with the command."""
+    processes.kill_all(uids)
+    outside = [place for place in places if not place.is_relative_to(keep)]
+    for path in _owned(outside, uids):
+        if not path.is_relative_to(keep):
+            with contextlib.suppress(OSError):
+                remove_tree(path)
+    as_uid.remove_ipc_and_keys(uids)
+
+
 def residue(uids: tuple[int, ...], places: list[Path]) -> list[str]:
     """What the uids still have anywhere a later job could see it, in words; [] when clean."""
     found = [f"process {pid}" for pid in processes.processes_of(uids)]
