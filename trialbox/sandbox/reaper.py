@@ -1,0 +1,182 @@
+"""Every process a command starts is counted in the CPU time and peak memory it reports, on the
+rlimit backend (no cgroup). wait4() of the command's main process only has what that process
+waited for: work done in a child it never waits for, a double-forked daemon or a process killed
+at the end would go uncounted.
+
+So each command gets a reaper: a root process, forked from the worker and not a slot uid (the
+sandbox cannot signal, trace or read it), that makes itself a child subreaper
+(PR_SET_CHILD_SUBREAPER) and forks the command. Whatever the command's processes do, each ends
+as a zombie of its parent or, once that parent is gone, of the reaper, which waits for every
+one (__WALL: clone children too) until it has no child left. The kernel adds a reaped
+process's CPU time, and that of everything it reaped, to its reaper's RUSAGE_CHILDREN, and its
+largest resident set to the children's maxrss; so once the last process is gone the reaper's
+RUSAGE_CHILDREN is the whole tree's, and it is only this command's (the worker's own is not: it
+runs a job and a session at once). The reaper tells the worker when the main process exited
+(its wait status), then, once every process is gone (the runner kills what is left), the
+totals, on a pipe.
+
+Not counted, as nowhere without privileges (taskstats and process accounting need
+CAP_NET_ADMIN and CAP_SYS_PACCT): a child that exits while its parent has SIGCHLD ignored or
+SA_NOCLDWAIT set is released by the kernel unreaped, and its time with it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import resource
+import select
+import struct
+import subprocess
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+from trialbox.errors import SandboxError
+from trialbox.sandbox import seccomp
+
+PR_SET_CHILD_SUBREAPER = 36
+WALL = 0x40000000  # __WALL: children whatever their exit signal (clone children too)
+EXITED = struct.Struct("=i")  # the main process's wait status
+TOTALS = struct.Struct("=ddq")  # RUSAGE_CHILDREN's utime, stime (s) and maxrss (KiB)
+# After the runner's kill, the reaper only has zombies left to reap.
+TOTALS_WAIT_S = 5.0
+_libc = ctypes.CDLL(None, use_errno=True)
+
+
+@dataclass(frozen=True)
+class Totals:
+    cpu_s: float
+    peak_mb: float  # the largest single process's resident set
+
+
+class Reaped:
+    """The worker's side: a command started under its reaper (`proc` is the reaper's Popen,
+    its stdout and stderr the command's)."""
+
+    def __init__(self, proc: subprocess.Popen[bytes], status: int) -> None:
+        self.proc = proc
+        self._status = status
+        self._data = b""
+        self._eof = False
+        self.wait_status: int | None = None
+
+    def _read(self, timeout: float | None) -> None:
+        if self._eof or not select.select([self._status], [], [], timeout)[0]:
+            return
+        chunk = os.read(self._status, 64)
+        self._eof = not chunk
+        self._data += chunk
+        if self.wait_status is None and len(self._data) >= EXITED.size:
+            (self.wait_status,) = EXITED.unpack_from(self._data)
+            self._data = self._data[EXITED.size :]
+
+    def exited(self) -> bool:
+        """The main process has exited (its descendants may live on)."""
+        if self.wait_status is None:
+            self._read(0)
+        return self.wait_status is not None
+
+    def wait(self) -> int:
+        """The main process's exit code (-N: killed by signal N)."""
+        while self.wait_status is None and not self._eof:
+            self._read(None)
+        if self.wait_status is None:
+            raise SandboxError(f"the command's reaper died: {self._reaper_end()}")
+        return os.waitstatus_to_exitcode(self.wait_status)
+
+    def totals(self) -> Totals:
+        """Once every process of the command is gone (killed): the whole tree's CPU time and
+        largest process. Reaps the reaper."""
+        self.wait()
+        deadline = time.monotonic() + TOTALS_WAIT_S
+        while len(self._data) < TOTALS.size and not self._eof:
+            left = deadline - time.monotonic()
+            if left <= 0:
+                self.proc.kill()
+                break
+            self._read(left)
+        end = self._reaper_end()
+        if len(self._data) < TOTALS.size:
+            raise SandboxError(f"the command's reaper gave no totals: {end}")
+        utime, stime, maxrss = TOTALS.unpack_from(self._data)
+        return Totals(cpu_s=utime + stime, peak_mb=round(maxrss / 1024, 2))
+
+    def _reaper_end(self) -> str:
+        with contextlib.suppress(OSError):
+            os.close(self._status)
+        self._status = -1
+        self._eof = True
+        code = self.proc.wait()
+        return f"it exited with {code}"
+
+    def close(self) -> None:
+        """The end of a command whose figures nobody reads (a companion), once it is killed."""
+        if self._status >= 0:
+            with contextlib.suppress(SandboxError):
+                self.totals()
+
+
+def _reap(main: int, status: int) -> None:
+    """In the reaper: reap every descendant, report, exit. Never returns."""
+    code = 1
+    try:
+        # Only the command's processes may hold its pipes (and the worker's others) open.
+        os.closerange(0, status)
+        os.closerange(status + 1, os.sysconf("SC_OPEN_MAX"))
+        while True:
+            try:
+                pid, wait_status, _ = os.wait4(-1, WALL)
+            except ChildProcessError:
+                break
+            if pid == main:
+                os.write(status, EXITED.pack(wait_status))
+        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+        os.write(status, TOTALS.pack(usage.ru_utime, usage.ru_stime, usage.ru_maxrss))
+        code = 0
+    finally:
+        os._exit(code)
+
+
+def _start(uid: int, status: int) -> Callable[[], None]:
+    """subprocess's preexec_fn, in its child, as root: that child becomes the reaper and forks
+    the command, which switches to `uid` in a new session and returns to subprocess's exec."""
+
+    def preexec() -> None:
+        if _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:  # the launch's failure
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
+        main = os.fork()
+        if main:
+            _reap(main, status)
+        os.setsid()
+        os.setgroups([])
+        os.setresgid(uid, uid, uid)
+        os.setresuid(uid, uid, uid)
+        seccomp.install()
+
+    return preexec
+
+
+def start(argv: list[str], uid: int, cwd: Path, env: dict[str, str], fds: list[int]) -> Reaped:
+    """Start `argv` as `uid` under a reaper; its stdout and stderr are `proc`'s pipes."""
+    read, write = os.pipe()
+    try:
+        proc = subprocess.Popen(
+            argv,
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            pass_fds=fds,
+            env=env,
+            start_new_session=True,  # the reaper's own: out of the worker's process group
+            preexec_fn=_start(uid, write),
+        )
+    except BaseException:
+        os.close(read)
+        raise
+    finally:
+        os.close(write)
+    return Reaped(proc, read)
