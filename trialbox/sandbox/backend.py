@@ -240,6 +240,15 @@ class Backend(ABC):
                         sinks[fd].feed(chunk)
                     else:
                         selector.unregister(fd)
+        # Every pipe closed (a command may close its stdout and stderr and run on): the
+        # deadline still holds while the main process lives.
+        while not timed_out and not launched.exited():
+            now = time.monotonic()
+            if now >= deadline:
+                timed_out = True
+                launched.kill_tree()
+                break
+            time.sleep(min(deadline - now, 0.01))
         returncode = launched.wait()
         wall_s = time.monotonic() - started
         launched.kill_tree()
