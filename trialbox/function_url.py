@@ -5,9 +5,10 @@ sandbox_fusion). Both refuse what AWS refuses, with the same caps.
 
 A request is read whole within its limits, or refused with a 4xx JSON body that says why and
 its connection closed: a missing, negative, non-numeric or conflicting Content-Length, a
-Transfer-Encoding (chunked bodies are not taken), a body over the cap (refused before it is
-read), and a request not received whole within REQUEST_DEADLINE_S (a slow body or slow
-headers: the deadline is for the whole request, not per read). Each server takes at most
+Transfer-Encoding (chunked bodies are not taken), a header line that is not `Name: value`, a
+body over the cap (refused before it is read), and a request not received whole within
+REQUEST_DEADLINE_S (a slow body or slow headers, or a pipelined request's: the deadline is for
+the whole request, not per read). Each server takes at most
 `max_connections` at once; the next is answered at once by the server's overload answer."""
 
 from __future__ import annotations
@@ -78,6 +79,23 @@ class _TooSlow(Exception):
     """The request was not received whole by its deadline."""
 
 
+class _CountingReader(io.BufferedReader):
+    """A buffered reader that counts the bytes handed to the handler (`consumed`): what was
+    received beyond them belongs to the next request."""
+
+    consumed = 0
+
+    def readline(self, size: int | None = -1) -> bytes:
+        line = super().readline(size)
+        self.consumed += len(line)
+        return line
+
+    def read(self, size: int | None = -1) -> bytes:
+        data = super().read(size)
+        self.consumed += len(data)
+        return data
+
+
 class _DeadlineReader(socket.SocketIO):
     """A connection's reads, each bounded by what is left of its handler's deadline: a client
     that sends one byte a second cannot stretch a request past it."""
@@ -107,31 +125,51 @@ class IntakeHandler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     max_body_bytes = MAX_REQUEST_BYTES
     deadline = 0.0
-    received = 0  # bytes of the current request (and of any next one) read so far
+    received = 0  # bytes read from the connection so far
+    started = 0  # bytes of the requests before this one (read and handled)
+    rfile: _CountingReader
 
     def error_body(self, detail: str) -> dict[str, Any]:
         return {"detail": detail}
 
     def setup(self) -> None:
         super().setup()
-        self.rfile = io.BufferedReader(_DeadlineReader(self.connection, self))
+        self.rfile = _CountingReader(_DeadlineReader(self.connection, self))
         self._next_request()
 
     def _next_request(self) -> None:
+        """The next request's deadline starts now; its bytes are those past what the handler
+        has read (a pipelined request may have arrived with the last one)."""
         self.deadline = time.monotonic() + REQUEST_DEADLINE_S
-        self.received = 0
+        self.started = self.rfile.consumed
 
     def handle(self) -> None:
         try:
             super().handle()
         except _TooSlow:
-            if self.received:  # a request begun and not finished; an idle one just closes
+            if self.received > self.started:  # a request begun; an idle one just closes
                 self.refuse(
                     Refused(
                         HTTPStatus.REQUEST_TIMEOUT,
                         f"the request was not received whole within {REQUEST_DEADLINE_S:.0f} s",
                     )
                 )
+
+    def parse_request(self) -> bool:
+        """The stdlib's parse, refused (400) if a header line did not parse: the stdlib stops
+        at it (`Name : value`, a line with no colon) and would not see the headers after it."""
+        if not super().parse_request():
+            return False
+        if self.headers.defects or self.headers.get_payload():
+            self.refuse(
+                Refused(
+                    HTTPStatus.BAD_REQUEST,
+                    "a header line is not `Name: value` (a space before the colon, or no "
+                    "colon): the headers after it would go unseen, so none are taken",
+                )
+            )
+            return False
+        return True
 
     def declared_length(self) -> int:
         """The body's length from the headers, or Refused."""

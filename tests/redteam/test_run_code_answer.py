@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import json
+import time
 from collections.abc import Iterator
 from typing import Any
 
@@ -177,3 +178,40 @@ def test_an_answer_that_fits_is_whole(runner: Runner) -> None:
 def test_the_runs_own_output_limit_is_marked_too(runner: Runner) -> None:
     _, answer = _answer(runner, {"code": "print('x' * 5 * 2**20)"})
     assert json.loads(answer)["truncated"] == ["run_result.stdout"]
+
+
+def test_the_fetched_files_total_is_bounded_as_the_answer_is(runner: Runner) -> None:
+    """A 6 MB answer has no room for 48 MB of files: carrying them through the result (the
+    Recorder and Scorer functions decode it, 512 MB each) is what ran those out of memory.
+    Files are fetched whole while their total is within MAX_FETCH_TOTAL_BYTES; the rest are
+    left out and named."""
+    size = 1_500_000
+    code = "".join(f"open('g{i}', 'wb').write(b'{i}' * {size})\n" for i in range(4))
+    paths = [f"g{i}" for i in range(4)]
+    whole, answer = _answer(runner, {"code": code, "fetch_files": paths})
+    assert sorted(whole.files) == ["g0", "g1"]  # 3,000,000 bytes of the 3 MiB
+    assert base64.b64decode(whole.files["g1"]) == b"1" * size
+    assert whole.truncated == ["files/g2", "files/g3"]
+    assert "files/g2 left out" in whole.message and "3 MiB in all" in whole.message
+    assert json.loads(answer)["truncated"] == ["files/g2", "files/g3"]
+
+
+def test_a_run_that_writes_a_lot_near_its_timeout_gets_its_verdict_not_a_504(
+    client: Client,
+) -> None:
+    """The post-run work (carrying the output: the trace, the result's polling) grows with the
+    output; the wait covers the most a call can write, so a policy's output never makes the
+    platform answer 504 (which verl retries, three times) instead of its TimeLimitExceeded."""
+    code = (
+        "import os\nos.write(1, b'\\x01' * 5 * 2**20)\nos.write(2, b'\\x01' * 5 * 2**20)\n"
+        "while True: pass\n"
+    )
+    call = {"code": code, "language": "python", "run_timeout": 2}
+    endpoint = sf.Endpoint(client)
+    started = time.monotonic()
+    status, body = endpoint.answer(json.dumps(call).encode())
+    took = time.monotonic() - started
+    assert status == 200, body[:300]
+    assert json.loads(body)["run_result"]["status"] == "TimeLimitExceeded"
+    wait = sf.wait_s(sf.RunCodeRequest.model_validate(call), sf.WAIT_MARGIN_S)
+    assert took < 0.8 * wait, f"{took:.1f} s of a {wait:.0f} s wait: too little headroom"

@@ -372,3 +372,70 @@ def test_the_proxy_refuses_what_the_function_url_would_and_passes_its_413_on() -
         url.server.server_close()
     status, body = sf.proxied(413, json.dumps({"Message": fu.REQUEST_TOO_LARGE}))
     assert status == 413 and fu.REQUEST_TOO_LARGE in json.loads(body)["detail"]
+
+
+# --- header parsing ------------------------------------------------------------------------------
+
+
+def test_the_twins_url_joins_repeated_headers_and_measures_them_all() -> None:
+    """Lambda's payload 2.0 joins a repeated header's values with commas: the event, and its
+    size, carry every value, so 90 copies of a 64 KB header
+    and a 1 MiB body are over the limit."""
+    recorder = Recorder()
+    url = FunctionUrl("RunCode")
+    url.start(recorder)
+    try:
+        pad = "v" * 64_000
+        head = _head({"Content-Length": str(len(CALL)), "Content-Type": "application/json"})
+        small = head.replace(b"Host:", b"X-Pad: a\r\nX-Pad: b\r\nHost:", 1)
+        answer = _send(url.url.rstrip("/"), small + CALL)
+        assert answer.status == 200
+        [event] = recorder.bodies
+        assert json.loads(event)["headers"]["x-pad"] == "a,b"
+        body = json.dumps({"code": "#" * 2**20}).encode()  # taken alone
+        head = _head({"Content-Length": str(len(body)), "Content-Type": "application/json"})
+        big = head.replace(b"Host:", f"X-Pad: {pad}\r\n".encode() * 90 + b"Host:", 1)
+        answer = _send(url.url.rstrip("/"), big + body)
+        assert (answer.status, answer.body) == (413, {"Message": fu.REQUEST_TOO_LARGE})
+        assert len(recorder.bodies) == 1
+    finally:
+        url.server.shutdown()
+        url.server.server_close()
+
+
+def test_a_header_line_that_does_not_parse_is_400_and_hides_nothing(served: Served) -> None:
+    """`Name : value` (a space before the colon) ends Python's header parse there: the headers
+    after it would go unseen (here a Transfer-Encoding). AWS's front refuses it: so do we."""
+    raw = _head({"Content-Length": str(len(CALL)), "Transfer-Encoding ": "chunked"}) + CALL
+    answer = _send(served.url, raw)
+    assert (answer.status, answer.closed) == (400, True)
+    assert "header" in answer.body[served.error_key]
+    assert served.behind.bodies == []
+
+
+def test_a_pipelined_request_that_stalls_is_408(served: Served, short_deadline: float) -> None:
+    """The second request's bytes arrived with the first's: it has begun, so its stall is a
+    408, not a silent close."""
+    first = _head({"Content-Length": str(len(CALL))}) + CALL
+    with _connect(served.url) as conn:
+        conn.sendall(first + _head({"Content-Length": str(len(CALL))}) + CALL[:3])
+        assert _read_answer_open(conn) == 200
+        answer = _read_answer(conn)
+    assert (answer.status, answer.closed) == (408, True)
+    assert "not received whole" in answer.body[served.error_key]
+    assert len(served.behind.bodies) == 1
+
+
+def _read_answer_open(conn: socket.socket) -> int:
+    """The status of an answer on a connection that stays open (its body read, not parsed)."""
+    data = b""
+    while b"\r\n\r\n" not in data:
+        chunk = conn.recv(1)
+        assert chunk
+        data += chunk
+    head = data.decode().split("\r\n")
+    length = next(int(h.split(":")[1]) for h in head if h.lower().startswith("content-length"))
+    body = b""
+    while len(body) < length:
+        body += conn.recv(length - len(body))
+    return int(head[0].split()[1])

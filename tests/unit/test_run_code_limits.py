@@ -11,6 +11,7 @@ import pytest
 from trialbox import function_url as fu
 from trialbox.integrations import sandbox_fusion as sf
 from trialbox.local import function_urls
+from trialbox.models.report import CommandResult, Status
 
 BUDGET = 20_000
 
@@ -77,3 +78,46 @@ def test_the_docs_state_the_limits_the_code_enforces() -> None:
     )
     assert f"received whole within {fu.REQUEST_DEADLINE_S:.0f} s" in docs
     assert f"read whole within {fu.REQUEST_DEADLINE_S:.0f} s" in docs
+
+
+def _fetch(stdout: str, truncated: bool = False) -> CommandResult:
+    return CommandResult(
+        phase="exec", argv=["sh"], status=Status.SUCCEEDED, exit_code=0, signal=None,
+        timed_out=False, oom_killed=False, wall_s=0.1, cpu_s=0.1, peak_memory_mb=1.0,
+        stdout=stdout, stderr="", stdout_truncated=truncated, stderr_truncated=False,
+    )  # fmt: skip
+
+
+def test_fetched_files_are_read_by_their_lines_in_order() -> None:
+    out = "=YQ==\n-\n+\n~\n"
+    fetched, said, left_out = sf._fetched(
+        ["a", "gone", "huge", "late", "unanswered"], [_fetch(out)]
+    )
+    assert fetched == {"a": "YQ=="}
+    assert left_out == ["files/late", "files/unanswered"]
+    assert said[0] == "huge: over 3 MiB, not fetched" and "files/late left out" in said[1]
+
+
+def test_a_fetch_cut_by_the_output_limit_keeps_only_its_whole_lines() -> None:
+    """The runner keeps a cut stream's head and tail around a marker: a line in the tail (or
+    cut by the marker) is not a file's whole base64, nor is it the right file's."""
+    out = "=YQ==\n=Yg" + "\n[... 9 bytes omitted ...]\n" + "Yg==\n=Yw==\n"
+    fetched, _, left_out = sf._fetched(["a", "b", "c"], [_fetch(out, truncated=True)])
+    assert fetched == {"a": "YQ=="}
+    assert left_out == ["files/b", "files/c"]
+
+
+def test_the_docs_state_the_fetch_total_and_the_wait() -> None:
+    docs = (Path(__file__).resolve().parents[2] / "docs" / "integrations.md").read_text()
+    assert f"{sf.MAX_FETCH_TOTAL_BYTES // 2**20} MiB in all" in docs
+    call = sf.RunCodeRequest(code="1", run_timeout=1)
+    post_run = sf.wait_s(call, 0) - 1
+    assert f"+ {sf.WAIT_MARGIN_S:.0f} s + {sf.POST_RUN_S_PER_MIB} s for each MiB" in docs
+    assert f"{post_run:.0f} s, or" in docs
+
+
+def test_the_longest_wait_ends_before_the_functions_time_does() -> None:
+    """The wait grows with the output a call may carry; the function's own timeout must still
+    outlast it, or Lambda would end the call with no answer (a 502)."""
+    longest = sf.RunCodeRequest(code="1", run_timeout=10**6, fetch_files=["a"])
+    assert sf.wait_s(longest, sf.WAIT_MARGIN_S) < sf.FUNCTION_TIMEOUT_S - 1

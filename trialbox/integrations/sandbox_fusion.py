@@ -63,20 +63,36 @@ PROGRAMS = {
 STDIN_FILE = ".stdin"
 MAX_FETCH_FILES = 16
 MAX_FETCH_BYTES = 3 * 1024 * 1024  # a fetched file, before base64
-# A fetch reads a regular file only (a FIFO or a device would block it until its timeout),
-# and none over the limit by its size (a sparse file of 100 GB would take the whole timeout).
-TOO_BIG = 3
+# And all of a call's fetched files together: a 6 MB answer has no room for more, and each
+# byte carried through the result costs the platform's functions memory (up to 4 bytes a
+# character once decoded, in each of the Recorder and Scorer's 512 MB).
+MAX_FETCH_TOTAL_BYTES = MAX_FETCH_BYTES
+# One command fetches them all, a line each in order: `=` and the file's base64, `-` for no
+# regular file (a FIFO or a device would block the fetch until its timeout), `+` for a file
+# over MAX_FETCH_BYTES by its size (a sparse file of 100 GB would take the whole timeout), `~`
+# for one over what the files before it left of MAX_FETCH_TOTAL_BYTES.
 FETCH = [
     "sh",
     "-c",
-    f'test -f "./$1" || exit 1; test "$(stat -c %s "./$1")" -le {MAX_FETCH_BYTES} || exit '
-    f'{TOO_BIG}; exec base64 -w0 "./$1"',
+    f"left={MAX_FETCH_TOTAL_BYTES}; "
+    'for p; do if ! test -f "./$p"; then echo -; continue; fi; size=$(stat -c %s "./$p"); '
+    f'if test "$size" -gt {MAX_FETCH_BYTES}; then echo +; '
+    'elif test "$size" -gt "$left"; then echo "~"; '
+    'else left=$((left - size)); printf =; base64 -w0 "./$p"; echo; fi; done',
     "fetch",
 ]
 ENDPOINT_ENV = "SANDBOX_FUSION_ENDPOINT"  # read by the sandbox-fusion client (at import)
 # A call waits this long beyond its own timeouts (the queue, a sandbox's start), then answers
 # 504: verl gives up on a call after compile_timeout + run_timeout + 10 s, and retries a 504.
 WAIT_MARGIN_S = 8.0
+# And this long for each MiB of output the call may carry (its streams, its fetched files):
+# the work after the run (the result and trace stored, polled, read back) grows with it, and
+# what the policy writes must never make the wait run out (a 504 verl retries, in place of the
+# run's verdict). On the twin (2 cores, loaded), both streams full of \x01 took up to 13.8 s
+# after the run ended: 1.7 s a MiB kept (tests/redteam/test_run_code_answer.py checks the
+# headroom). The wait then passes verl's own (compile_timeout + run_timeout + 10 s) only when
+# no result comes at all.
+POST_RUN_S_PER_MIB = 2.0
 FUNCTION_TIMEOUT_S = RUN_CODE_TIMEOUT_S  # on AWS; Endpoint.answer's `time_left_s` reads it
 # An answer's JSON, as the function returns it (its body a JSON string within Lambda's JSON),
 # fits Lambda's 6 MB with room for the status and headers around it.
@@ -93,7 +109,11 @@ RUN_CODE_TASK = Task(
     grading={"command": ["python", "-m", "pytest", "-q", "tests"]},
     # verl asks for 1024 MiB by default; output is the program's, and each fetched file's
     # base64 (a function URL answers at most 6 MB in all: fit_answer cuts the rest).
-    limits={"timeout_s": 60, "memory_mb": 1024, "output_bytes": MAX_FETCH_BYTES * 4 // 3 + 4},
+    limits={
+        "timeout_s": 60,
+        "memory_mb": 1024,
+        "output_bytes": MAX_FETCH_TOTAL_BYTES * 4 // 3 + 8 * MAX_FETCH_FILES,
+    },
 )
 
 
@@ -172,7 +192,7 @@ def execution_request(call: RunCodeRequest) -> ExecutionRequest:
     if call.stdin is not None:
         files[STDIN_FILE] = call.stdin
         command = ["sh", "-c", f'exec "$@" < {STDIN_FILE}', "sh", *argv]
-    fetches = [[*FETCH, path] for path in call.fetch_files]
+    fetches = [[*FETCH, *call.fetch_files]] if call.fetch_files else []
     ceiling = RUN_CODE_TASK.limits
     limits: dict[str, float] = {"timeout_s": min(call.run_timeout, ceiling.timeout_s)}
     if call.memory_limit_MB > 0:  # SandboxFusion takes any size: here the pool's are the range
@@ -196,12 +216,7 @@ def response_for(call: RunCodeRequest, result: ExecutionResult) -> RunCodeRespon
     if result.loss_mask or not result.commands:
         raise PlatformFailure(result.error or result.feedback or f"status {result.status}")
     run = _run_result(result.commands[0])
-    fetched, unfetched = {}, []
-    for path, command in zip(call.fetch_files, result.commands[1:], strict=False):
-        if command.exit_code == 0 and not command.stdout_truncated:
-            fetched[path] = command.stdout.strip()
-        elif command.exit_code == TOO_BIG or command.stdout_truncated:
-            unfetched.append(f"{path}: over {MAX_FETCH_BYTES // 2**20} MiB, not fetched")
+    fetched, unfetched, left_out = _fetched(call.fetch_files, result.commands[1:])
     ok = run.status == CommandRunStatus.FINISHED and run.return_code == 0
     main = result.commands[0]
     cut = {"run_result.stdout": main.stdout_truncated, "run_result.stderr": main.stderr_truncated}
@@ -211,8 +226,33 @@ def response_for(call: RunCodeRequest, result: ExecutionResult) -> RunCodeRespon
         run_result=run,
         executor_pod_name=None,
         files=fetched,
-        truncated=[name for name, truncated in cut.items() if truncated],
+        truncated=[name for name, truncated in cut.items() if truncated] + left_out,
     )
+
+
+def _fetched(
+    paths: list[str], commands: list[CommandResult]
+) -> tuple[dict[str, str], list[str], list[str]]:
+    """The fetch command's lines (FETCH): the files fetched, what `message` says of those
+    that were not, and the `truncated` names of those left out by the total."""
+    fetched: dict[str, str] = {}
+    said: list[str] = []
+    left_out: list[str] = []
+    lines = commands[0].stdout.split("\n")[:-1] if commands else []  # the last is unfinished
+    if commands and commands[0].stdout_truncated:  # only the lines before the cut are whole
+        lines = lines[: next((i for i, ln in enumerate(lines) if ln.startswith("[")), 0)][:-1]
+    for path, line in zip(paths, [*lines, *[""] * len(paths)], strict=False):
+        if line.startswith("="):
+            fetched[path] = line[1:]
+        elif line == "+":
+            said.append(f"{path}: over {MAX_FETCH_BYTES // 2**20} MiB, not fetched")
+        elif line != "-":  # `~`, or no line: the fetch was cut short
+            left_out.append(f"files/{path}")
+            said.append(
+                f"files/{path} left out: the fetched files take at most "
+                f"{MAX_FETCH_TOTAL_BYTES // 2**20} MiB in all"
+            )
+    return fetched, said, left_out
 
 
 def fit_answer(response: RunCodeResponse) -> str:
@@ -319,9 +359,16 @@ def _signal_number(name: str) -> int:
 
 def wait_s(call: RunCodeRequest, margin_s: float) -> float:
     """How long a call waits for its result: its runs' timeouts (each at most the task's
-    limit), then `margin_s`."""
+    limit), then `margin_s`, then the time to carry the most output it can have."""
     run_s = min(call.run_timeout, RUN_CODE_TASK.limits.timeout_s)
-    return run_s * (1 + len(call.fetch_files)) + margin_s
+    runs = 2 if call.fetch_files else 1
+    return run_s * runs + margin_s + POST_RUN_S_PER_MIB * carried_bytes(call) / 2**20
+
+
+def carried_bytes(call: RunCodeRequest) -> int:
+    """The most output a call's result carries: its program's two streams, the fetched
+    files' base64."""
+    return RUN_CODE_TASK.limits.output_bytes * (3 if call.fetch_files else 2)
 
 
 async def run_code(

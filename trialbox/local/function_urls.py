@@ -1,9 +1,10 @@
 """The twin's Lambda function URLs: an HTTP server per URL on loopback, each request made a
-function URL event (payload format 2.0) for the function's real handler, and its answer the
-HTTP response, as Lambda does. Signatures are not checked (tests/iam checks the policies).
-It takes what a function URL takes (trialbox.function_url: the 6 MB event, a Content-Length,
-a request received whole in time) and refuses the rest as AWS does, and answers 502 for a
-function answer over Lambda's 6 MB, as Lambda does."""
+function URL event (payload format 2.0: a repeated header's values joined by commas) for the
+function's real handler, and its answer the HTTP response, as Lambda does. Signatures are
+not checked (tests/iam checks the policies). It takes what a function URL takes
+(trialbox.function_url: the 6 MB event, a Content-Length, a request received whole in time)
+and refuses the rest as AWS does, and answers 502 for a function answer over Lambda's 6 MB,
+as Lambda does."""
 
 from __future__ import annotations
 
@@ -61,6 +62,8 @@ class FunctionUrl:
     def answer(
         self, method: str, target: str, headers: dict[str, str], body: bytes
     ) -> tuple[int, dict[str, str], bytes]:
+        """The function's answer to a request (`headers` as the event carries them: names in
+        lower case, repeated values joined)."""
         assert self.invoke is not None
         path = urlsplit(target)
         text, encoded = event_body(headers, body)
@@ -69,7 +72,7 @@ class FunctionUrl:
             "routeKey": "$default",
             "rawPath": path.path,
             "rawQueryString": path.query,
-            "headers": {k.lower(): v for k, v in headers.items()},
+            "headers": headers,
             "requestContext": {  # as Lambda fills it for a URL with AWS_IAM auth
                 "accountId": ACCOUNT,
                 "apiId": self.function.lower(),
@@ -77,7 +80,7 @@ class FunctionUrl:
                 "domainName": urlsplit(self.url).netloc,
                 "domainPrefix": self.function.lower(),
                 "http": {"method": method, "path": path.path, "protocol": "HTTP/1.1",
-                         "sourceIp": "127.0.0.1", "userAgent": headers.get("User-Agent", "")},
+                         "sourceIp": "127.0.0.1", "userAgent": headers.get("user-agent", "")},
                 "requestId": f"local-{time.monotonic_ns()}",
                 "routeKey": "$default",
                 "stage": "$default",
@@ -107,8 +110,18 @@ class FunctionUrl:
 
 def _access_key(headers: dict[str, str]) -> str:
     """The access key id a SigV4 Authorization header names ("" if unsigned)."""
-    auth = headers.get("Authorization", "")
+    auth = headers.get("authorization", "")
     return auth.split("Credential=", 1)[1].split("/", 1)[0] if "Credential=" in auth else ""
+
+
+def _joined(handler: IntakeHandler) -> dict[str, str]:
+    """A request's headers as Lambda's payload 2.0 passes them: names in lower case, a
+    repeated header's values joined by commas (so the event's size counts them all)."""
+    headers: dict[str, str] = {}
+    for name, value in handler.headers.items():
+        key = name.lower()
+        headers[key] = f"{headers[key]},{value}" if key in headers else value
+    return headers
 
 
 def _handler(url: FunctionUrl) -> type[IntakeHandler]:
@@ -122,7 +135,7 @@ def _handler(url: FunctionUrl) -> type[IntakeHandler]:
             except Refused as refused:
                 self.refuse(refused)
                 return
-            status, headers, raw = url.answer(self.command, self.path, dict(self.headers), body)
+            status, headers, raw = url.answer(self.command, self.path, _joined(self), body)
             self.send_json(status, raw, headers)
 
         do_GET = do_POST = do_PUT = _serve
