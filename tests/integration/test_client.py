@@ -17,6 +17,7 @@ from trialbox import __version__, keys
 from trialbox import constants as c
 from trialbox.errors import (
     AwsCallError,
+    InputError,
     StackVersionMismatch,
     TrialboxError,
     UnversionedStackWarning,
@@ -128,7 +129,7 @@ def test_missing_resource_names_are_listed(aws: Aws, monkeypatch: pytest.MonkeyP
 
 
 def test_concurrency_below_one_is_refused(aws: Aws) -> None:
-    with pytest.raises(TrialboxError, match="concurrency must be at least 1, got 0"):
+    with pytest.raises(InputError, match=r"^concurrency: Input should be greater than or equal"):
         Client(Resources.from_outputs(OUTPUTS), concurrency=0)
 
 

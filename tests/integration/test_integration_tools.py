@@ -10,7 +10,7 @@ import re
 import sys
 import time
 import types
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import pytest
@@ -20,12 +20,13 @@ from tests.support.echo_sessions import EchoSessions
 from tests.support.moto import Aws
 from tests.support.tasks import ADD_TASK
 from trialbox import constants as c
-from trialbox.errors import InputError
+from trialbox.errors import InputError, SessionError
 from trialbox.integrations import common, verl
 from trialbox.integrations.common import STACK_ENV
 from trialbox.integrations.trl import environment_factory
 from trialbox.models import Status, Task
 from trialbox.sdk import Client, Resources, sessions
+from trialbox.sdk.extract import fenced_blocks
 
 # What a model may put in a tool's argument: none of it can run, all of it is the model's.
 BAD_ARGUMENTS = {
@@ -173,6 +174,74 @@ def test_verl_tool_answers_bad_arguments_with_an_error_text_and_the_episode_goes
     assert [call.commands for call in echo.calls if call.op == "exec"] == [[["bash", "-c", "true"]]]
 
 
+def test_trl_a_closed_client_is_never_reused_by_a_reward(
+    env: None, sessions_resources: Resources
+) -> None:
+    """Was a break: the first live Client given to an adapter was kept for the process;
+    once its owner closed it, a fresh Client on the same deployment was ignored and every
+    reward was None ("the client is closed"), with only a log warning."""
+    from trialbox.integrations.trl import TrialboxReward
+
+    first = Client(sessions_resources)
+    TrialboxReward(first, task_column="task")
+    first.close()
+    assert first.closed
+    with Client(sessions_resources) as second:
+        reward = TrialboxReward(second, task_column="task")
+        assert reward(prompts=["p"], completions=["no code here"], task=[ADD_TASK]) == [0.0]
+        assert reward.connection.client() is second
+    assert second.closed  # and its owner closed it too: the next call connects afresh
+    assert reward(prompts=["p"], completions=["no code"], task=[ADD_TASK]) == [0.0]
+    assert reward.connection.client() is not second
+
+
+def test_a_trainers_settings_are_read_when_the_adapter_is_built(verl_tool: Any) -> None:
+    """Was a break: ttl_s=nan (or over a day) made every tool call raise SessionError, and
+    command_timeout_s=-5 made every tool call answer the MODEL "error: timeout_s: ...": a
+    trainer's setting blamed on the policy. TrialboxTool(ttl_s="x") raised a raw
+    ValueError, SkyRL's max_turns=inf a raw OverflowError."""
+    from trialbox.integrations.skyrl import TrialboxTextEnv
+    from trialbox.integrations.trl import TrialboxReward
+
+    builds: dict[str, Callable[[], object]] = {
+        "trl_ttl_nan": lambda: environment_factory("stack", ttl_s=float("nan")),
+        "trl_ttl_over_a_day": lambda: environment_factory("stack", ttl_s=86_401),
+        "trl_timeout_negative": lambda: environment_factory("stack", command_timeout_s=-5),
+        "trl_timeout_text": lambda: environment_factory(
+            "stack",
+            command_timeout_s="x",  # type: ignore[arg-type]
+        ),
+        "reward_timeout": lambda: TrialboxReward("stack", timeout=float("inf")),
+        "verl_ttl_text": lambda: verl_tool(config={"type": "native", "ttl_s": "x"}),
+        "verl_timeout": lambda: verl_tool(config={"type": "native", "command_timeout_s": -1}),
+        "skyrl_turns_inf": lambda: TrialboxTextEnv(
+            {"stack": "s", "max_turns": float("inf")}, {"task_ref": ADD_TASK}
+        ),
+        "skyrl_ttl_nan": lambda: TrialboxTextEnv(
+            {"stack": "s", "ttl_s": float("nan")}, {"task_ref": ADD_TASK}
+        ),
+    }
+    refused = {}
+    for name, build in builds.items():
+        with pytest.raises(InputError) as caught:
+            build()
+        refused[name] = str(caught.value)
+    assert refused == {
+        "trl_ttl_nan": "ttl_s: Input should be a finite number",
+        "trl_ttl_over_a_day": "ttl_s: Input should be less than or equal to 86400",
+        "trl_timeout_negative": "command_timeout_s: Input should be greater than 0",
+        "trl_timeout_text": "command_timeout_s: Input should be a valid number, unable to parse "
+        "string as a number",
+        "reward_timeout": "timeout: Input should be a finite number",
+        "verl_ttl_text": "config.ttl_s: Input should be a valid number, unable to parse string "
+        "as a number",
+        "verl_timeout": "config.command_timeout_s: Input should be greater than 0",
+        "skyrl_turns_inf": "env_config.max_turns: Input should be a valid integer",
+        "skyrl_ttl_nan": "env_config.ttl_s: Input should be a finite number",
+    }
+
+
+# --- SkyRL ---------------------------------------------------------------------------------
 # --- SkyRL ---------------------------------------------------------------------------------
 
 
@@ -213,7 +282,108 @@ def test_skyrl_an_answer_that_cannot_be_written_scores_zero_without_grading(
     assert environment.session is None  # closed: the episode is over
 
 
+@pytest.mark.parametrize(
+    "answer",
+    [
+        "def add(a, b):\n    return a + b\n" + "# pad\n" * 200_000,  # 1.2 MB
+        "x = '" + "\x01" * 200_000 + "'\n",  # 200 KB of text, 1.2 MB as JSON
+    ],
+    ids=["1_2_mb", "escaped_controls"],
+)
+def test_skyrl_an_answer_too_large_for_a_session_call_is_the_models_zero(
+    env: None, echo: EchoSessions, answer: str
+) -> None:
+    """Was a break: SessionError ("too large for one session message") escaped step(), and
+    the session was left open."""
+    from trialbox.integrations.skyrl import TrialboxTextEnv
+
+    environment = TrialboxTextEnv({}, {"task_ref": ADD_TASK})
+    environment.init([])
+    out = environment.step(f"```python\n{answer}```")
+    assert (out["done"], out["reward"], out["metadata"]["loss_mask"]) == (True, 0.0, False)
+    assert "too large for one session message" in out["metadata"]["feedback"]
+    assert [call for call in echo.calls if call.files] == []
+    assert environment.session is None
+
+
+def test_skyrl_an_answer_too_deep_for_the_parser_is_graded_not_a_crash(
+    env: None, echo: EchoSessions
+) -> None:
+    """Was a break: an unlabelled block of `x = ---...1` (3 KB) raised RecursionError from
+    the extractor out of step()."""
+    from trialbox.integrations.skyrl import TrialboxTextEnv
+
+    environment = TrialboxTextEnv({}, {"task_ref": ADD_TASK})
+    environment.init([])
+    try:  # the answer the episode's grade would write (grading needs the pipeline)
+        deep = "x = " + "-" * 3000 + "1\n"
+        assert environment._answer(fenced_blocks(f"```\n{deep}```")) is None  # no starter name
+        assert environment._answer(fenced_blocks(f"```py\n{deep}```")) == deep
+    finally:
+        environment.close()
+
+
 # --- the SDK's session calls -----------------------------------------------------------------
+
+
+def test_a_session_closed_with_its_client_behaves_alike_on_both_faces(
+    sessions_resources: Resources, echo: EchoSessions
+) -> None:
+    """Was a break: after Client.close(), Session.close() raised TrialboxError ("the client
+    is closed") though close is idempotent, and a step raised TrialboxError where the async
+    face raises SessionError (the adapters catch SessionError)."""
+    client = Client(sessions_resources)
+    session = client.session(Task.model_validate(ADD_TASK), ttl_s=60)
+    client.close()
+    assert session.closed and client.closed
+    session.close()
+    session.close()
+    for call in (
+        lambda: session.step(commands=[["true"]]),
+        lambda: session.exec(["true"]),
+        lambda: session.read_file("solution.py"),
+        lambda: session.grade(),
+        lambda: session.fork(1),
+    ):
+        with pytest.raises(SessionError, match=rf"^session {session.session_id} is closed$"):
+            call()
+
+
+def test_session_call_arguments_are_read_at_the_call_and_a_generator_runs(
+    client: Client, echo: EchoSessions
+) -> None:
+    """Was a break: step(commands=<generator>) sent no command and "succeeded";
+    step(commands=None) and fork("2") raised a raw TypeError, fork(-1) a SessionError, and
+    read_file(None) went to the worker."""
+    with client.session(Task.model_validate(ADD_TASK), ttl_s=60) as session:
+        ran = session.step(commands=(["echo", str(i)] for i in range(2)))
+        assert ran.feedback == "ran ['echo', '0']\nran ['echo', '1']"
+        refused = {}
+        calls: dict[str, Callable[[], object]] = {
+            "commands_none": lambda: session.step(commands=None),  # type: ignore[arg-type]
+            "fork_text": lambda: session.fork("2"),  # type: ignore[arg-type]
+            "fork_fraction": lambda: session.fork(1.5),  # type: ignore[arg-type]
+            "fork_nan": lambda: session.fork(float("nan")),  # type: ignore[arg-type]
+            "fork_negative": lambda: session.fork(-1),
+            "fork_too_many": lambda: session.fork(101),
+            "read_none": lambda: session.read_file(None),  # type: ignore[arg-type]
+        }
+        for name, call in calls.items():
+            with pytest.raises(InputError) as caught:
+                call()
+            refused[name] = str(caught.value)
+        sent = len(echo.calls)
+        assert session.step(commands=[["true"]]).feedback == "ran ['true']"
+    assert refused == {
+        "commands_none": "commands: a list of commands, got NoneType",
+        "fork_text": "n: Input should be a valid integer",
+        "fork_fraction": "n: Input should be a valid integer",
+        "fork_nan": "n: Input should be a valid integer",
+        "fork_negative": "n: Input should be greater than or equal to 0",
+        "fork_too_many": "n: Input should be less than or equal to 100",
+        "read_none": "path: Input should be a valid string",
+    }
+    assert sent == 1  # only the generator's step reached the worker
 
 
 def test_a_command_given_as_one_string_is_refused_never_split_into_letters(

@@ -548,6 +548,41 @@ def test_an_extractor_that_raises_sends_nothing_of_the_group(
     assert pipeline.ran_ids == [] and pipeline.queued() == 0
 
 
+def test_a_trainers_timeout_cancels_the_late_sample_alone_and_keeps_the_groups_results(
+    aws: Aws, resources: Resources, pipeline: Pipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Was a break: TrialboxReward(timeout=T) waited for the whole group, and one sample still
+    running at T (a policy's `while True`) made every reward of its group None, the finished
+    ones too: the policy masked its own group. Now the late sample is cancelled (None) and
+    the results that arrived stand; `mask_failed_groups` still masks its group."""
+    from trialbox.integrations.trl import TrialboxReward
+
+    real = Pipeline.execute
+
+    def execute(self: Pipeline, rollout: RolloutInput) -> None:
+        if "while True" not in str(rollout.request and rollout.request.files):
+            real(self, rollout)  # the other is still running when the trainer's time is up
+
+    monkeypatch.setattr(Pipeline, "execute", execute)
+    fast = "```python\ndef add(a, b):\n    return a + b\n```"
+    spins = "```python\ndef add(a, b):\n    while True:\n        pass\n```"
+    completions = [fast, "no code", spins]
+    with Client(resources) as client:
+        reward = TrialboxReward(client, task_column="task", timeout=1)
+        started = time.monotonic()
+        assert reward(prompts=["p"] * 3, completions=completions, task=[TASK_JSON] * 3) == [
+            1.0,
+            0.0,
+            None,
+        ]
+        assert time.monotonic() - started < 5
+        masked = TrialboxReward(client, task_column="task", timeout=1, mask_failed_groups=True)
+        assert (
+            masked(prompts=["q"] * 3, completions=completions, task=[TASK_JSON] * 3) == [None] * 3
+        )
+
+
+# --- a task as a Task, a ref, or its JSON ------------------------------------------------------
 # --- a task as a Task, a ref, or its JSON ------------------------------------------------------
 
 TASK_JSON = TASK.model_dump(mode="json")
@@ -629,6 +664,191 @@ def test_a_bad_task_is_an_input_error_at_the_call_naming_the_field_and_nothing_i
     assert raised == dict.fromkeys(calls, True)
     listed = aws.s3.list_objects_v2(Bucket="tasksets")
     assert listed.get("KeyCount") == 0 and pipeline.ran_ids == [] and pipeline.queued() == 0
+
+
+SESSION_ARGUMENTS: dict[str, tuple[dict[str, Any], str]] = {
+    "tags_not_text": ({"tags": {"a": 1}}, r"^tags\.a: Input should be a valid string$"),
+    "tags_a_list": ({"tags": ["a"]}, r"^tags: Input should be a valid dictionary$"),
+    "run_id_a_number": ({"run_id": 5}, r"^run_id: Input should be a valid string$"),
+    "episode_id_a_dict": ({"episode_id": {}}, r"^episode_id: Input should be a valid string$"),
+    "files_not_text": ({"files": {"a.py": 5}}, r"^files\.a\.py\."),
+    "files_outside": ({"files": {"../x": "x"}}, r"^files\.\.\./x\.\[key\]: "),
+    "files_a_string": ({"files": "a.py"}, r"^files: Input should be a valid dictionary$"),
+    "ttl_text": ({"ttl_s": "soon"}, r"^ttl_s: Input should be a valid number"),
+    "ttl_nan": ({"ttl_s": float("nan")}, r"^ttl_s: Input should be a finite number$"),
+    "ttl_negative": ({"ttl_s": -1}, r"^ttl_s: Input should be greater than or equal to 1$"),
+    "ttl_over_a_day": ({"ttl_s": 86_401}, r"^ttl_s: Input should be less than or equal to 86400$"),
+    "idle_inf": ({"idle_release_s": float("inf")}, r"^idle_release_s: Input should be a finite"),
+    "idle_text": ({"idle_release_s": "5s"}, r"^idle_release_s: Input should be a valid number"),
+}
+
+
+@pytest.mark.parametrize("name", SESSION_ARGUMENTS)
+def test_every_session_argument_is_read_at_the_call_on_both_faces(
+    aws: Aws, resources: Resources, name: str
+) -> None:
+    """Was a break: only the task and the limits were read at the call; a bad tag, run_id,
+    file or TTL raised pydantic's ValidationError, a TypeError or a SessionError inside
+    open, after the session's two queues were made (and on AsyncClient at `await`)."""
+    kwargs, message = SESSION_ARGUMENTS[name]
+    queues = aws.sqs.list_queues().get("QueueUrls", [])
+    with Client(resources) as client, pytest.raises(InputError, match=message):
+        client.session(TASK, **kwargs)
+
+    async def opening() -> None:
+        async with AsyncClient(resources) as aio:
+            aio.session(TASK, **kwargs)  # never awaited: refused at the call
+
+    with pytest.raises(InputError, match=message):
+        asyncio.run(opening())
+    assert aws.sqs.list_queues().get("QueueUrls", []) == queues
+
+
+GROUP_ARGUMENTS: dict[str, tuple[dict[str, Any], str]] = {
+    "none": ({"completions": None}, r"^completions: Input should be a valid list$"),
+    "a_none": ({"completions": [None]}, r"^completions\[0\]: Input should be a valid string$"),
+    "bytes": ({"completions": [b"x"]}, r"^completions\[0\]: Input should be a valid string$"),
+    "messages": (
+        {"completions": [[{"role": "assistant", "content": "x"}]]},
+        r"^completions\[0\]: Input should be a valid string$",
+    ),
+    "a_dict": ({"completions": {"a": "x"}}, r"^completions: Input should be a valid list$"),
+    "extract_text": ({"extract": "x"}, r"^extract: Input should be callable$"),
+    "extract_none": ({"extract": None}, r"^extract: Input should be callable$"),
+    "group_id_surrogate": (
+        {"group_id": "g\ud800"},
+        r"^group_id: the text is not valid Unicode text",
+    ),
+    "timeout_text": ({"timeout": "x"}, r"^timeout: Input should be a valid number"),
+}
+
+
+@pytest.mark.parametrize("name", GROUP_ARGUMENTS)
+def test_every_run_group_argument_is_read_at_the_call(
+    aws: Aws, resources: Resources, pipeline: Pipeline, name: str
+) -> None:
+    """Was a break: None, [None], [b"..."] raised a raw TypeError, TRL's conversational
+    completions and a dict were graded 0.0 `no_code` (a silent wrong reward), a bad extract,
+    group_id or timeout raised raw TypeError or UnicodeEncodeError."""
+    kwargs, message = GROUP_ARGUMENTS[name]
+    call = {"completions": ["```python\nx = 1\n```"]} | kwargs
+    with Client(resources) as client, pytest.raises(InputError, match=message):
+        client.run_group(TASK, **call)
+    assert pipeline.ran_ids == [] and pipeline.queued() == 0
+
+
+def test_completions_as_a_tuple_or_a_generator_are_each_graded(
+    aws: Aws, resources: Resources, pipeline: Pipeline
+) -> None:
+    code = "```python\nx = 1\n```"
+    with Client(resources) as client:
+        assert len(client.run_group(TASK, (code, "no code"), timeout=10)) == 2
+        generated = (c for c in [code, code])
+        graded = client.run_group(TASK, generated, group_id="gen")  # type: ignore[arg-type]
+    assert [r.status for r in graded] == [Status.SUCCEEDED] * 2
+
+
+@pytest.mark.parametrize(
+    ("concurrency", "message"),
+    [
+        (float("nan"), r"^concurrency: Input should be a valid integer$"),
+        ("2", r"^concurrency: Input should be a valid integer$"),
+        (0, r"^concurrency: Input should be greater than or equal to 1$"),
+        (True, r"^concurrency: Input should be a valid integer$"),
+    ],
+)
+def test_a_clients_concurrency_is_a_whole_number_at_least_one(
+    resources: Resources, concurrency: Any, message: str
+) -> None:
+    """Was a break: concurrency=nan was taken, and `len(in_flight) < nan` never admitted a
+    request: every wait hung. "2" raised a raw TypeError."""
+    with pytest.raises(InputError, match=message):
+        Client(resources, concurrency=concurrency)
+    with pytest.raises(InputError, match=message):
+        AsyncClient(resources, concurrency=concurrency)
+
+
+def test_push_tasks_refuses_a_task_id_given_twice_naming_it(
+    aws: Aws, resources: Resources, pipeline: Pipeline
+) -> None:
+    """Was a break: two tasks with one id were pushed; the SDK read the last, the pipeline
+    the first, so a session opened on one task and was graded on the other."""
+    other = TASK_JSON | {"limits": {"timeout_s": 99}}
+    with Client(resources) as client, pytest.raises(InputError) as caught:
+        client.push_tasks([TASK, TASK_JSON | {"task_id": "b"}, other])
+    assert str(caught.value) == "tasks[2].task_id: duplicate task_id 'add-two' (first at tasks[0])"
+    assert aws.s3.list_objects_v2(Bucket="tasksets").get("KeyCount") == 0
+
+
+@pytest.mark.parametrize(
+    ("name", "message"),
+    [
+        (None, r"^name: Input should be a valid string$"),
+        (5, r"^name: Input should be a valid string$"),
+        ("", r"^name: String should have at least 1 character$"),
+        ("a" * 201, r"^name: String should have at most 200 characters$"),
+    ],
+)
+def test_push_tasks_reads_its_name_at_the_call(
+    aws: Aws, resources: Resources, name: Any, message: str
+) -> None:
+    """Was a break: push_tasks(name=None or 5) raised a raw TypeError from taskset_name."""
+    with Client(resources) as client, pytest.raises(InputError, match=message):
+        client.push_tasks([TASK], name=name)
+    assert aws.s3.list_objects_v2(Bucket="tasksets").get("KeyCount") == 0
+
+
+BAD_ROWS = {
+    "not_json": (b"not json at all\n", "task set rows@{v}: line 1 is not JSON"),
+    "not_utf8": (b"\xff\xfe garbage\n", "task set rows@{v}: line 1 is not JSON"),
+    "too_deep": (b"[" * 100_000 + b"]" * 100_000 + b"\n", "task set rows@{v}: line 1 is not JSON"),
+    "extra_field": (
+        (json.dumps(TASK_JSON | {"bogus": 1}) + "\n").encode(),
+        "task '{ref}' (line 1 of its task set): bogus: Extra inputs are not permitted",
+    ),
+    "bad_limit": (
+        (json.dumps(TASK_JSON | {"limits": {"timeout_s": -1}}) + "\n").encode(),
+        "task '{ref}' (line 1 of its task set): limits.timeout_s: Input should be greater than 0",
+    ),
+}
+
+
+@pytest.mark.parametrize("name", BAD_ROWS)
+def test_a_ref_into_a_pushed_set_with_a_bad_row_is_an_input_error_naming_the_row(
+    aws: Aws, resources: Resources, pipeline: Pipeline, tmp_path: Path, name: str
+) -> None:
+    """Was a break: push_taskset takes a file as it is, and resolve_task, session and
+    run_group on a ref into it raised raw JSONDecodeError, UnicodeDecodeError, RecursionError
+    or pydantic's ValidationError. Each is an InputError naming the set, the line and the
+    field, with nothing sent."""
+    body, message = BAD_ROWS[name]
+    path = tmp_path / "rows.jsonl"
+    path.write_bytes(body)
+    with Client(resources) as client:
+        pushed = client.push_taskset(path)
+        ref = pushed.task("add-two")
+        for call in (
+            lambda: client.resolve_task(ref),
+            lambda: client.session(ref, ttl_s=60),
+            lambda: client.run_group(ref, ["```python\nx = 1\n```"], timeout=5),
+        ):
+            with pytest.raises(InputError) as caught:
+                call()
+            assert str(caught.value) == message.format(v=pushed.version, ref=ref)
+    assert pipeline.ran_ids == [] and pipeline.queued() == 0
+
+
+def test_a_bad_row_or_one_without_an_id_leaves_the_sets_other_tasks_readable(
+    aws: Aws, resources: Resources, pipeline: Pipeline, tmp_path: Path
+) -> None:
+    rows = [TASK_JSON | {"task_id": "b", "x": 1}, [1, 2], {"no_task_id": 1}, TASK_JSON]
+    path = tmp_path / "rows.jsonl"
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
+    with Client(resources) as client:
+        ref = client.push_taskset(path).task("add-two")
+        assert client.resolve_task(ref) == (TASK, ref)
+        with pytest.raises(SessionError, match=r"^task_ref: no task 'c' in rows$"):
+            client.resolve_task(ref.replace("/add-two", "/c"))
 
 
 def test_completions_given_as_one_string_are_refused_never_graded_per_character(

@@ -375,3 +375,29 @@ def test_one_completions_ungradable_files_are_its_zero_never_the_groups_error() 
     planned = plan(task, "t@v/add-two", ["solution.py", "../up.py"], by_path, "g")
     assert isinstance(planned[0], ExecutionRequest)
     assert isinstance(planned[1], ExecutionResult) and planned[1].flags == ["invalid_files"]
+
+
+DEEP_BODIES = {
+    "unary minus": "x = " + "-" * 3000 + "1",
+    "attribute chain": "x = y" + ".a" * 3000,
+    "long sum": "x = " + "+".join(["1"] * 3000),
+    "nested brackets": "x = " + "[" * 5000 + "]" * 5000,
+}
+
+
+@pytest.mark.parametrize("body", DEEP_BODIES.values(), ids=DEEP_BODIES.keys())
+def test_code_too_deep_for_the_parser_is_extracted_as_written_and_never_raises(body: str) -> None:
+    """Was a break: ast.parse's RecursionError escaped `defined_names`, so one policy's
+    completion of 3 KB crashed run_group and every trainer adapter calling it."""
+    task = Task.model_validate(
+        {
+            "task_id": "add-two",
+            "workspace": {"solution.py": "def add(a, b):\n    raise NotImplementedError\n"},
+            "hidden_tests": {"tests/test_add.py": "from solution import add\n"},
+            "grading": {"command": ["python", "-m", "pytest", "-q", "tests"]},
+        }
+    )
+    completion = f"```python\ndef add(a, b):\n    return a + b\n{body}\n```"
+    (request,) = plan(task, "t@v/add-two", [completion], extract_code, "g")
+    assert isinstance(request, ExecutionRequest)
+    assert request.files == {"solution.py": f"def add(a, b):\n    return a + b\n{body}\n"}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import pickle
 
@@ -91,3 +92,54 @@ def test_a_connection_pickles_without_a_live_client() -> None:
     assert Connection.of("my-stack") == Connection(stack="my-stack")
     with pytest.raises(InputError, match="expected a trialbox Client"):
         Connection.of(42)  # type: ignore[arg-type]
+
+
+DEEP_JSON = "[" * 100_000 + "]" * 100_000
+
+
+def test_a_dataset_cell_nested_too_deep_to_parse_is_an_input_error_naming_it() -> None:
+    """Was a break: json.loads's RecursionError escaped task_of, task_or_cases and io_task
+    (reached from every adapter's task cell), and io_task("not json") a JSONDecodeError."""
+    deep_task = '{"task_id": ' + DEEP_JSON + "}"
+    with pytest.raises(InputError, match=r"^column 'task': the task's JSON does not parse"):
+        task_of(deep_task, "task")
+    with pytest.raises(InputError, match=r"^column 'ground_truth': a task ref of 200000 char"):
+        task_or_cases(DEEP_JSON, "ground_truth")
+    with pytest.raises(InputError, match=r"^column 't': task ref 'a@v/t\\x7f' holds a control"):
+        task_of("a@v/t\x7f", "t")
+    with pytest.raises(InputError, match=r"^test cases: not JSON"):
+        io_task(DEEP_JSON)
+    with pytest.raises(InputError, match=r"^test cases: not JSON"):
+        io_task("not json")
+
+
+def test_trainer_adapters_refuse_a_row_field_that_is_not_a_dict_naming_it() -> None:
+    """Was a break: verl's extra_info, SkyRL's extras and reward_spec given as a str or list
+    raised AttributeError ('.get') or a raw ValueError; TrialboxReward's completions as a
+    generator, or a task column of None, a raw TypeError (len)."""
+    from trialbox.integrations.skyrl import TrialboxTextEnv
+    from trialbox.integrations.trl import TrialboxReward
+    from trialbox.integrations.verl import compute_score
+
+    refused = {}
+    for name, call in {
+        "verl_extra_info": lambda: asyncio.run(compute_score("s", "x", None, "{}")),  # type: ignore[arg-type]
+        "skyrl_extras": lambda: TrialboxTextEnv({"stack": "s"}, "task"),
+        "skyrl_reward_spec": lambda: TrialboxTextEnv({"stack": "s"}, {"reward_spec": [1]}),
+        "reward_column": lambda: TrialboxReward("s", task_column="task")(
+            completions=["x"], task=None
+        ),
+        "reward_completions": lambda: TrialboxReward("s", task_column="task")(
+            completions="x", task=[ADD_TASK]
+        ),
+    }.items():
+        with pytest.raises(InputError) as caught:
+            call()
+        refused[name] = str(caught.value)
+    assert refused == {
+        "verl_extra_info": "extra_info: expected a dict, got str",
+        "skyrl_extras": "extras: expected a dict, got str",
+        "skyrl_reward_spec": "extras.reward_spec: expected a dict, got list",
+        "reward_column": "column 'task': expected a list (one per sample), got NoneType",
+        "reward_completions": "completions: expected a list (one per sample), got str",
+    }

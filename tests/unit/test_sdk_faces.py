@@ -4,8 +4,10 @@ matching return type, so the two faces cannot drift apart."""
 
 from __future__ import annotations
 
+import ast
 import inspect
 import re
+import textwrap
 from typing import Any
 
 import pytest
@@ -25,9 +27,14 @@ RENAMED = {"aclose": "close", "__aenter__": "__enter__", "__aexit__": "__exit__"
 ASYNC_ONLY = {
     AsyncSession: {
         "open": "a blocking Session is open when it is made (Client.session opens it)",
+        "client": "the AsyncClient it runs on; a blocking Session's is the Client that made it",
+        "io": "the client's session I/O executor, shared by its sessions",
+        "on_close": "the client's hook that forgets a closed session",
     },
     AsyncHandle: {
         "resolve": "the client's pump resolves a handle; the blocking Handle reads the outcome",
+        "future": "the asyncio future `await handle.result()` waits on",
+        "shared": "the same outcome for other threads: what the blocking Handle waits on",
     },
 }
 PAIRS = [(AsyncClient, Client), (AsyncSession, Session), (AsyncHandle, Handle)]
@@ -49,6 +56,38 @@ def public(cls: type) -> dict[str, Any]:
         if callable(member) or isinstance(member, property):
             members[name] = member
     return members
+
+
+def instance_attributes(cls: type) -> set[str]:
+    """The public attributes its `__init__` assigns (`self.name = ...`), read from its source."""
+    source = textwrap.dedent(inspect.getsource(cls.__init__))  # type: ignore[misc]
+    names = set()
+    for node in ast.walk(ast.parse(source)):
+        targets = node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)]
+        for target in targets:
+            for each in target.elts if isinstance(target, ast.Tuple) else [target]:
+                if (
+                    isinstance(each, ast.Attribute)
+                    and isinstance(each.value, ast.Name)
+                    and each.value.id == "self"
+                    and not each.attr.startswith("_")
+                ):
+                    names.add(each.attr)
+    return names
+
+
+@pytest.mark.parametrize("pair", PAIRS, ids=lambda pair: f"{pair[0].__name__}")
+def test_every_public_attribute_of_the_async_face_is_on_the_blocking_face(
+    pair: tuple[type, type],
+) -> None:
+    """Was a break: the faces test compared methods and properties only, and the blocking
+    Handle lacked `request` (docs/sdk.md's example used it), Client lacked `resources` and
+    `endpoint_url`, Session lacked `task`, `tags`, `closed`..."""
+    aio, sync = pair
+    only = ASYNC_ONLY.get(aio, {})
+    sync_names = set(public(sync)) | instance_attributes(sync)
+    missing = sorted(instance_attributes(aio) - sync_names - set(only))
+    assert missing == [], f"{sync.__name__} lacks the attributes {missing}"
 
 
 def synced(annotation: object) -> str:

@@ -18,17 +18,20 @@ from typing import Any
 
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
-from pydantic import TypeAdapter, ValidationError
+from pydantic import Field, StrictInt, TypeAdapter, ValidationError
 
 from trialbox.errors import InputError, SessionError, TrialboxError
 from trialbox.models import ExecutionResult, Task
+from trialbox.models.common import StrictModel
 from trialbox.models.iomatch import IoSpec
 from trialbox.models.sample import Argv
+from trialbox.models.sessions import MAX_TTL_S
 from trialbox.pipeline.record import validation_message
 from trialbox.sdk import AsyncClient, Client, Resources
 from trialbox.sdk.core import is_loopback, local_session
 from trialbox.sdk.extract import Extract, extract_code
-from trialbox.sdk.inputs import TaskInput, task_or_ref
+from trialbox.sdk.handles import AsyncHandle
+from trialbox.sdk.inputs import TaskInput, located, task_or_ref
 from trialbox.settings import ClientSettings
 
 log = logging.getLogger("trialbox.integrations")
@@ -38,6 +41,26 @@ TaskCell = TaskInput
 """A dataset's task cell: a pushed task's ref (`name@version/task_id`), a Task, or its JSON (a
 dict, or its text)."""
 _ARGV: TypeAdapter[list[str]] = TypeAdapter(Argv)
+
+
+class AdapterSettings(StrictModel):
+    """A trainer's settings for an adapter, read when it is built (never blamed on the
+    model at a tool call): `ttl_s` (a session's), `command_timeout_s` (a tool call's),
+    `max_turns` (SkyRL's), `timeout` (a reward batch's)."""
+
+    ttl_s: float = Field(default=1800, ge=1, le=MAX_TTL_S, allow_inf_nan=False)
+    command_timeout_s: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+    max_turns: StrictInt = Field(default=4, ge=1)
+    timeout: float | None = Field(default=None, gt=0, allow_inf_nan=False)
+
+
+def adapter_settings(where: str, **values: Any) -> AdapterSettings:
+    """The settings given (None: the default), or InputError naming each bad one."""
+    given = {name: value for name, value in values.items() if value is not None}
+    try:
+        return AdapterSettings.model_validate(given)
+    except ValidationError as exc:
+        raise InputError(located(exc, where)) from None
 
 
 @dataclass(frozen=True)
@@ -73,9 +96,11 @@ class Connection:
             region=aio._aws.session.region_name,
             concurrency=aio.concurrency,
         )
-        if live is not None:
+        if live is not None and not live.closed:
             with _lock:
-                _clients.setdefault((os.getpid(), connection), live)
+                kept = _clients.get((os.getpid(), connection))
+                if kept is None or kept.closed:
+                    _clients[(os.getpid(), connection)] = live
         return connection
 
     @classmethod
@@ -102,12 +127,14 @@ class Connection:
         )
 
     def client(self) -> Client:
-        """This process's client for the connection (made on first use, thread-safe)."""
+        """This process's client for the connection (made on first use, thread-safe); a
+        client closed since (by its owner) is never used: another is made."""
         key = (os.getpid(), self)
         with _lock:
-            if key not in _clients:
-                _clients[key] = self.connect()
-            return _clients[key]
+            kept = _clients.get(key)
+            if kept is None or kept.closed:
+                kept = _clients[key] = self.connect()
+            return kept
 
 
 _clients: dict[tuple[int, Connection], Client] = {}
@@ -120,9 +147,18 @@ def task_of(cell: object, column: str) -> Task | str:
     if isinstance(cell, str) and cell.lstrip().startswith("{"):
         try:
             cell = json.loads(cell)
-        except ValueError as exc:
+        except (ValueError, RecursionError) as exc:
             raise InputError(f"column {column!r}: the task's JSON does not parse: {exc}") from None
     return task_or_ref(cell, f"column {column!r}")
+
+
+def mapping_of(value: object, what: str) -> Mapping[str, Any]:
+    """A row's dict field (None: empty), or InputError naming it: a trainer's data."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise InputError(f"{what}: expected a dict, got {type(value).__name__}")
+    return value
 
 
 class BadToolCall(ValueError):
@@ -149,7 +185,7 @@ def task_or_cases(cell: object, column: str) -> Task | str:
     SkyRL's code datasets put test cases in their ground truth."""
     parsed = cell  # decoded once: a ground truth's cases may be megabytes of JSON
     if isinstance(cell, str | bytes):
-        with contextlib.suppress(ValueError):
+        with contextlib.suppress(ValueError, RecursionError):  # then read as a task cell
             parsed = json.loads(cell)
     if isinstance(parsed, list) or (
         isinstance(parsed, Mapping) and ("inputs" in parsed or "cases" in parsed)
@@ -163,7 +199,10 @@ def io_task(cases: object, *, task_id: str | None = None, **io: Any) -> Task:
     `{"inputs": [...], "outputs": [...]}` (APPS, verl's code sets; with `fn_name`, a
     call-based problem), `{"cases": [...]}`, a list of `{"input", "output"}`, or the JSON text
     of any of these. The program is `solution.py`."""
-    raw = json.loads(cases) if isinstance(cases, str | bytes) else cases
+    try:
+        raw = json.loads(cases) if isinstance(cases, str | bytes) else cases
+    except (ValueError, RecursionError) as exc:
+        raise InputError(f"test cases: not JSON ({exc})") from None
     if isinstance(raw, list):
         raw = {"cases": raw}
     if not isinstance(raw, Mapping):
@@ -254,11 +293,14 @@ async def grade_groups(
     timeout: float | None = None,
 ) -> list[Graded]:
     """Each (task, completions) group graded concurrently. A group the platform fails as a
-    whole (the deployment unreachable, a timeout) is None for each sample, never 0."""
+    whole (the deployment unreachable) is None for each sample, never 0. `timeout` is the
+    batch's: a sample without a result by then is cancelled (None, as any `cancelled`), and
+    the results that arrived stand."""
     resolved = await asyncio.gather(*(client.resolve_task(task) for task, _ in groups))
+    deadline = None if timeout is None else asyncio.get_running_loop().time() + timeout
     outcomes = await asyncio.gather(
         *(
-            client.run_group(ref, completions, extract, timeout=timeout)
+            _graded_group(client, ref, completions, extract, deadline)
             for (_, ref), (_, completions) in zip(resolved, groups, strict=True)
         ),
         return_exceptions=True,
@@ -274,3 +316,23 @@ async def grade_groups(
             counts = Counter(r.status.value for r in outcome)
             graded.append(Graded(rewards(outcome, mask_group), counts))
     return graded
+
+
+async def _graded_group(
+    client: AsyncClient,
+    task: str,
+    completions: Sequence[str],
+    extract: Extract,
+    deadline: float | None,
+) -> list[ExecutionResult]:
+    """A group's results; one still running at `deadline` (loop time) is cancelled: the slow
+    sample is left out alone, never the group's finished ones with it."""
+    planned = await client._submit_group(task, completions, extract, None)
+    handles = [p for p in planned if isinstance(p, AsyncHandle)]
+    if handles:
+        left = None if deadline is None else max(0.0, deadline - asyncio.get_running_loop().time())
+        _, late = await asyncio.wait([h.future for h in handles], timeout=left)
+        if late:
+            await client.cancel([h for h in handles if h.future in late])
+            await asyncio.wait(late)  # each ends: its result, or `cancelled`
+    return [p if isinstance(p, ExecutionResult) else p.future.result() for p in planned]

@@ -23,6 +23,9 @@ from trialbox.errors import InputError, SessionError
 from trialbox.integrations.common import (
     BadToolCall,
     Connection,
+    adapter_settings,
+    is_infrastructure_failure,
+    mapping_of,
     task_of,
     task_or_cases,
     tool_argv,
@@ -34,7 +37,6 @@ __all__ = ["ENV_ID", "TrialboxTextEnv"]
 
 ENV_ID = "trialbox"
 SHELL_INFO = frozenset({"bash", "sh", "shell"})
-DEFAULT_MAX_TURNS = 4
 
 
 class TrialboxTextEnv(BaseTextEnv):  # type: ignore[misc]
@@ -44,16 +46,15 @@ class TrialboxTextEnv(BaseTextEnv):  # type: ignore[misc]
     def __init__(self, env_config: Mapping[str, Any] | None = None, extras: Any = None) -> None:
         super().__init__()
         config = dict(env_config or {})
-        extras = dict(extras or {})
+        extras = dict(mapping_of(extras, "extras"))
         stack = config.get("stack")
         self.connection = (
             Connection(stack=stack, region=config.get("region")) if stack else Connection.from_env()
         )
-        try:
-            self.max_turns = int(config.get("max_turns", DEFAULT_MAX_TURNS))
-            self.ttl_s = float(config.get("ttl_s", 1800))
-        except (TypeError, ValueError) as exc:
-            raise InputError(f"env_config: max_turns and ttl_s are numbers ({exc})") from None
+        settings = adapter_settings(
+            "env_config", max_turns=config.get("max_turns"), ttl_s=config.get("ttl_s")
+        )
+        self.max_turns, self.ttl_s = settings.max_turns, settings.ttl_s
         self.task = _task(extras)
         self.session: Any = None
 
@@ -80,19 +81,25 @@ class TrialboxTextEnv(BaseTextEnv):  # type: ignore[misc]
                 done=False,
                 metadata={},
             )
-        result = self._grade(blocks)
-        self.close()
+        try:
+            result = self._grade(blocks)
+        finally:
+            self.close()  # the episode is over, whatever its grade did
         return BaseTextEnvStepOutput(
             observations=[], reward=_reward(result), done=True, metadata=_metadata(result)
         )
 
     def _run(self, argv: list[str]) -> str:
         """The block's feedback; this call's own refusal (the session expired) is the
-        model's error text."""
+        model's error text, and so is a platform failure (as the TRL and verl tools say it)."""
         try:
             feedback: str = self.session.step(commands=[argv]).feedback
         except (InputError, SessionError) as exc:
             return f"error: {exc}"
+        except Exception as exc:
+            if not is_infrastructure_failure(exc):
+                raise
+            return f"error: the sandbox failed (not your command): {exc}"
         return feedback
 
     def _grade(self, blocks: list[tuple[str, str]]) -> ExecutionResult:
@@ -131,7 +138,7 @@ def _task(extras: dict[str, Any]) -> Task | str:
     cell = extras.get("task_ref")
     if cell is not None:
         return task_of(cell, "task_ref")
-    truth = (extras.get("reward_spec") or {}).get("ground_truth")
+    truth = mapping_of(extras.get("reward_spec"), "extras.reward_spec").get("ground_truth")
     if truth is None:
         raise InputError(
             'the row names no task: give extras "task_ref" or reward_spec.ground_truth'

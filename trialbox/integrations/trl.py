@@ -12,7 +12,7 @@ import concurrent.futures
 import functools
 import logging
 from collections import Counter
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from trialbox.errors import InputError, SessionError
@@ -21,6 +21,7 @@ from trialbox.integrations.common import (
     Connection,
     Graded,
     TaskCell,
+    adapter_settings,
     completion_text,
     grade_groups,
     is_infrastructure_failure,
@@ -57,11 +58,11 @@ class TrialboxReward:
         timeout: float | None = None,
         name: str = "trialbox",
     ) -> None:
+        self.timeout = adapter_settings("", timeout=timeout).timeout
         self.connection = Connection.of(client)
         self.task_column = task_column
         self.extract = extract
         self.mask_failed_groups = mask_failed_groups
-        self.timeout = timeout
         self.__name__ = name  # TRL names a function's reward column by it
 
     def __call__(
@@ -80,7 +81,8 @@ class TrialboxReward:
                 f"the dataset has no column {self.task_column!r} naming each row's task "
                 f"(its columns here: {sorted(columns) or 'none'}); pass task_column="
             )
-        cells = columns[self.task_column]
+        completions = _batch(completions, "completions")
+        cells = _batch(columns[self.task_column], f"column {self.task_column!r}")
         if len(cells) != len(completions):
             raise InputError(f"{len(completions)} completions but {len(cells)} task cells")
         if prompts is not None and len(prompts) != len(completions):
@@ -131,6 +133,13 @@ class TrialboxReward:
             entry[1].append(texts[index])
             entry[2].append(index)
         return list(groups.values())
+
+
+def _batch(values: object, what: str) -> list[Any]:
+    """A batch's column as a list (any iterable, read once); InputError naming it else."""
+    if isinstance(values, str | bytes | Mapping) or not isinstance(values, Iterable):
+        raise InputError(f"{what}: expected a list (one per sample), got {type(values).__name__}")
+    return list(values)
 
 
 class TrialboxEnvironment:
@@ -273,8 +282,14 @@ def environment_factory(
 ) -> Callable[[], TrialboxEnvironment]:
     """TRL's zero-argument `environment_factory`: each call makes a TrialboxEnvironment on
     the client's deployment, whose rows name their task in `task_column`."""
+    settings = adapter_settings("", ttl_s=ttl_s, command_timeout_s=command_timeout_s)
     connection = Connection.of(client)
     peers: list[TrialboxEnvironment] = []
     return functools.partial(
-        TrialboxEnvironment, connection, task_column, ttl_s, command_timeout_s, peers
+        TrialboxEnvironment,
+        connection,
+        task_column,
+        settings.ttl_s,
+        settings.command_timeout_s,
+        peers,
     )

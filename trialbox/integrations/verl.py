@@ -24,6 +24,7 @@ from trialbox.integrations.common import (
     completion_text,
     is_infrastructure_failure,
     log,
+    mapping_of,
     task_or_cases,
 )
 from trialbox.models import ExecutionRequest, ExecutionResult, Task
@@ -73,8 +74,9 @@ async def compute_score(
     workspace is graded as the tool left it. A sample the platform failed scores 0.0 with
     `loss_mask` 1.0: verl has no way to leave a sample out, so filter on that key (its
     reward_extra_info column) or count it."""
+    extra = dict(mapping_of(extra_info, "extra_info"))
     client = Connection.from_env().client()
-    future = client.schedule(_grade(client, solution_str, ground_truth, extra_info or {}))
+    future = client.schedule(_grade(client, solution_str, ground_truth, extra))
     try:
         result = await asyncio.wrap_future(future)
     except Exception as exc:

@@ -22,7 +22,9 @@ from trialbox.errors import InputError, SessionError
 from trialbox.integrations.common import (
     BadToolCall,
     Connection,
+    adapter_settings,
     is_infrastructure_failure,
+    mapping_of,
     task_or_cases,
     tool_argv,
 )
@@ -49,8 +51,10 @@ class TrialboxTool(BaseTool):  # type: ignore[misc]
         if self.program not in PROGRAMS:
             raise InputError(f"TrialboxTool program must be one of {sorted(PROGRAMS)}")
         super().__init__(config, tool_schema)
-        self.ttl_s = float(config.get("ttl_s", 1800))
-        self.timeout_s = config.get("command_timeout_s")
+        settings = adapter_settings(
+            "config", ttl_s=config.get("ttl_s"), command_timeout_s=config.get("command_timeout_s")
+        )
+        self.ttl_s, self.timeout_s = settings.ttl_s, settings.command_timeout_s
         self._tasks: dict[str, Task | str | None] = {}
 
     def get_openai_tool_schema(self) -> OpenAIFunctionToolSchema:
@@ -73,7 +77,7 @@ class TrialboxTool(BaseTool):  # type: ignore[misc]
 
     async def create(self, instance_id: str | None = None, **kwargs: Any) -> tuple[str, Any]:
         instance_id = instance_id or uuid.uuid4().hex
-        cell = (kwargs.get("create_kwargs") or {}).get("task")
+        cell = mapping_of(kwargs.get("create_kwargs"), "create_kwargs").get("task")
         self._tasks[instance_id] = (
             None if cell is None else task_or_cases(cell, "create_kwargs.task")
         )

@@ -18,7 +18,6 @@ from typing import TYPE_CHECKING, Any, Self
 from urllib.parse import urlparse
 
 import boto3
-from pydantic import ValidationError
 
 from trialbox import keys
 from trialbox.errors import (
@@ -34,6 +33,13 @@ from trialbox.models import ExecutionRequest, ExecutionResult, Status, Task, res
 from trialbox.models.common import FileContent
 from trialbox.models.limits import LimitOverrides
 from trialbox.sdk import groups
+from trialbox.sdk.arguments import (
+    ClientArguments,
+    GroupArguments,
+    PushArguments,
+    SessionArguments,
+    arguments,
+)
 from trialbox.sdk.aws import Aws, service
 from trialbox.sdk.handles import AsyncHandle
 from trialbox.sdk.inputs import (
@@ -41,7 +47,6 @@ from trialbox.sdk.inputs import (
     TaskInput,
     as_requests,
     as_tasks,
-    located,
     task_or_ref,
 )
 from trialbox.sdk.resources import Resources, default_concurrency
@@ -119,6 +124,7 @@ class AsyncClient:
         concurrency: int | None = None,
         twin: LocalTwin | None = None,
     ) -> None:
+        arguments(ClientArguments, concurrency=concurrency, endpoint_url=endpoint_url)
         if resources is None:  # the environment form
             settings = ClientSettings.from_env()
             resources = Resources.from_settings(settings)
@@ -126,8 +132,6 @@ class AsyncClient:
         self.endpoint_url = endpoint_url
         self.resources = resources
         self._twin = twin
-        if concurrency is not None and concurrency < 1:
-            raise TrialboxError(f"concurrency must be at least 1, got {concurrency}")
         self.concurrency = concurrency or default_concurrency(self.capacity)
         self._aws = Aws(session or boto3.session.Session(), self.endpoint_url, self.resources)
         self._waiting: deque[AsyncHandle] = deque()  # admitted by the client, not yet sent
@@ -182,6 +186,11 @@ class AsyncClient:
         return self._twin.workers if self._twin is not None else self.resources.capacity
 
     @property
+    def closed(self) -> bool:
+        """Whether `aclose` was called: a closed client sends nothing more."""
+        return self._closed
+
+    @property
     def is_local(self) -> bool:
         """A local twin (in-process, or `trialbox local up` on this machine), whose S3 and
         table end when it stops."""
@@ -198,6 +207,7 @@ class AsyncClient:
     async def push_tasks(self, tasks: Sequence[TaskInput], name: str = "tasks") -> TaskSetRef:
         """Upload tasks built in code (each a Task or its JSON as a dict) as a task set (once
         per content, per client). A bad task is an InputError naming it and its field."""
+        name = arguments(PushArguments, name=name).name
         return await self._push(name, tasks_body(as_tasks(tasks)))
 
     async def _push(self, name: str, body: bytes) -> TaskSetRef:
@@ -330,19 +340,27 @@ class AsyncClient:
         with no code scores 0.0 with the flag `no_code`, without a sandbox. The default
         `group_id` hashes the task and the submitted files, so the same group runs once: pass
         a `group_id` to grade it anew (after a cancel, say)."""
-        if isinstance(completions, str):  # never one sample per character
-            raise InputError("completions: a list of completions (str), not one string")
+        args = _group_arguments(completions, extract, group_id, timeout)
+        planned = await self._submit_group(task, args.completions, args.extract, args.group_id)
+        await self.gather([p for p in planned if isinstance(p, AsyncHandle)], args.timeout)
+        return [p if isinstance(p, ExecutionResult) else p.future.result() for p in planned]
+
+    async def _submit_group(
+        self,
+        task: TaskInput,
+        completions: Sequence[str],
+        extract: groups.Extract,
+        group_id: str | None,
+    ) -> list[AsyncHandle | ExecutionResult]:
+        """Per completion, in order: the handle of its request, or its result (no code)."""
+        args = _group_arguments(completions, extract, group_id)
         task, task_ref = await self.resolve_task(task)
         plan = await asyncio.to_thread(  # extraction may be slow: never on the loop
-            groups.plan, task, task_ref, completions, extract, group_id
+            groups.plan, task, task_ref, args.completions, args.extract, args.group_id
         )
         handles = await self.submit([p for p in plan if isinstance(p, ExecutionRequest)])
         by_id = {h.request_id: h for h in handles}
-        await self.gather(handles, timeout)
-        return [
-            p if isinstance(p, ExecutionResult) else by_id[p.request_id].future.result()
-            for p in plan
-        ]
+        return [p if isinstance(p, ExecutionResult) else by_id[p.request_id] for p in plan]
 
     async def resolve_task(self, task: TaskInput) -> tuple[Task, str]:
         """The task and its ref: a ref's task read from its task set (once per task set), or
@@ -371,11 +389,16 @@ class AsyncClient:
     ) -> SessionOpening:
         """A session on `task` (a task ref, `ref.task(task_id)`, an inline Task, or its JSON
         as a dict): use with `async with`, or `await` it. Its hidden tests reach only
-        `grade()`. A bad task or limit is an InputError here, at the call."""
+        `grade()`. A bad task or argument is an InputError here, at the call."""
         self._check_open()
+        read = task_or_ref(task)
+        args = arguments(
+            SessionArguments, run_id=run_id, episode_id=episode_id, tags=tags, limits=limits,
+            ttl_s=ttl_s, idle_release_s=idle_release_s, files=files,
+        )  # fmt: skip
         return SessionOpening(
-            self, task_or_ref(task), run_id, episode_id, tags or {}, _limits(limits), ttl_s,
-            idle_release_s, files,
+            self, read, args.run_id, args.episode_id, args.tags or {},
+            args.limits or LimitOverrides(), args.ttl_s, args.idle_release_s, args.files,
         )  # fmt: skip
 
     def _session_io(self) -> SessionIO:
@@ -565,13 +588,18 @@ def _unsendable(request_id: str, exc: Exception) -> TrialboxError:
     return TrialboxError(f"request {request_id} cannot be sent: {exc}")
 
 
-def _limits(limits: LimitOverrides | dict[str, Any] | None) -> LimitOverrides:
-    if isinstance(limits, LimitOverrides):
-        return limits
-    try:
-        return LimitOverrides.model_validate(limits or {})
-    except ValidationError as exc:
-        raise InputError(located(exc, "limits")) from None
+def _group_arguments(
+    completions: object, extract: object, group_id: object, timeout: object = None
+) -> GroupArguments:
+    if isinstance(completions, str):  # never one sample per character
+        raise InputError("completions: a list of completions (str), not one string")
+    return arguments(
+        GroupArguments,
+        completions=completions,
+        extract=extract,
+        group_id=group_id,
+        timeout=timeout,
+    )
 
 
 class SessionOpening:

@@ -99,10 +99,11 @@ def _extract(text: str, defines: Collection[str]) -> str | None:
 
 def defined_names(code: str) -> set[str]:
     """The top-level functions, classes and assigned names of Python code (none if it does
-    not parse)."""
+    not parse). Code nested too deep for the parser (3 KB of `-` or `.a` is enough: a policy
+    writes it) raises RecursionError or MemoryError in `ast.parse`: it does not parse."""
     try:
         tree = ast.parse(code)
-    except (SyntaxError, ValueError):
+    except (SyntaxError, ValueError, RecursionError, MemoryError):
         return set()
     names: set[str] = set()
     for node in tree.body:

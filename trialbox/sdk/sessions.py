@@ -21,7 +21,7 @@ import json
 import math
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -45,8 +45,10 @@ from trialbox.models.sessions import (
     SessionOpen,
     SessionSpec,
 )
+from trialbox.sdk.arguments import ForkArguments, ReadArguments, arguments
 from trialbox.sdk.aws import call
 from trialbox.sdk.inputs import located
+from trialbox.sdk.tasksets import taskset_rows
 
 if TYPE_CHECKING:
     from trialbox.sdk.core import AsyncClient
@@ -62,22 +64,27 @@ FATE_WAIT_S = 30.0  # ECS marks a task STOPPED within this after its container d
 ARGV_NOT_A_STRING = "a command is a list of strings (argv), not one string: ['sh', '-c', 'ls -l']"
 
 
-def _commands(commands: Sequence[Sequence[str]]) -> list[list[str]]:
-    """Each command as a list; a string where a list belongs is an InputError, never split
-    into one-letter arguments."""
+def _commands(commands: Iterable[Sequence[str]]) -> list[list[str]]:
+    """Each command as a list (any iterable of them is read once: a generator's commands
+    all run); a string where a list belongs is an InputError, never split into one-letter
+    arguments."""
     if isinstance(commands, str):
         raise InputError("commands: a list of commands, not one string: [['sh', '-c', 'ls']]")
-    for index, command in enumerate(commands):
+    if not isinstance(commands, Iterable) or isinstance(commands, bytes | Mapping):
+        raise InputError(f"commands: a list of commands, got {type(commands).__name__}")
+    listed = list(commands)
+    for index, command in enumerate(listed):
         if isinstance(command, str):
             raise InputError(f"commands[{index}]: {ARGV_NOT_A_STRING}")
-    return [list(c) if isinstance(c, Sequence) else c for c in commands]
+    return [list(c) if isinstance(c, Sequence) else c for c in listed]
 
 
 def _fits(body: str, what: str) -> str:
-    """A message SQS takes, or a SessionError saying what to do."""
+    """A message SQS takes, or an InputError saying what to do: the caller's files (or a
+    model's answer written as one) are too large, nothing is sent, and the session goes on."""
     size = len(body.encode())
     if size > MAX_MESSAGE_BYTES:
-        raise SessionError(
+        raise InputError(
             f"{what} are too large for one session message ({size} bytes, at most "
             f"{MAX_MESSAGE_BYTES}): write large files over several calls"
         )
@@ -91,7 +98,7 @@ class SessionIO:
         self.client = client
         self.aws = client._aws
         self.executor = ThreadPoolExecutor(IO_THREADS, thread_name_prefix="trialbox-session")
-        self._tasks: dict[str, dict[str, Any]] = {}  # task set key -> its tasks by id
+        self._tasks: dict[str, dict[str, tuple[int, Any]]] = {}  # task set -> (line, row) by id
 
     async def run(self, fn: Any, **kwargs: Any) -> Any:
         loop = asyncio.get_running_loop()
@@ -121,12 +128,16 @@ class SessionIO:
                     ) from None
                 raise
             body = await asyncio.to_thread(answer["Body"].read)
-            rows = (json.loads(line) for line in body.decode().splitlines() if line.strip())
-            self._tasks[key] = {row["task_id"]: row for row in rows if isinstance(row, dict)}
-        raw = self._tasks[key].get(parsed.task_id)
-        if raw is None:
+            self._tasks[key] = taskset_rows(body, f"{parsed.taskset}@{parsed.version}")
+        found = self._tasks[key].get(parsed.task_id)
+        if found is None:
             raise SessionError(f"task_ref: no task {parsed.task_id!r} in {parsed.taskset}")
-        return Task.model_validate(raw)
+        number, raw = found
+        try:
+            return Task.model_validate(raw)
+        except ValidationError as exc:
+            where = f"task {ref!r} (line {number} of its task set)"
+            raise InputError(f"{where}: {located(exc, '')}") from None
 
     def close(self) -> None:
         self.executor.shutdown(wait=False, cancel_futures=True)
@@ -237,7 +248,7 @@ class AsyncSession:
     async def step(
         self,
         files: dict[str, FileContent] | None = None,
-        commands: Sequence[Sequence[str]] = (),
+        commands: Iterable[Sequence[str]] = (),
         timeout_s: float | None = None,
     ) -> CallResult:
         """Write `files`, then run each command (each with the session's per-command limit,
@@ -259,6 +270,7 @@ class AsyncSession:
         return await self._next(op="exec", files=files)
 
     async def read_file(self, path: str) -> bytes:
+        path = arguments(ReadArguments, path=path).path
         result = await self._next(op="read", path=path)
         if result.content is None:
             raise SessionError(result.error or f"{path}: could not be read")
@@ -267,8 +279,7 @@ class AsyncSession:
     async def fork(self, n: int) -> list[AsyncSession]:
         """`n` new sessions, each from this one's current workspace (its last checkpoint).
         If any cannot open, those that did are closed and the first error is raised."""
-        if n < 0:
-            raise SessionError(f"fork takes a count of sessions, 0 or more; got {n}")
+        n = arguments(ForkArguments, n=n).n
         forks = [self._child() for _ in range(n)]
         outcomes = await asyncio.gather(*(f.open() for f in forks), return_exceptions=True)
         failed = [o for o in outcomes if isinstance(o, BaseException)]

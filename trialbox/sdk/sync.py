@@ -5,12 +5,12 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 import threading
-from collections.abc import Callable, Coroutine, Iterator, Sequence
+from collections.abc import Callable, Coroutine, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Self, TypeVar
 
-from trialbox.errors import TrialboxError, WaitTimeout
-from trialbox.models import ExecutionResult, Task
+from trialbox.errors import SessionError, TrialboxError, WaitTimeout
+from trialbox.models import ExecutionRequest, ExecutionResult, Task
 from trialbox.models.common import FileContent
 from trialbox.models.limits import LimitOverrides
 from trialbox.models.report import CommandResult
@@ -65,6 +65,24 @@ class Handle:
         self._inner = inner
         self._loop = loop
         self.request_id = inner.request_id
+
+    @property
+    def request(self) -> ExecutionRequest:
+        return self._inner.request
+
+    @property
+    def content_sha256(self) -> str:
+        return self._inner.content_sha256
+
+    @property
+    def submitted_at(self) -> float:
+        """time.monotonic() when it was submitted."""
+        return self._inner.submitted_at
+
+    @property
+    def finished_at(self) -> float | None:
+        """time.monotonic() when its result arrived (None: not yet)."""
+        return self._inner.finished_at
 
     @property
     def sent(self) -> bool:
@@ -150,6 +168,14 @@ class Client:
         return self._async
 
     @property
+    def resources(self) -> Resources:
+        return self._async.resources
+
+    @property
+    def endpoint_url(self) -> str | None:
+        return self._async.endpoint_url
+
+    @property
     def capacity(self) -> int | None:
         return self._async.capacity
 
@@ -160,6 +186,11 @@ class Client:
     @property
     def is_local(self) -> bool:
         return self._async.is_local
+
+    @property
+    def closed(self) -> bool:
+        """Whether `close` was called: a closed client sends nothing more."""
+        return self._async.closed or not self._loop.thread.is_alive()
 
     def push_taskset(self, path: str | Path) -> TaskSetRef:
         return self._loop.run(self._async.push_taskset(path))
@@ -269,6 +300,48 @@ class Session:
         return self.aio.session_id
 
     @property
+    def task(self) -> Task:
+        return self.aio.task
+
+    @property
+    def task_ref(self) -> str | None:
+        return self.aio.task_ref
+
+    @property
+    def overrides(self) -> LimitOverrides:
+        return self.aio.overrides
+
+    @property
+    def expires_at(self) -> float:
+        """time.time() when the session ends server-side (its TTL)."""
+        return self.aio.expires_at
+
+    @property
+    def idle_release_s(self) -> float:
+        return self.aio.idle_release_s
+
+    @property
+    def run_id(self) -> str | None:
+        return self.aio.run_id
+
+    @property
+    def episode_id(self) -> str | None:
+        return self.aio.episode_id
+
+    @property
+    def tags(self) -> dict[str, str]:
+        return self.aio.tags
+
+    @property
+    def seq(self) -> int:
+        """Calls answered (or settled by a failover)."""
+        return self.aio.seq
+
+    @property
+    def closed(self) -> bool:
+        return self.aio.closed
+
+    @property
     def checkpoint(self) -> str | None:
         return self.aio.checkpoint
 
@@ -287,30 +360,41 @@ class Session:
     def step(
         self,
         files: dict[str, FileContent] | None = None,
-        commands: Sequence[Sequence[str]] = (),
+        commands: Iterable[Sequence[str]] = (),
         timeout_s: float | None = None,
     ) -> CallResult:
-        return self._loop.run(self.aio.step(files, commands, timeout_s))
+        return self._run(self.aio.step(files, commands, timeout_s))
 
     def exec(
         self, argv: Sequence[str], timeout_s: float | None = None
     ) -> CommandResult | CallResult:
-        return self._loop.run(self.aio.exec(argv, timeout_s))
+        return self._run(self.aio.exec(argv, timeout_s))
 
     def write_files(self, files: dict[str, FileContent]) -> CallResult:
-        return self._loop.run(self.aio.write_files(files))
+        return self._run(self.aio.write_files(files))
 
     def read_file(self, path: str) -> bytes:
-        return self._loop.run(self.aio.read_file(path))
+        return self._run(self.aio.read_file(path))
 
     def fork(self, n: int) -> list[Session]:
-        return [Session(s, self._loop) for s in self._loop.run(self.aio.fork(n))]
+        return [Session(s, self._loop) for s in self._run(self.aio.fork(n))]
 
     def grade(self, timeout: float | None = None) -> ExecutionResult:
-        return self._loop.run(self.aio.grade(timeout))
+        return self._run(self.aio.grade(timeout))
 
     def close(self) -> None:
-        self._loop.run(self.aio.close())
+        """End the session (see AsyncSession.close). Idempotent, also after the client's
+        close (which closed it)."""
+        if not self.aio.closed:
+            self._loop.run(self.aio.close())
+
+    def _run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """A call on the client's loop; on a closed session (its client's loop may be gone
+        with it) the SessionError the async face raises."""
+        if self.aio.closed:
+            coro.close()
+            raise SessionError(f"session {self.session_id} is closed")
+        return self._loop.run(coro)
 
     def __enter__(self) -> Self:
         return self

@@ -3,10 +3,13 @@
 from __future__ import annotations
 
 import hashlib
+import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from trialbox.errors import InputError
 from trialbox.models import Task
 
 
@@ -42,6 +45,24 @@ def taskset_ref(name: str, body: bytes) -> TaskSetRef:
 def tasks_body(tasks: list[Task]) -> bytes:
     """Tasks as a task set file (JSONL), for tasks built in code."""
     return "".join(task.model_dump_json(exclude_defaults=True) + "\n" for task in tasks).encode()
+
+
+def taskset_rows(body: bytes, name: str) -> dict[str, tuple[int, Any]]:
+    """A pushed task set's rows by task id, with their line numbers, read as the pipeline
+    reads them (its Prepare step): the first row of an id counts, a row without a string
+    task_id names no task, and a line that is not JSON makes the whole set unreadable (an
+    InputError naming the set and the line). Each row is validated when it is used."""
+    rows: dict[str, tuple[int, Any]] = {}
+    for number, line in enumerate(body.decode(errors="replace").split("\n"), 1):
+        if not line.strip():
+            continue
+        try:
+            raw = json.loads(line)
+        except (ValueError, RecursionError):  # nested too deep to parse is no JSON either
+            raise InputError(f"task set {name}: line {number} is not JSON") from None
+        if isinstance(raw, dict) and isinstance(raw.get("task_id"), str):
+            rows.setdefault(raw["task_id"], (number, raw))
+    return rows
 
 
 def request_id(run_id: str, task_id: str, sample_id: str) -> str:
