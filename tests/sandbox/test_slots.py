@@ -102,16 +102,24 @@ def test_a_slot_the_rlimit_backend_left_dirty_is_swept_by_a_bwrap_runner(runner:
 def test_a_kill_that_outlasts_its_wait_names_each_survivors_state(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    """A slot uid's process still there when the wait ends is a SandboxError that says what
-    state each survivor was in (stopped, in the kernel, running), so a rare one says why."""
+    """A slot uid's process still there, and not dying, when the wait ends is a SandboxError
+    that says what state each survivor was in (stopped, in the kernel, running), so a rare one
+    says why. One with SIGKILL pending is dying: it is handed back, never an error."""
     uid = int(os.environ["TRIALBOX_SANDBOX_UID_BASE"]) + 4000  # this process's, no slot's
     survivor = subprocess.Popen(["sleep", "60"], user=uid, group=uid)
     monkeypatch.setattr(processes, "WAIT_GONE_S", -1.0)  # the wait is over at once
+    send = processes._signal
     try:
+        monkeypatch.setattr(
+            processes, "_signal", lambda pids, uids, sig: None
+        )  # a kill that missed
+        assert not processes.dying(survivor.pid)
         with pytest.raises(
             SandboxError, match=rf"survived SIGKILL: \{{{survivor.pid}: '[A-Za-z]+'\}}"
         ):
             processes.kill_all((uid,))
+        monkeypatch.setattr(processes, "_signal", send)
+        assert processes.kill_all((uid,)) == [survivor.pid]  # signalled, so dying
     finally:
         survivor.kill()
         survivor.wait()

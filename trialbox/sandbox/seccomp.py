@@ -1,9 +1,16 @@
 """A seccomp filter for every sandboxed command: what sandboxed code never needs and could use
 to hold kernel resources outside its limits is denied with an errno, never a kill.
 
-- Sockets of any family but AF_UNIX (the socketpair asyncio and multiprocessing use) and
-  AF_NETLINK (glibc's interface queries): no TCP/UDP, loopback included, whose buffers are
-  kernel memory no memory cgroup charges (EAFNOSUPPORT).
+- Sockets of any family but AF_UNIX (the socketpair asyncio and multiprocessing use): no
+  TCP/UDP, loopback included, whose buffers are kernel memory no memory cgroup charges, and no
+  netlink, whose receive queues a process fills with the kernel's own replies (900
+  NETLINK_ROUTE sockets held 1.1 GiB) and which no per-uid interface shows (EAFNOSUPPORT).
+  glibc's interface queries (getaddrinfo's AI_ADDRCONFIG) assume both IP families when
+  netlink is refused; the sandbox has no network to ask about anyway.
+- SysV semaphore arrays of more than SEMMSL semaphores (EINVAL, the kernel's answer past its
+  own limit): one semget of 32000 is 2 MiB of kernel memory. The arrays a sandbox holds
+  count as its memory on the rlimit backend (kernel_memory); the cap keeps what one call can
+  add between two samples small.
 - The kernel keyrings (`add_key`, `request_key`, `keyctl`): keys outlive the process and would
   linger into the next job on the slot (EPERM).
 - Every system call of another ABI (i386 `int 0x80`, x32): the filter reads the native table
@@ -24,16 +31,19 @@ import struct
 LD_W_ABS = 0x20
 JEQ_K = 0x15
 JGE_K = 0x35
+JGT_K = 0x25
 RET_K = 0x06
 RET_ALLOW = 0x7FFF0000
 RET_ERRNO = 0x00050000
-AF_UNIX, AF_NETLINK = 1, 16
+AF_UNIX = 1
+# The kernel's historical SEMMSL: what portable programs assume an array may hold.
+SEMMSL = 250
 X32_BIT = 0x40000000
 
-# machine: (audit arch, socket, add_key, request_key, keyctl)
+# machine: (audit arch, socket, semget, add_key, request_key, keyctl)
 ARCHES = {
-    "x86_64": (0xC000003E, 41, 248, 249, 250),
-    "aarch64": (0xC00000B7, 198, 217, 218, 219),
+    "x86_64": (0xC000003E, 41, 64, 248, 249, 250),
+    "aarch64": (0xC00000B7, 198, 190, 217, 218, 219),
 }
 
 
@@ -43,10 +53,11 @@ def _insn(code: int, jt: int, jf: int, k: int) -> bytes:
 
 def program(machine: str | None = None) -> bytes:
     """The filter as an array of `struct sock_filter`."""
-    arch, socket_nr, *keyring = ARCHES[machine or platform.machine()]
+    arch, socket_nr, semget_nr, *keyring = ARCHES[machine or platform.machine()]
     deny_abi = RET_ERRNO | errno.ENOSYS
     deny_keys = RET_ERRNO | errno.EPERM
     deny_family = RET_ERRNO | errno.EAFNOSUPPORT
+    deny_size = RET_ERRNO | errno.EINVAL
     body = [
         _insn(LD_W_ABS, 0, 0, 4),  # 0: arch
         _insn(JEQ_K, 1, 0, arch),  # 1: native -> 3
@@ -54,16 +65,19 @@ def program(machine: str | None = None) -> bytes:
         _insn(LD_W_ABS, 0, 0, 0),  # 3: nr
         _insn(JGE_K, 0, 1, X32_BIT),  # 4: x32 -> 5, else 6
         _insn(RET_K, 0, 0, deny_abi),  # 5
-        _insn(JEQ_K, 4, 0, socket_nr),  # 6: socket -> 11
-        _insn(JEQ_K, 2, 0, keyring[0]),  # 7: add_key -> 10
-        _insn(JEQ_K, 1, 0, keyring[1]),  # 8: request_key -> 10
-        _insn(JEQ_K, 0, 4, keyring[2]),  # 9: keyctl -> 10, else 14
-        _insn(RET_K, 0, 0, deny_keys),  # 10
-        _insn(LD_W_ABS, 0, 0, 16),  # 11: args[0], the family (low 32 bits)
-        _insn(JEQ_K, 1, 0, AF_UNIX),  # 12: -> 14
-        _insn(JEQ_K, 0, 1, AF_NETLINK),  # 13: -> 14, else 15
-        _insn(RET_K, 0, 0, RET_ALLOW),  # 14
-        _insn(RET_K, 0, 0, deny_family),  # 15
+        _insn(JEQ_K, 5, 0, socket_nr),  # 6: socket -> 12
+        _insn(JEQ_K, 6, 0, semget_nr),  # 7: semget -> 14
+        _insn(JEQ_K, 2, 0, keyring[0]),  # 8: add_key -> 11
+        _insn(JEQ_K, 1, 0, keyring[1]),  # 9: request_key -> 11
+        _insn(JEQ_K, 0, 6, keyring[2]),  # 10: keyctl -> 11, else 17
+        _insn(RET_K, 0, 0, deny_keys),  # 11
+        _insn(LD_W_ABS, 0, 0, 16),  # 12: args[0], the family (low 32 bits)
+        _insn(JEQ_K, 3, 2, AF_UNIX),  # 13: -> 17, else 16
+        _insn(LD_W_ABS, 0, 0, 24),  # 14: args[1], nsems (low 32 bits: a negative is large)
+        _insn(JGT_K, 2, 1, SEMMSL),  # 15: -> 18, else 17
+        _insn(RET_K, 0, 0, deny_family),  # 16
+        _insn(RET_K, 0, 0, RET_ALLOW),  # 17
+        _insn(RET_K, 0, 0, deny_size),  # 18
     ]
     return b"".join(body)
 

@@ -1,6 +1,12 @@
 """Machine-wide sandbox slots. A slot is a pair of unprivileged uids (agent, grader) and two
 directories. Tests, the demo and workers can run at once, so slots are claimed with lock files;
 whoever claims a slot first removes what a killed runner left in it.
+
+A slot whose processes are still dying when its holder gives it back (SIGKILL pending, in an
+uninterruptible sleep past the kill's wait: see processes) is quarantined: the run's outcome
+stands, and a thread keeps the slot's lock, so no one is given the slot, until they are
+gone, then sweeps it again and frees it. If they outlive QUARANTINE_REPORT_S, that is a
+release failure the worker's wipe check reports (Runner.residue), and it takes no more jobs.
 """
 
 from __future__ import annotations
@@ -9,16 +15,21 @@ import contextlib
 import logging
 import os
 import random
+import threading
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 from trialbox.errors import SandboxSetupError
+from trialbox.sandbox import processes
 from trialbox.sandbox.config import SandboxConfig
 from trialbox.sandbox.shared_files import try_exclusive
 
 log = logging.getLogger("trialbox.sandbox")
+
+QUARANTINE_POLL_S = 0.1
+QUARANTINE_REPORT_S = 300.0  # writeback of a page cache's worth of dirty data, with room
 
 
 @dataclass(frozen=True)
@@ -100,6 +111,7 @@ class SlotPool:
                 fd = self._try_lock(index)
                 if fd is None:
                     continue
+                quarantined = False
                 try:
                     slot = self.slot(index)
                     if job:
@@ -112,19 +124,13 @@ class SlotPool:
                         yield slot
                     except BaseException:
                         with contextlib.suppress(Exception):  # the body's error matters more
-                            self.release(slot)
-                            dirty.unlink()
+                            quarantined = self._give_back(slot, fd, dirty)
                         raise
-                    try:
-                        self.release(slot)
-                    except Exception as exc:  # the run is done and stands; the slot does not
-                        log.exception("slot %d: release failed; it stays marked dirty", index)
-                        self.release_failures.append(f"slot {index}: release failed: {exc!r}")
-                        return
-                    dirty.unlink()  # only a clean release leaves the slot unmarked
+                    quarantined = self._give_back(slot, fd, dirty)
                     return
                 finally:
-                    os.close(fd)  # closing releases the lock
+                    if not quarantined:
+                        os.close(fd)  # closing releases the lock
             if time.monotonic() > deadline:
                 raise SandboxSetupError(
                     f"all {self.config.slots} sandbox slots stayed busy for "
@@ -132,6 +138,55 @@ class SlotPool:
                     "sandboxes at once"
                 )
             time.sleep(0.05)
+
+    def _give_back(self, slot: Slot, fd: int, dirty: Path) -> bool:
+        """Release the slot after its holder. True when its lock (`fd`) went to a quarantine
+        thread: its processes are still dying, and it is not free until they are gone."""
+        try:
+            self.release(slot)
+        except Exception as exc:  # the run is done and stands; the slot does not
+            failure: Exception | None = exc
+        else:
+            failure = None
+        if processes.processes_of(slot.uids):
+            log.warning("slot %d: its processes are still dying; quarantined", slot.index)
+            threading.Thread(
+                target=self._quarantine, args=(slot, fd, dirty), name="slot-quarantine", daemon=True
+            ).start()
+            return True
+        if failure is not None:
+            log.error(
+                "slot %d: release failed; it stays marked dirty", slot.index, exc_info=failure
+            )
+            self.release_failures.append(f"slot {slot.index}: release failed: {failure!r}")
+            return False
+        dirty.unlink()  # only a clean release leaves the slot unmarked
+        return False
+
+    def _quarantine(self, slot: Slot, fd: int, dirty: Path) -> None:
+        """Hold the slot's lock until no process of its uids is left, then sweep it (what they
+        finished on their way out) and free it for the next holder."""
+        started = time.monotonic()
+        reported = False
+        try:
+            while processes.processes_of(slot.uids):
+                with contextlib.suppress(Exception):  # SIGKILL again: one may not be dying
+                    processes.kill_all(slot.uids)
+                if not reported and time.monotonic() - started > QUARANTINE_REPORT_S:
+                    reported = True
+                    self.release_failures.append(
+                        f"slot {slot.index}: processes of its uids outlived SIGKILL for "
+                        f"{QUARANTINE_REPORT_S:.0f} s"
+                    )
+                time.sleep(QUARANTINE_POLL_S)
+            self.sweep(slot)
+            dirty.unlink()
+            self.used.add(slot.index)  # the next wipe check inspects it
+        except Exception as exc:
+            log.exception("slot %d: the sweep after its quarantine failed", slot.index)
+            self.release_failures.append(f"slot {slot.index}: release failed: {exc!r}")
+        finally:
+            os.close(fd)
 
     def _try_lock(self, index: int) -> int | None:
         """The slot's lock fd, held (closing it releases the lock); None if another holds it."""
