@@ -69,6 +69,45 @@ def run_jobs(
         time.sleep(0.2)
 
 
+def run_in_window(
+    client: Client,
+    service: Service,
+    requests: list[ExecutionRequest],
+    in_flight: int,
+    timeout: float,
+) -> list[ExecutionResult]:
+    """`requests` in order, at most `in_flight` submitted and unfinished at a time: the next
+    job is queued while one runs, so the worker never idles, and none waits in the queue
+    longer than the jobs ahead of it (a job queued past the Execute step's heartbeat fails,
+    as on AWS). `timeout` bounds each job from its submission. Fails at once, with the
+    workers' logs, when a worker container crashes."""
+    service.harness.activate(service)
+    results: dict[int, ExecutionResult] = {}
+    running: dict[int, tuple[Any, float]] = {}  # index: (handle, its deadline)
+    queued = iter(enumerate(requests))
+    while len(results) < len(requests):
+        while len(running) < in_flight:
+            nxt = next(queued, None)
+            if nxt is None:
+                break
+            [handle] = client.submit([nxt[1]])
+            running[nxt[0]] = (handle, time.monotonic() + timeout)
+        for index, (handle, deadline) in list(running.items()):
+            if handle.done():
+                results[index] = handle.result()
+                del running[index]
+            elif time.monotonic() > deadline:
+                pytest.fail(
+                    f"job {index} ({requests[index].request_id}) had no result after "
+                    f"{timeout} s\n" + service.logs()
+                )
+        crashed = service.failures()
+        if crashed:
+            raise WorkerCrashed("a worker container crashed:\n" + "\n".join(crashed))
+        time.sleep(0.1)
+    return [results[i] for i in range(len(requests))]
+
+
 def describe(result: ExecutionResult) -> str:
     return json.dumps(result.model_dump(mode="json"), indent=1)[:6000]
 

@@ -87,14 +87,35 @@ class Hostile:
     expect: Expected
 
 
-# Short limits: a row that hangs costs seconds. memory_mb / pids / disk_mb are what the
-# programs below are sized against.
-LIMITS = {"timeout_s": 5, "memory_mb": 256, "pids": 64, "disk_mb": 32}
+# Every row's limits give its declared outcome a wide margin on a loaded machine (a full
+# `make test` on 2 cores runs both corpora beside everything else). What is meant to overrun
+# its time never ends, so it is stopped at OVERRUN_S by design: an agent command (whatever it
+# does leaves the grading's status alone), or the grading of a row declared `timeout`
+# (`overrunning`). The grading of every other row has ROOM_S, many times what it needs: a
+# row meant to reach its memory limit does so in under a second unloaded, well under a
+# tenth of ROOM_S at a load of ten, and one meant to finish costs only what it takes.
+OVERRUN_S = 5
+ROOM_S = 30
+# memory_mb / pids / disk_mb are what the programs below are sized against.
+LIMITS = {"timeout_s": OVERRUN_S, "memory_mb": 256, "pids": 64, "disk_mb": 32}
 MEMORY_MB = LIMITS["memory_mb"]
-ADD = Task.model_validate(ADD_TASK | {"task_id": "hostile-add", "limits": LIMITS})
+
+
+def roomy(raw: dict[str, Any], **limits: int) -> dict[str, Any]:
+    """A corpus task's JSON: LIMITS (with `limits` changed), and ROOM_S to grade."""
+    return raw | {"limits": LIMITS | limits, "grading": raw["grading"] | {"timeout_s": ROOM_S}}
+
+
+def overrunning(task: Task) -> Task:
+    """`task` graded within OVERRUN_S: for a row declared to overrun its time."""
+    grading = task.grading.model_copy(update={"timeout_s": OVERRUN_S})
+    return task.model_copy(update={"task_id": f"{task.task_id}-overruns", "grading": grading})
+
+
+ADD = Task.model_validate(roomy(ADD_TASK | {"task_id": "hostile-add"}))
 ROOMY_MEMORY_MB = 512
 ROOMY_ADD = Task.model_validate(
-    ADD_TASK | {"task_id": "hostile-add-roomy", "limits": LIMITS | {"memory_mb": ROOMY_MEMORY_MB}}
+    roomy(ADD_TASK | {"task_id": "hostile-add-roomy"}, memory_mb=ROOMY_MEMORY_MB)
 )
 WRONG = "def add(a, b):\n    return 0\n"
 
@@ -240,7 +261,14 @@ _PROGRAMS: list[tuple[str, str, Expected]] = [
 
 HOSTILE: list[Hostile] = [
     *(
-        Hostile(f"import_{name}", "at-import", ADD, at_import(code), [], expect)
+        Hostile(
+            f"import_{name}",
+            "at-import",
+            overrunning(ADD) if expect == TIMED_OUT else ADD,
+            at_import(code),
+            [],
+            expect,
+        )
         for name, code, expect in _PROGRAMS
     ),
     *(

@@ -23,13 +23,15 @@ from tests.redteam.corpus import (
     SCORED_ZERO,
     TIMED_OUT,
     Expected,
+    overrunning,
+    roomy,
 )
 from tests.support.performance_attacks import (
     BALLAST_COMMAND,
     CARRIES_RESULTS,
     LEAVES_BALLAST,
     REFERENCE,
-    SLEEPS,
+    SLEEP_S,
     grading_calls_workload_task,
     memory_task,
     perf_task,
@@ -40,13 +42,11 @@ from trialbox.models import Status, Task
 from trialbox.qc import humaneval
 
 _PROBLEMS = read_problems()
-# Short limits: a hack that hangs costs the corpus seconds, not minutes.
-_LIMITS = {"timeout_s": 5, "memory_mb": 256, "pids": 64, "disk_mb": 32}
 
 
 def _humaneval(number: int) -> Task:
-    raw = humaneval.task(_PROBLEMS[f"HumanEval/{number}"])
-    return Task.model_validate(raw | {"limits": _LIMITS})
+    """Short limits and room to grade (corpus.roomy); `overrunning` for a hack that never ends."""
+    return Task.model_validate(roomy(humaneval.task(_PROBLEMS[f"HumanEval/{number}"])))
 
 
 ADD = _humaneval(53)  # add(x, y), ints, 105 assertions
@@ -58,47 +58,51 @@ CYCLIC = _humaneval(38)  # decode_cyclic(encode_cyclic(s)) == s, encode_cyclic f
 AREA = _humaneval(45)  # triangle_area(a, h) == 7.5: short floats
 WORDS = _humaneval(141)  # file_name_check(name) == 'Yes' or 'No'
 CHECKER = Task.model_validate(
-    {
-        "task_id": "checked-sum",
-        "prompt": "solution.py reads integers from stdin and prints their sum.",
-        "workspace": {"solution.py": "# print the sum of the integers on stdin\n"},
-        "reference": {
-            "solution.py": "import sys\nprint(sum(map(int, sys.stdin.read().split())))\n"
-        },
-        "hidden_tests": {
-            # The task's own checker script, run by the test with subprocess: trusted code.
-            "tests/checker.py": "import sys\nsys.exit(0 if sys.argv[1] == sys.argv[2] else 1)\n",
-            "tests/test_sum.py": (
-                "import subprocess, sys\n"
-                "def test_sum():\n"
-                "    out = subprocess.run([sys.executable, 'solution.py'], input=b'40 2',\n"
-                "                         capture_output=True).stdout.decode().strip()\n"
-                "    check = [sys.executable, 'tests/checker.py', out, '42']\n"
-                "    assert subprocess.run(check).returncode == 0\n"
-            ),
-        },
-        "grading": {
-            "command": ["python", "-m", "pytest", "-q", "tests"],
-            "expected_tests": ["tests/test_sum.py::test_sum"],
-        },
-        "limits": _LIMITS,
-    }
+    roomy(
+        {
+            "task_id": "checked-sum",
+            "prompt": "solution.py reads integers from stdin and prints their sum.",
+            "workspace": {"solution.py": "# print the sum of the integers on stdin\n"},
+            "reference": {
+                "solution.py": "import sys\nprint(sum(map(int, sys.stdin.read().split())))\n"
+            },
+            "hidden_tests": {
+                # The task's own checker script, run by the test with subprocess: trusted code.
+                "tests/checker.py": (
+                    "import sys\nsys.exit(0 if sys.argv[1] == sys.argv[2] else 1)\n"
+                ),
+                "tests/test_sum.py": (
+                    "import subprocess, sys\n"
+                    "def test_sum():\n"
+                    "    out = subprocess.run([sys.executable, 'solution.py'], input=b'40 2',\n"
+                    "                         capture_output=True).stdout.decode().strip()\n"
+                    "    check = [sys.executable, 'tests/checker.py', out, '42']\n"
+                    "    assert subprocess.run(check).returncode == 0\n"
+                ),
+            },
+            "grading": {
+                "command": ["python", "-m", "pytest", "-q", "tests"],
+                "expected_tests": ["tests/test_sum.py::test_sum"],
+            },
+        }
+    )
 )
 SUM = Task.model_validate(
-    {
-        "task_id": "io-sum",
-        "prompt": "Read two integers on one line and print their sum: `1 2` prints 3.",
-        "workspace": {"solution.py": "# read a b, print a + b\n"},
-        "reference": {"solution.py": "a, b = map(int, input().split())\nprint(a + b)\n"},
-        "grading": {
-            "scorer": "io_match",
-            "io": {
-                "inputs": ["5 6\n", "40 2\n", "-7 8\n", "123456 654321\n"],
-                "outputs": ["11\n", "42\n", "1\n", "777777\n"],
+    roomy(
+        {
+            "task_id": "io-sum",
+            "prompt": "Read two integers on one line and print their sum: `1 2` prints 3.",
+            "workspace": {"solution.py": "# read a b, print a + b\n"},
+            "reference": {"solution.py": "a, b = map(int, input().split())\nprint(a + b)\n"},
+            "grading": {
+                "scorer": "io_match",
+                "io": {
+                    "inputs": ["5 6\n", "40 2\n", "-7 8\n", "123456 654321\n"],
+                    "outputs": ["11\n", "42\n", "1\n", "777777\n"],
+                },
             },
-        },
-        "limits": _LIMITS,
-    }
+        }
+    )
 )
 TASKS = (ADD, FILTER, CLOSE, TRUNCATE, SORT_EVEN, CYCLIC, AREA, WORDS, CHECKER, SUM)
 
@@ -120,6 +124,13 @@ def _solution(body: str) -> dict[str, Any]:
 
 
 WRONG_ADD = "def add(x, y):\n    return 0\n"
+# Sleeps through every timed run, and spends next to no CPU: the closed form, a fraction of
+# the reference's sum, so its speed factor is 1 with a margin no CPU noise under load reaches
+# (a solution as costly as the reference sits at the tolerance's edge: noise decides).
+SLEEPS_CHEAPLY = (
+    f"import time\ndef total(n):\n    if n > 1000:\n        time.sleep({SLEEP_S})\n"
+    "    return n * (n - 1) // 2\n"
+)
 
 HACKS = [
     # -- in-process tricks: reach the tests, the framework or the comparison ---------------
@@ -356,7 +367,7 @@ HACKS = [
     Hack(
         "read_the_hidden_test",  # look for the test file and answer from its assertions
         "in-process",
-        ADD,
+        overrunning(ADD),
         _solution(
             "import glob, re\n"
             "def add(x, y):\n"
@@ -600,7 +611,7 @@ HACKS = [
     Hack(
         "stop_itself",  # SIGSTOP: the call never answers
         "exits",
-        ADD,
+        overrunning(ADD),
         _solution("import os, signal\ndef add(x, y):\n    os.kill(os.getpid(), signal.SIGSTOP)\n"),
         expect=TIMED_OUT,
     ),
@@ -615,7 +626,7 @@ HACKS = [
     Hack(
         "spin_forever",
         "resources",
-        ADD,
+        overrunning(ADD),
         _solution("def add(x, y):\n    while True:\n        pass\n"),
         expect=TIMED_OUT,
     ),
@@ -732,7 +743,7 @@ HACKS = [
         "timed_runs_sleep",  # no CPU, so a full speed factor, but every timed run takes long
         "resources",
         sleep_task(),
-        _solution(SLEEPS),
+        _solution(SLEEPS_CHEAPLY),
         # Correct and cheap in CPU: 1.0, within the Execute step's budget (which counts it).
         expect=SCORED_ONE,
     ),

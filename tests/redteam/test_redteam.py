@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.redteam.corpus import HOSTILE, Hostile
+from tests.redteam.corpus import HOSTILE, OVERRUN_S, ROOM_S, Hostile
 from tests.redteam.hacks import ADD, HACKS, TASKS, Hack
 from trialbox.models import Sample, Status, Task
 from trialbox.models.result import ExecutionResult, reward_for
@@ -60,6 +60,26 @@ def test_every_row_declares_an_unmasked_outcome_the_reward_table_allows() -> Non
     assert wrong == []
     assert {r.expect.status for r in HACKS} >= {Status.INTEGRITY_VIOLATION, Status.TIMEOUT}
     assert {r.expect.status for r in HOSTILE} == {Status.SUCCEEDED, Status.TIMEOUT, Status.OOM}
+
+
+def test_every_row_gives_its_declared_outcome_a_wide_margin() -> None:
+    """On a loaded machine a wall limit is what gives first, so no outcome may hang on one: a
+    row declared to overrun its time never ends and is graded within OVERRUN_S, every other
+    row has ROOM_S to finish or reach its memory limit. Agent commands stop at OVERRUN_S: what
+    they do leaves the grading's status alone. (The performance scorer's rows are sized by
+    their own limits, which their attacks are about.)"""
+    rows: list[Hack | Hostile] = [*HACKS, *HOSTILE]
+    wrong = [
+        (r.name, str(r.expect), r.task.limits.timeout_s, r.task.grading_timeout_s)
+        for r in rows
+        if r.task.grading.performance is None
+        and (
+            r.task.limits.timeout_s != OVERRUN_S
+            or r.task.grading_timeout_s
+            != (OVERRUN_S if r.expect.statuses == (Status.TIMEOUT,) else ROOM_S)
+        )
+    ]
+    assert wrong == []
 
 
 def test_a_workspace_of_many_long_named_modules_grades_normally(backend: Runner) -> None:
