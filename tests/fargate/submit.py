@@ -12,7 +12,7 @@ import pytest
 
 from tests.fargate.harness import Service
 from tests.support.tasks import ADD_TASK
-from trialbox.models import ExecutionRequest, ExecutionResult, Status
+from trialbox.models import ExecutionRequest, ExecutionResult, Status, Task
 from trialbox.sdk import Client
 
 JOB_TIMEOUT_S = 90
@@ -114,3 +114,16 @@ def describe(result: ExecutionResult) -> str:
 
 def assert_not_sandbox_error(result: ExecutionResult) -> None:
     assert result.status != Status.SANDBOX_ERROR, describe(result)
+
+
+def graded_job(task: Task, files: dict[str, Any], commands: list[list[str]]) -> ExecutionRequest:
+    """A graded job of the task with these files and commands."""
+    return ExecutionRequest.model_validate(
+        {
+            "request_id": f"fg-{uuid.uuid4().hex[:12]}",
+            "task": task.model_dump(mode="json", exclude_none=True),
+            "files": files,
+            "commands": commands,
+            "grade": True,
+        }
+    )

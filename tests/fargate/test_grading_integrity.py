@@ -1,26 +1,21 @@
 """The grading boundary on both backends: the red-team corpus (tests/redteam/hacks.py) and the
 hostile corpus (tests/redteam/corpus.py) on bwrap, as tests/redteam runs them, and as real jobs
-through the worker as the task definition runs it (rlimit backend, the task's capabilities);
-and all 164 HumanEval canonical solutions on the worker, as tests/sandbox/test_humaneval.py
-runs them on the host."""
+through the worker as the task definition runs it (rlimit backend, the task's capabilities)."""
 
 from __future__ import annotations
 
 import contextlib
-import uuid
 import warnings
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
-from typing import Any
 
 import pytest
 
 from tests.fargate.harness import Harness, Service
-from tests.fargate.submit import run_in_window, run_jobs
+from tests.fargate.submit import graded_job, run_in_window
 from tests.redteam.corpus import HOSTILE, Hostile, result_summary
 from tests.redteam.hacks import HACKS, Hack
-from trialbox.models import ExecutionRequest, ExecutionResult, Sample, Status, Task
-from trialbox.qc import humaneval
+from trialbox.models import ExecutionResult, Sample
 from trialbox.sandbox.config import SandboxConfig
 from trialbox.sandbox.runner import Runner
 from trialbox.scoring import score
@@ -36,18 +31,6 @@ IN_FLIGHT = 2
 class DeclaredOutcomes(UserWarning):
     """Carries the table to the log: under xdist a passing test's output is not shown, its
     warnings are (the warnings summary)."""
-
-
-def _job(task: Task, files: dict[str, Any], commands: list[list[str]]) -> ExecutionRequest:
-    return ExecutionRequest.model_validate(
-        {
-            "request_id": f"fg-{uuid.uuid4().hex[:12]}",
-            "task": task.model_dump(mode="json", exclude_none=True),
-            "files": files,
-            "commands": commands,
-            "grade": True,
-        }
-    )
 
 
 def _on_bwrap(rows: list[Hack | Hostile]) -> list[ExecutionResult]:
@@ -101,7 +84,7 @@ def fresh_worker(harness: Harness) -> Iterator[Service]:
 def test_both_corpora_get_their_declared_outcome_on_both_backends(
     client: Client, fresh_worker: Service
 ) -> None:
-    jobs = [_job(row.task, row.files, row.commands) for row in ROWS]
+    jobs = [graded_job(row.task, row.files, row.commands) for row in ROWS]
     with ThreadPoolExecutor(1) as pool:  # both backends at once
         bwrap = pool.submit(_on_bwrap, ROWS)
         rlimit = run_in_window(client, fresh_worker, jobs, IN_FLIGHT, timeout=180)
@@ -117,17 +100,3 @@ def test_both_corpora_get_their_declared_outcome_on_both_backends(
     ]
     assert wrong == [], shown + "\n\n" + "\n".join(map(str, wrong))
     assert fresh_worker.failures() == []  # no container ran out of memory or crashed
-
-
-def test_every_humaneval_canonical_solution_scores_one_on_the_worker(
-    client: Client, service: Service
-) -> None:
-    tasks = [Task.model_validate(t) for t in humaneval.tasks()]
-    jobs = [_job(t, dict(t.reference or {}), []) for t in tasks]
-    results = run_jobs(client, service, jobs, timeout=900)
-    wrong = [
-        (task.task_id, r.status.value, r.reward, r.flags, r.feedback[:300])
-        for task, r in zip(tasks, results, strict=True)
-        if (r.status, r.reward, r.flags) != (Status.SUCCEEDED, 1.0, [])
-    ]
-    assert wrong == [], "\n".join(map(str, wrong))

@@ -82,10 +82,11 @@ def test_prepare_reads_a_task_set_once_per_warm_function(
     assert reads == ["s3://tasksets/tasksets/big@v1.jsonl"]
 
 
+@pytest.mark.parametrize("bad", ["{not json", "[" * 100_000 + "]" * 100_000])  # too deep too
 def test_prepare_rejects_a_task_set_with_a_line_that_is_not_json(
-    aws: Aws, preparer: Preparer
+    aws: Aws, preparer: Preparer, bad: str
 ) -> None:
-    body = json.dumps(ADD_TASK) + "\n{not json\n"
+    body = json.dumps(ADD_TASK) + "\n" + bad + "\n"
     aws.s3.put_object(Bucket="tasksets", Key=taskset_key("broken", "v1"), Body=body)
     request = ExecutionRequest.model_validate({"request_id": "r-b", "task_ref": "broken@v1/x"})
     with pytest.raises(RequestRejected, match="task set broken@v1: line 2 is not JSON"):

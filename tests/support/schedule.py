@@ -27,7 +27,7 @@ from trialbox.sandbox.shared_files import exclusive, publish
 SHARED = ("tests/fargate/",)  # packages that run as one group
 # ... but for modules long enough to pay for those fixtures themselves (its red-team corpus
 # and 164 HumanEval jobs, about half the package's time), run beside the rest.
-ALONE = ("tests/fargate/test_grading_integrity.py",)
+ALONE = ("tests/fargate/test_grading_integrity.py", "tests/fargate/test_humaneval_worker.py")
 SEED = Path(__file__).parents[1] / "durations.json"
 CACHE = Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "trialbox"
 RECORD = CACHE / "test-durations.json"
