@@ -219,3 +219,12 @@ def test_an_agent_command_the_runner_stopped_is_noted_when_the_run_went_on() -> 
     result = score(FRACTION, passed.model_copy(update={"commands": [stuck, *passed.commands]}))
     assert (result.status, result.reward) == (Status.SUCCEEDED, 1.0)
     assert result.feedback == "all 1 tests passed\nnote: command 'bash' timed out after 10 s"
+
+
+def test_a_grading_timeout_is_said_of_the_grading_when_an_agent_command_timed_out_too() -> None:
+    """Was a break: the feedback named the first command with the sample's status, an agent
+    command, when the grading timed out ("command 'bash' timed out" for a grading timeout)."""
+    late = report([], [A], status=Status.TIMEOUT)
+    stuck = command(Status.TIMEOUT).model_copy(update={"phase": "agent", "argv": ["bash"]})
+    result = score(FRACTION, late.model_copy(update={"commands": [stuck, *late.commands]}))
+    assert result.feedback == "grading timed out after 10 s"

@@ -60,7 +60,9 @@ def feedback(
                 else None
             ) or (limits.timeout_s if limits else 0)
             text = _killed(command, report, timeout)
-            if command.status == report.status:
+            # A graded run's status is its grading's: an agent command is only ever a note.
+            carries = report.grading is None or command.phase == "grading"
+            if carries and command.status == report.status:
                 return text
             killed.append(f"note: {text}")
     text = "\n".join([_graded(report, passed, expected, untrusted), *killed])
