@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -12,6 +13,7 @@ from trialbox.errors import RequestRejected
 from trialbox.keys import taskset_key
 from trialbox.models import ExecutionRequest, ExecutionResult, Status
 from trialbox.models.jobs import ExecutionDone, JobSpec, RolloutInput
+from trialbox.models.performance import copy_s
 from trialbox.pipeline.prepare import Preparer
 from trialbox.pipeline.recorder import Recorded, Recorder, RecordInput, StepError
 from trialbox.pipeline.score import Scorer
@@ -35,7 +37,8 @@ def test_prepare_writes_the_job_and_sizes_the_token_timeout(aws: Aws, preparer: 
     )
     job = JobSpec.model_validate_json(aws.traces.get_bytes(ref.job_uri))
     assert job.limits.timeout_s == 3 and job.limits.memory_mb == 512  # only tightened
-    assert (ref.timeout_s, ref.heartbeat_s) == (30 + 2 * 3 + 3 + 60, 30)  # wait + run + margin
+    run = 2 * 3 + 3 + 2 * copy_s(job.limits.disk_mb)  # commands, grading, its two copies
+    assert (ref.timeout_s, ref.heartbeat_s) == (30 + math.ceil(run) + 60, 30)  # wait+run+margin
     assert ref.job_uri == "s3://traces/jobs/r-1/job.json"
 
 

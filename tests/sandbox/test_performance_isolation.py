@@ -6,6 +6,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+import pytest
+
 from tests.support.performance_attacks import (
     BALLAST_COMMAND,
     CARRIES_RESULTS,
@@ -23,6 +25,8 @@ from trialbox.models import ExecutionRequest, Sample, Status, Task
 from trialbox.models.jobs import RolloutInput
 from trialbox.models.result import ExecutionResult
 from trialbox.pipeline.prepare import Preparer
+from trialbox.sandbox import fs
+from trialbox.sandbox.config import SandboxConfig
 from trialbox.sandbox.runner import Runner
 from trialbox.scoring import score
 
@@ -103,3 +107,88 @@ def test_the_execute_budget_covers_a_solution_that_sleeps_through_its_timed_runs
     assert (result.status, result.reward) == (Status.SUCCEEDED, 1.0), result.reward_breakdown
     assert wall > 3 * SLEEP_S
     assert wall < _execute_budget_s(task, []), wall
+
+
+# An agent command fills the workspace up to `names` entries (or until it is full: ENOSPC),
+# in one directory `depth` levels down: the deepest a copy walks (fs.MAX_DEPTH). Files, or
+# hard links to a few files (each copied as a link to its first copy). Several such commands
+# fill it in turns, each adding to what the last left.
+FILL = (
+    "import errno, os, sys\n"
+    "names, depth, links = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3] == 'links'\n"
+    "path = os.path.join(*['d'] * depth)\n"
+    "os.makedirs(path, exist_ok=True)\n"
+    "have = sum(len(dirs) + len(files) for _, dirs, files in os.walk('.'))\n"
+    "fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)\n"
+    "try:\n"
+    "    while have < names:\n"
+    "        if links:  # a file takes 65,000 names at most on ext4\n"
+    "            first = f'f{have // 30000}'\n"
+    "            try:\n"
+    "                os.link(first, str(have), src_dir_fd=fd, dst_dir_fd=fd)\n"
+    "            except FileNotFoundError:\n"
+    "                os.close(os.open(first, os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd))\n"
+    "        else:\n"
+    "            os.close(os.open(str(have), os.O_WRONLY | os.O_CREAT, 0o644, dir_fd=fd))\n"
+    "        have += 1\n"
+    "except OSError as exc:\n"
+    "    if exc.errno != errno.ENOSPC:\n"
+    "        raise\n"
+    "print(have)\n"
+)
+
+
+@pytest.fixture(scope="module")
+def rlimit() -> Runner:
+    return Runner(SandboxConfig.from_env().model_copy(update={"backend": "rlimit"}))
+
+
+def _backend(request: pytest.FixtureRequest, backend: str) -> Runner:
+    runner: Runner = request.getfixturevalue("runner" if backend == "bwrap" else "rlimit")
+    return runner
+
+
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("backend", ["bwrap", "rlimit"])
+def test_the_execute_budget_covers_every_copy_of_a_workspace_at_its_entry_bound(
+    request: pytest.FixtureRequest, backend: str
+) -> None:
+    """The most a workspace holds, 63 directories deep and all hard links (the costliest
+    names to copy), copied 7 times (set aside, graded, once per timed run of the solution):
+    the job still ends within what Prepare gives it. Short deadlines (3 s a command) leave
+    little room beyond what the budget counts."""
+    task = perf_task(repeats=5, limits={"timeout_s": 3, "memory_mb": 256})
+    grading = task.grading.model_copy(update={"timeout_s": 30.0})  # pytest's start, loaded
+    task = task.model_copy(update={"grading": grading})
+    names = fs.WORKSPACE_INODES - 1  # what bwrap's tmpfs holds: its root takes an inode
+    commands = [["python", "-c", FILL, str(names * k // 4), "63", "links"] for k in (1, 2, 3, 4)]
+    started = time.monotonic()
+    result = _grade(_backend(request, backend), task, REFERENCE, commands)
+    wall = time.monotonic() - started
+    assert [c.stdout.strip() for c in result.commands[:4]] == [c[3] for c in commands], [
+        c.stderr[-300:] for c in result.commands
+    ]
+    assert (result.status, result.tests_passed, result.loss_mask) == (Status.SUCCEEDED, 1, False)
+    assert result.reward is not None and result.reward > 0, result.feedback
+    assert wall < _execute_budget_s(task, commands), wall
+
+
+@pytest.mark.parametrize("backend", ["bwrap", "rlimit"])
+def test_a_workspace_never_holds_more_entries_than_its_bound_on_either_backend(
+    request: pytest.FixtureRequest, backend: str
+) -> None:
+    """bwrap's tmpfs refuses the entry past the bound; the rlimit backend's plain directory
+    takes it, and then its copy refuses it: the policy's ungradable workspace, scored 0 and
+    never masked."""
+    task = perf_task(repeats=3, limits={"timeout_s": 10, "memory_mb": 256})
+    commands = [["python", "-c", FILL, str(fs.WORKSPACE_INODES + 1), "1", "files"]]
+    result = _grade(_backend(request, backend), task, REFERENCE, commands)
+    made = int(result.commands[0].stdout)
+    assert (result.status, result.loss_mask, result.error) == (Status.SUCCEEDED, False, None)
+    if backend == "bwrap":
+        assert made == fs.WORKSPACE_INODES - 1
+        assert result.tests_passed == 1 and result.reward is not None and result.reward > 0
+    else:
+        assert made == fs.WORKSPACE_INODES + 1
+        assert (result.tests_passed, result.reward) == (0, 0.0)
+        assert f"more than {fs.WORKSPACE_INODES} files and directories" in result.feedback

@@ -16,10 +16,13 @@ from trialbox.errors import RequestRejected
 from trialbox.keys import checkpoint_key, job_key, taskset_key
 from trialbox.models import ExecutionRequest, Task, TaskRef
 from trialbox.models.jobs import JobRef, JobSpec, RolloutInput
+from trialbox.models.performance import copy_s
 from trialbox.pipeline.record import validation_message
 from trialbox.pipeline.stores import ObjectStore
 
 TASKSETS_KEPT = 8  # task sets a warm Prepare function keeps parsed
+# The grading tree, and the solution's modules in a directory of their own beside it.
+GRADING_COPIES = 2
 
 
 @dataclass
@@ -54,13 +57,15 @@ class Preparer:
         # a sandbox that vanished. Its clock starts when the job is queued, and a job may wait
         # up to one heartbeat for a worker (longer, and the heartbeat lapses first), so it
         # sits beyond that wait plus the runner's worst case plus a margin. The worst case is
-        # every run the job can make: its commands, the grading and the performance scorer's
-        # timed runs.
+        # every run the job can make, and every copy of its workspace, each at its deadline:
+        # its commands, the grading (and the copies it grades) and the performance scorer's
+        # timed runs (and the copies of the solution's files they start from).
         grading_s = 0.0
         if request.grade:
             grading_s = task.grading.timeout_for(limits.timeout_s)
+            grading_s += GRADING_COPIES * copy_s(limits.disk_mb)
             if task.grading.performance is not None:
-                grading_s += task.grading.performance.runs_s(limits.timeout_s)
+                grading_s += task.grading.performance.runs_s(limits.timeout_s, limits.disk_mb)
         worst = len(request.commands) * limits.timeout_s + grading_s
         return JobRef(
             request_id=request.request_id,
@@ -121,7 +126,7 @@ class Preparer:
                 continue
             try:
                 raw = json.loads(line)
-            except ValueError as exc:
+            except (ValueError, RecursionError) as exc:  # nested past the parser's depth too
                 raise RequestRejected(
                     f"task set {taskset}@{version}: line {number} is not JSON"
                 ) from exc
