@@ -9,7 +9,13 @@ from __future__ import annotations
 
 import time
 
-from tests.e2e.test_sessions_redteam import IDLE_S, RELEASED_S, TASK, checkpoint_members
+from tests.e2e.test_sessions_redteam import (
+    IDLE_S,
+    RELEASED_S,
+    TASK,
+    checkpoint_members,
+    raw_read,
+)
 from tests.support.tasks import CORRECT
 from trialbox.models import Status
 from trialbox.models.report import CommandResult
@@ -68,3 +74,28 @@ def test_checkpoint_storage_is_bounded_per_session(client: Client) -> None:
             None,
             "kept\n",
         )
+
+
+def test_a_scored_failure_stays_scored_when_the_call_is_undone(client: Client) -> None:
+    """A call whose workspace cannot be checkpointed (a 1 GiB sparse file) is undone, but its
+    status is still the worst of its commands', unmasked: a refused checkpoint never turns a
+    scored timeout into `succeeded`."""
+    with client.session(TASK, limits=SMALL) as s:
+        script = "truncate -s 1G big; sleep 30"
+        result = client._loop.run(
+            s.aio._next(op="exec", commands=[["true"], ["sh", "-c", script]], timeout_s=1)
+        )
+        assert (result.status, result.loss_mask) == (Status.TIMEOUT, False), result
+        assert [c.status for c in result.commands] == [Status.SUCCEEDED, Status.TIMEOUT]
+        assert result.error is not None and "the call is undone" in result.error
+        after = shell(s, "ls")  # the call was undone: no sparse file left
+        assert "big" not in after.stdout.split()
+
+
+def test_reading_what_is_not_a_regular_file_is_the_policys_error(client: Client) -> None:
+    with client.session(TASK) as s:
+        made = shell(s, "python3 -c \"import socket; socket.socket(socket.AF_UNIX).bind('sock')\"")
+        assert made.exit_code == 0, made.stderr
+        result = raw_read(client, s, "sock")
+        assert (result.status, result.loss_mask) == (Status.SUCCEEDED, False), result.error
+        assert result.error is not None and "not a regular file" in result.error

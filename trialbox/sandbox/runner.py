@@ -27,7 +27,7 @@ from trialbox.models.report import (
 )
 from trialbox.models.sample import Sample
 from trialbox.models.task import Isolation, Task
-from trialbox.sandbox import checkpoints, fs, processes
+from trialbox.sandbox import checkpoint_child, checkpoints, fs, processes
 from trialbox.sandbox.backend import Backend, CommandSpec, Outcome
 from trialbox.sandbox.bwrap import SANDBOX_WORKDIR, BwrapBackend
 from trialbox.sandbox.config import SandboxConfig
@@ -249,11 +249,18 @@ class Runner:
     ) -> tuple[GradingReport, Status] | None:
         uid = slot.agent_uid
         self.backend.prepare_dir(slot.work_dir, limits.disk_mb, uid, uid, 0o700)
+
         # Nothing has run in the fresh workspace yet, so nothing there can be a planted link.
         # A base checkpoint is the whole workspace it saved, starter files included (or
-        # deleted), so it replaces them.
-        if base_checkpoint is None:
-            fs.write_files(slot.work_dir, task.workspace, uid, uid)
+        # deleted), so it replaces them. Every file goes in by a child in the slot's own
+        # accounting: what the workspace holds counts against memory_mb, whoever wrote it.
+        def unpack(archive: bytes, compressed: bool) -> None:
+            checkpoint_child.unpack(slot.work_dir, archive, uid, limits.disk_mb * MiB,
+                                    checkpoint_child.cpu_budget_s(limits),
+                                    self.backend.accounting(slot, limits), compressed)  # fmt: skip
+
+        if base_checkpoint is None and task.workspace:
+            unpack(checkpoint_child.files_archive(task.workspace), compressed=False)
         # The policy's own files overflowing its workspace are its failure, scored 0 like a
         # disk it filled from a command; never a sandbox_error, whose loss mask would teach
         # padding files as a way out of a 0 reward. A full host disk is a sandbox_error.
@@ -264,8 +271,9 @@ class Runner:
             raise overflow
         try:
             if base_checkpoint is not None:
-                checkpoints.restore(slot.work_dir, base_checkpoint, uid, uid, limits.disk_mb * MiB)
-            fs.write_files(slot.work_dir, sample.files, uid, uid)
+                unpack(base_checkpoint, compressed=True)
+            if sample.files:
+                unpack(checkpoint_child.files_archive(sample.files), compressed=False)
         except checkpoints.CheckpointTooLarge as exc:
             raise overflow from exc
         except OSError as exc:

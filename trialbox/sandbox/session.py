@@ -8,7 +8,9 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import math
+import os
+import stat
+from pathlib import Path, PurePosixPath
 
 from trialbox.models.common import FileContent, file_bytes
 from trialbox.models.limits import Limits
@@ -44,7 +46,7 @@ class SessionWorkspace:
             uid = self.slot.agent_uid
             runner.backend.prepare_dir(self.slot.work_dir, self.limits.disk_mb, uid, uid, 0o700)
             if checkpoint is None:
-                fs.write_files(self.slot.work_dir, workspace, uid, uid)
+                self.write(workspace)
             else:  # the whole workspace it saved, starter files included (or deleted)
                 self._restore(checkpoint)
             if files:
@@ -53,12 +55,25 @@ class SessionWorkspace:
             self._hold.close()
             raise
 
+    def _unpack(self, archive: bytes, compressed: bool) -> None:
+        """Unpacked by a child in the slot's own accounting (checkpoint_child.unpack): what
+        the workspace holds is the sandbox's memory and CPU whoever wrote it."""
+        checkpoint_child.unpack(
+            self.slot.work_dir,
+            archive,
+            self.slot.agent_uid,
+            self.capacity,
+            checkpoint_child.cpu_budget_s(self.limits),
+            self.runner.backend.accounting(self.slot, self.limits),
+            compressed,
+        )
+
     def _restore(self, checkpoint: bytes) -> None:
         """A checkpoint never stores what its restore would not fit (checkpoints.Budget); one that
-        does not fit anyway is the policy's, as the grade scores it (never a masked error)."""
-        uid = self.slot.agent_uid
+        does not fit anyway (its pages past memory_mb included) is the policy's, as the grade
+        scores it (never a masked error)."""
         try:
-            checkpoints.restore(self.slot.work_dir, checkpoint, uid, uid, self.capacity)
+            self._unpack(checkpoint, compressed=True)
         except checkpoints.CheckpointTooLarge as exc:
             raise WorkspaceError(f"the last checkpoint does not fit the workspace: {exc}") from exc
         except OSError as exc:
@@ -86,11 +101,14 @@ class SessionWorkspace:
         return command_result("exec", argv, outcome)
 
     def write(self, files: dict[str, FileContent]) -> None:
+        if not files:
+            return
         if sum(len(file_bytes(c)) for c in files.values()) > self.capacity:
             raise WorkspaceError(f"the files do not fit the {self.limits.disk_mb} MiB workspace")
-        uid = self.slot.agent_uid
         try:
-            fs.write_files(self.slot.work_dir, files, uid, uid)
+            self._unpack(checkpoint_child.files_archive(files), compressed=False)
+        except checkpoints.CheckpointTooLarge as exc:
+            raise WorkspaceError(f"the files do not fit the workspace: {exc}") from exc
         except OSError as exc:
             if exc.errno in DISK_FULL:
                 raise WorkspaceError(
@@ -99,19 +117,20 @@ class SessionWorkspace:
             raise
 
     def read(self, path: str) -> bytes:
-        """A regular file's bytes, never through a link."""
+        """A regular file's bytes, never through a link. Anything else at `path` (nothing, a
+        directory, a socket, a FIFO, a link) is the policy's WorkspaceError, whatever the
+        error opening it was: what the file is decides, not the errno."""
         try:
             return fs.read_file(self.slot.work_dir, path, MAX_READ_BYTES)
         except fs.NotAFile as exc:
             raise WorkspaceError(str(exc)) from exc
-        except IsADirectoryError as exc:
-            raise WorkspaceError(f"{path}: not a regular file (a directory)") from exc
         except OSError as exc:
-            if exc.errno in (errno.ENOENT, errno.ENOTDIR, errno.ELOOP):
-                raise WorkspaceError(f"{path}: no such file in the workspace") from exc
             if exc.errno == errno.ENAMETOOLONG:
                 raise WorkspaceError(f"{path[:80]}...: a name too long") from exc
-            raise
+            what = _what_is(self.slot.work_dir, PurePosixPath(path).parts)
+            if what is None:  # a regular file the platform could not read
+                raise
+            raise WorkspaceError(f"{path}: {what}") from exc
 
     def checkpoint(self) -> bytes | None:
         """The workspace's archive, or None when nothing changed since the last one
@@ -123,9 +142,8 @@ class SessionWorkspace:
         now = checkpoints.fingerprint(self.slot.work_dir)
         if now is not None and now == self._fingerprint:
             return None
-        limits = self.limits
-        budget_s = math.ceil(limits.timeout_s * limits.cpus) + 1  # as a command's RLIMIT_CPU
-        accounting = self.runner.backend.accounting(self.slot, limits)
+        budget_s = checkpoint_child.cpu_budget_s(self.limits)
+        accounting = self.runner.backend.accounting(self.slot, self.limits)
         try:
             built = checkpoint_child.build(self.slot.work_dir, self.capacity, budget_s, accounting)
         except checkpoints.CheckpointTooLarge as exc:
@@ -140,3 +158,32 @@ class SessionWorkspace:
             processes.kill_all((self.slot.agent_uid,))
         self._hold.close()
         self.runner.slots.used.add(self.slot.index)  # the next wipe check inspects it
+
+
+KINDS = {stat.S_IFDIR: "a directory", stat.S_IFLNK: "a link", stat.S_IFSOCK: "a socket",
+         stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a device", stat.S_IFBLK: "a device"}  # fmt: skip
+
+
+def _what_is(root: Path, parts: tuple[str, ...]) -> str | None:
+    """What stands at `parts` under `root` when it is not a regular file (walked without
+    following a link); None for a regular file."""
+    fd = os.open(root, fs.DIR_FLAGS)
+    try:
+        for depth, part in enumerate(parts):
+            try:
+                info = os.stat(part, dir_fd=fd, follow_symlinks=False)
+            except OSError:
+                return "no such file in the workspace"
+            if depth == len(parts) - 1:
+                if stat.S_ISREG(info.st_mode):
+                    return None
+                kind = KINDS.get(stat.S_IFMT(info.st_mode), "something else")
+                return f"not a regular file ({kind})"
+            if not stat.S_ISDIR(info.st_mode):
+                return "no such file in the workspace"
+            next_fd = os.open(part, fs.DIR_FLAGS, dir_fd=fd)
+            os.close(fd)
+            fd = next_fd
+        return "not a regular file (a directory)"  # no name: the workspace itself
+    finally:
+        os.close(fd)

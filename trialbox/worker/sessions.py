@@ -146,7 +146,7 @@ class HostedSession:
 
     def serve(self) -> None:
         try:
-            with self.host.working():  # a restore and a checkpoint: the worker's memory
+            with self.host.working():  # a restore and a checkpoint: children in the task's memory
                 self._open()
             while not self.closed and not self.host.stopping.is_set():
                 left = self.spec.expires_at - time.time()
@@ -274,7 +274,7 @@ class HostedSession:
                 workspace.write(call.files)
             timeout_s = min(self._timeout(call), workspace.limits.timeout_s)
             commands = [workspace.exec(argv, timeout_s) for argv in call.commands]
-            self._save()
+            undone = self._save_or_undo()
         except WorkspaceError as exc:
             # The policy's mistake, told back, and the session goes on; a call that may have
             # changed the workspace is undone (the next call restores the last checkpoint).
@@ -305,17 +305,31 @@ class HostedSession:
             (c.status for c in commands if c.status != Status.SUCCEEDED), Status.SUCCEEDED
         )
         _, loss_mask = reward_for(status, None)
+        feedback = command_feedback(
+            commands, workspace.limits.model_copy(update={"timeout_s": timeout_s})
+        )
         return CallResult(
             **base,
             status=status,
             loss_mask=loss_mask,
             commands=commands,
-            feedback=command_feedback(
-                commands, workspace.limits.model_copy(update={"timeout_s": timeout_s})
-            ),
+            error=undone,
+            feedback=feedback if undone is None else f"{feedback}\n{undone}".strip(),
             checkpoint=self.checkpoint,
             restored_s=restored_s,
         )
+
+    def _save_or_undo(self) -> str | None:
+        """`_save` after a call's commands; None, or when the workspace they left cannot be
+        kept (WorkspaceError: not checkpointable, the storage quota spent), the call is undone
+        and the reason returned. The call's status is still its commands' (a refused checkpoint
+        never turns a scored timeout or oom into a success)."""
+        try:
+            self._save()
+        except WorkspaceError as exc:
+            self._release()  # the next call restores the last checkpoint
+            return str(exc)
+        return None
 
     def _timeout(self, call: Call) -> float:
         """A command's timeout: the call's, cut at the TTL (the reaper deletes the queues
@@ -328,7 +342,8 @@ class HostedSession:
     def _workspace(self, checkpoint: str | None, files: dict[str, Any]) -> SessionWorkspace:
         data = None if checkpoint is None else load_checkpoint(self.host.store, checkpoint)
         spec = self.spec
-        return SessionWorkspace(self.host.runner, spec.workspace, spec.limits, data, files)
+        with _lowered_priority():  # the restore's child keeps it, as a checkpoint's does
+            return SessionWorkspace(self.host.runner, spec.workspace, spec.limits, data, files)
 
     def _save(self) -> None:
         """Make the workspace durable before the reply names it (stored once per content,
