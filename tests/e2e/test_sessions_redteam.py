@@ -112,7 +112,8 @@ def test_read_file_never_leaves_the_workspace_nor_follows_links(
         ]
         for path in refused:
             started = time.monotonic()
-            with pytest.raises(SessionError) as caught:
+            # a path that cannot name a workspace file (absolute, "..") is refused at the call
+            with pytest.raises((SessionError, InputError)) as caught:
                 s.read_file(path)
             assert time.monotonic() - started < 10, f"{path}: the read hung"  # the FIFO
             assert "HOST-SECRET" not in str(caught.value)

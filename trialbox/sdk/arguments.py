@@ -10,7 +10,7 @@ from typing import Annotated, Any, TypeVar
 from pydantic import AfterValidator, BaseModel, Field, StrictInt, ValidationError
 
 from trialbox.errors import InputError
-from trialbox.models.common import Files, RelPath, StrictModel, check_text
+from trialbox.models.common import Files, StrictModel, check_text
 from trialbox.models.limits import LimitOverrides
 from trialbox.models.sessions import MAX_TTL_S
 from trialbox.sdk.inputs import located
@@ -54,7 +54,9 @@ class ForkArguments(StrictModel):
 
 
 class ReadArguments(StrictModel):
-    path: RelPath
+    # Text the worker can be sent; where it leads ("./d/f" is d/f, "../x" leaves the
+    # workspace) is the worker's to resolve, without following a link.
+    path: Text = Field(min_length=1, max_length=4096)
 
 
 class ClientArguments(StrictModel):

@@ -389,9 +389,10 @@ class Session:
             self._loop.run(self.aio.close())
 
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
-        """A call on the client's loop; on a closed session (its client's loop may be gone
-        with it) the SessionError the async face raises."""
-        if self.aio.closed:
+        """A call on the client's loop, where the async face says what a closed session
+        allows (a grade of its last checkpoint, as long as its client is open); once the
+        client's loop is gone with its close, the SessionError the async face raises."""
+        if self.aio.closed and self._loop.loop.is_closed():
             coro.close()
             raise SessionError(f"session {self.session_id} is closed")
         return self._loop.run(coro)
