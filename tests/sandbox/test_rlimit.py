@@ -7,9 +7,12 @@ bounded by a watchdog's sampling rather than a cgroup (trialbox/sandbox/watchdog
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import json
 import os
+import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -325,3 +328,107 @@ def test_what_an_agent_command_leaves_outside_the_workspace_is_gone_for_the_grad
         Status.SUCCEEDED,
         1.0,
     )
+
+
+@pytest.mark.parametrize("name", ["RssAnon:0", "RssAnon:x", "RssAnon:-999999"])
+def test_a_process_named_like_a_figure_is_counted_all_the_same(rlimit: Runner, name: str) -> None:
+    """Was a break (red team 22, a9): the watchdog searched /proc/<pid>/status for its
+    figures, and the name a process gives itself comes first. Six children named `RssAnon:0`
+    held 1.2 GiB under 256 MiB and the run succeeded; `RssAnon:x` stopped the watchdog."""
+    code = (
+        "import os, time\n"
+        "kids = []\n"
+        "for _ in range(6):\n"
+        "    pid = os.fork()\n"
+        "    if pid == 0:\n"
+        f"        open('/proc/self/comm', 'w').write({name!r})\n"
+        "        held = b'1' * (200 << 20)\n"
+        "        time.sleep(2)\n"
+        "        os._exit(0)\n"
+        "    kids.append(pid)\n"
+        "for pid in kids:\n"
+        "    os.waitpid(pid, 0)\n"
+        "print('held')\n"
+    )
+    result = rlimit.exec(["python", "-c", code], Limits(memory_mb=256, timeout_s=20))
+    assert (result.status, result.oom_killed, result.stdout) == (Status.OOM, True, "")
+    assert processes_of(uids(rlimit)) == []
+
+
+def test_semaphore_arrays_count_as_the_sandboxs_memory(rlimit: Runner) -> None:
+    """Was a break (red team 22, a1): 4 GiB of SysV semaphore arrays (kernel memory: no RSS
+    shows it) under 256 MiB, and the run succeeded. 6,000 arrays of 250 are 94 MiB."""
+    code = (
+        "import ctypes, time\n"
+        "libc = ctypes.CDLL(None)\n"
+        "made = sum(libc.semget(0, 250, 0o600) >= 0 for _ in range(6000))\n"
+        "print('made', made, flush=True)\n"
+        "time.sleep(2)\n"
+    )
+    result = rlimit.exec(["python", "-c", code], Limits(memory_mb=64, timeout_s=20))
+    assert (result.status, result.oom_killed) == (Status.OOM, True), result.stdout
+    assert processes_of(uids(rlimit)) == [] and rlimit.residue() == []
+
+
+def test_a_parent_running_many_commands_is_not_counted_twice(rlimit: Runner) -> None:
+    """Was a break (red team 22, a12): between vfork and exec a child shares its parent's
+    memory, and its figures show all of it: an honest 270 MiB program running `subprocess.run`
+    300 times under 512 MiB was `oom` (bwrap's cgroup charges the pages once). A shared
+    address space now counts once (kcmp)."""
+    code = (
+        "import subprocess\n"
+        "held = bytearray(200 << 20)\n"
+        "held[::4096] = b'1' * len(held[::4096])\n"
+        "for _ in range(1000):\n"
+        "    subprocess.run(['true'], check=True)\n"
+        "print('ran')\n"
+    )
+    result = rlimit.exec(["python", "-c", code], Limits(memory_mb=256, timeout_s=60))
+    assert (result.status, result.stdout) == (Status.SUCCEEDED, "ran\n"), result.stderr
+
+
+def test_the_io_match_grader_stays_visible_to_the_watchdog(rlimit: Runner) -> None:
+    """Was a break (red team 22, a14): io_match's grader made itself undumpable (so that the
+    program it runs cannot read the cases from its memory), the watchdog could not see its
+    descriptors without CAP_SYS_PTRACE, and charged the sandbox all the machine's shared-memory
+    growth: graded side by side with another job, a right answer was `oom`. The program runs
+    behind the boundary as another uid, or in a Landlock domain of its own, and the grader
+    stays dumpable (tests/sandbox/test_io_match.py's hunt: the cases are still out of reach).
+    An undumpable process's /proc/<pid>/fd is root's: the grader's (pytest) is never."""
+    task = Task.model_validate(
+        {
+            "task_id": "io",
+            "workspace": {"solution.py": ""},
+            "grading": {"scorer": "io_match", "io": {"inputs": ["x\n"], "outputs": ["1\n"]}},
+            "limits": {"timeout_s": 30},
+        }
+    )
+    code = "import time\ntime.sleep(1.5)\nprint(1)\n"
+    seen: dict[int, int] = {}
+    names: dict[int, str] = {}
+    parents: dict[int, int] = {}
+    done = threading.Event()
+
+    def look() -> None:
+        while not done.is_set():
+            for pid in processes_of(uids(rlimit)):
+                with contextlib.suppress(OSError):
+                    seen[pid] = os.stat(f"/proc/{pid}/fd").st_uid
+                    names[pid] = Path(f"/proc/{pid}/cmdline").read_bytes()[:60].decode()
+                    parents[pid] = int(Path(f"/proc/{pid}/stat").read_bytes().split()[3])
+            time.sleep(0.05)
+
+    sampler = threading.Thread(target=look)
+    sampler.start()
+    try:
+        sample = Sample(task_id="io", sample_id="s", files={"solution.py": code})
+        result = score(task.grading, rlimit.run(task, sample))
+    finally:
+        done.set()
+        sampler.join()
+    assert result.reward == 1.0, result.feedback
+    # The grader: the pytest process whose parent is none (its forks, before their exec or
+    # once exiting, may show root's).
+    pytest = {pid for pid, name in names.items() if "\0pytest\0" in name}
+    graders = {seen[pid] for pid in pytest if parents[pid] not in pytest}
+    assert graders and 0 not in graders, (seen, names)

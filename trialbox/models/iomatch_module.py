@@ -13,7 +13,36 @@ import sys
 
 import pytest
 
-ctypes.CDLL(None).prctl(4, 0)  # PR_SET_DUMPABLE 0: no child can read this process
+# The program must not read this process (its memory holds every case). Behind the isolation
+# boundary (trialbox_boundary: its subprocess.run) it runs in the policy's process, as the
+# agent's uid, which can reach nothing of this one. Otherwise it is this process's child, of
+# its uid: where the kernel has Landlock, each run gets a domain of its own (_unreachable),
+# and a process in a domain can reach (ptrace, /proc/<pid>/mem, fd, environ) none outside it.
+# Either way this process stays dumpable, so the rlimit backend's memory watchdog (no
+# CAP_SYS_PTRACE) sees its descriptors. Only without either does it make itself undumpable,
+# which the watchdog charges all of the machine's shared-memory growth: it cannot see in.
+_LIBC = ctypes.CDLL(None, use_errno=True)
+_LANDLOCK_CREATE_RULESET, _LANDLOCK_RESTRICT_SELF = 444, 446  # the same on x86_64 and arm64
+_ACCESS_FS_MAKE_BLOCK = 1 << 11  # a right no program needs: the domain is what matters
+_CHILD = subprocess.run.__module__ == "subprocess"  # not the boundary's
+_LANDLOCK = _CHILD and _LIBC.syscall(_LANDLOCK_CREATE_RULESET, None, 0, 1) >= 1  # its ABI
+
+
+def _unreachable():
+    """In the program's process before it starts: a Landlock domain of its own."""
+    handled = ctypes.c_uint64(_ACCESS_FS_MAKE_BLOCK)
+    ruleset = _LIBC.syscall(_LANDLOCK_CREATE_RULESET, ctypes.byref(handled), 8, 0)
+    if (
+        ruleset < 0
+        or _LIBC.prctl(38, 1, 0, 0, 0) != 0  # PR_SET_NO_NEW_PRIVS, as Landlock requires
+        or _LIBC.syscall(_LANDLOCK_RESTRICT_SELF, ruleset, 0) != 0
+    ):
+        raise OSError(ctypes.get_errno(), "no Landlock domain for the program")
+    os.close(ruleset)
+
+
+if _CHILD and not _LANDLOCK:
+    _LIBC.prctl(4, 0)  # PR_SET_DUMPABLE 0: no child can read this process
 sys.set_int_max_str_digits(0)  # a call's answer may be a factorial
 with os.fdopen(int(os.environ.pop("TRIALBOX_CASES_FD")), "rb") as _channel:
     _SPEC = json.loads(_channel.read())
@@ -150,6 +179,7 @@ def test_case(case):
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
             timeout=limit,
+            **({"preexec_fn": _unreachable} if _LANDLOCK else {}),
         )
     except subprocess.TimeoutExpired:
         pytest.fail(f"case {case}: time limit exceeded ({limit} s)", pytrace=False)

@@ -4,6 +4,9 @@ RLIMIT_AS caps each process, not their sum: six processes of a 256 MiB sandbox h
 A thread of the runner samples every slot uid's memory (the more often the closer it is to
 the limit: see ALLOC_RATE) and, once the sum passes the sandbox's memory_mb, SIGKILLs every
 process of the slot (from root, see processes) and reports `oom`, as bwrap's cgroup does.
+Only the kernel's own figures are read (never a line a process can write, such as the name
+that opens /proc/<pid>/status), a figure that is not a count is an error, and a sample that
+fails counts as over the limit: a sampling thread never stops watching.
 
 What a sample counts, over-counting rather than missing:
 - each process's resident anonymous and shared-memory pages (RssAnon + RssShmem, kernel
@@ -12,17 +15,22 @@ What a sample counts, over-counting rather than missing:
   and so do the copy-on-write pages forked processes share. Only when that sum is over the
   limit, the sample counts each page once instead (Pss_Anon + Pss_Shmem of smaps_rollup,
   which walks the page tables): twenty forks of a 60 MiB parent hold 60 MiB, as bwrap's cgroup
-  charges them, not 1.2 GiB;
+  charges them, not 1.2 GiB; and a child that shares its parent's address space (vfork before
+  exec: `subprocess.run`), which the kernel's kcmp shows, counts nothing of its own;
 - the uids' SysV segments no process maps (their `rss` in /proc/sysvipc/shm);
-- kernel memory queued in the AF_UNIX sockets they own (socket_memory: sock_diag);
-- shared memory no process maps: files the uids own on the container's tmpfs mounts and
+- kernel memory queued in the AF_UNIX sockets they own (socket_memory: sock_diag), and
+  held in their SysV semaphore arrays and message queues (kernel_memory);
+- shared memory no process maps: entries the uids own on the container's tmpfs mounts (a
+  file's pages, a long link target's page, and each entry's inode, ENTRY_BYTES) and
   memfds or unlinked tmpfs files a process of theirs holds open (looked at with this thread's
   fsuid switched to the process's uid: no CAP_SYS_PTRACE on Fargate). Walking those costs
-  more, so a sample does it only when the machine's Shmem (/proc/meminfo) grew past what is
-  left of the limit since the sandbox started: nothing else can hide unmapped shared memory.
-  Its cost is the sandbox's to raise (8,000 files in a place it writes), so it looks at files
-  only in directories the uids may write, and the next walk waits WALK_IDLE times the last
-  one's CPU time (the last walk's result standing in): a fifth of a CPU at most.
+  more, so a sample does it only when the machine's Shmem and slab (/proc/meminfo) grew past
+  what is left of the limit since the sandbox started: nothing else can hide unmapped shared
+  memory. Its cost is the sandbox's to raise (8,000 files in a place it writes), so it looks
+  at files only in directories the uids may write, and the next walk waits WALK_IDLE times
+  the last one's CPU time: a fifth of a CPU at most. In between, the last walk's result
+  stands in, plus all the machine's Shmem grew by since that walk began (both threads count
+  it): however slow the sandbox makes its walks, growth between two is never unseen.
   A process that made itself undumpable, whose descriptors cannot be looked at, is charged
   all of that growth instead.
 
@@ -37,15 +45,16 @@ import contextlib
 import ctypes
 import logging
 import os
+import platform
 import signal
 import stat
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from trialbox.errors import SandboxError
-from trialbox.sandbox import processes
+from trialbox.sandbox import kernel_memory, processes
 from trialbox.sandbox.socket_memory import UnixSocketMemory
 
 log = logging.getLogger("trialbox.sandbox")
@@ -61,6 +70,9 @@ IDLE_S = 0.05
 WALK_IDLE = 4
 ALLOC_RATE = 2 * 1024**3
 KiB = 1024
+# An entry of a tmpfs holds an inode and a dentry (slab) besides its pages: an empty file or
+# a directory is ~1 KiB of memory.
+ENTRY_BYTES = 1024
 MOUNTINFO = Path("/proc/self/mountinfo")
 SHM_FS = ("tmpfs", "shm")
 
@@ -94,15 +106,27 @@ def _pids(uids: tuple[int, ...]) -> list[int]:
     return found
 
 
+def _fields(text: bytes, keys: tuple[bytes, ...]) -> dict[bytes, int]:
+    """The kernel's own `Key:  value kB` lines of a /proc status or smaps_rollup text, by key.
+    The first line is never read: a status's is the name a process gives itself (its comm,
+    where the kernel escapes a newline), and `RssAnon:0` there is no figure. A value that is
+    not a count is a ValueError, never a negative or a guess."""
+    found = {}
+    for line in text.split(b"\n")[1:]:
+        key, colon, value = line.partition(b":")
+        if colon and key + colon in keys:
+            figure = value.split()[:1]
+            if not figure or not figure[0].isdigit():
+                raise ValueError(f"not a count in a /proc line: {line[:80]!r}")
+            found[key + colon] = int(figure[0])
+    return found
+
+
 def _rss_fields(status: bytes) -> int | None:
-    if b"RssAnon:" not in status:
+    found = _fields(status, (b"RssAnon:", b"RssShmem:"))
+    if b"RssAnon:" not in found:
         return None  # no memory of its own to show: a zombie, or a leader that exited alone
-    total = 0
-    for field in (b"RssAnon:", b"RssShmem:"):
-        at = status.find(field)
-        if at >= 0:
-            total += int(status[at + len(field) :].split(None, 1)[0]) * KiB
-    return total
+    return sum(found.values()) * KiB
 
 
 def _resident(pid: int) -> int:
@@ -122,13 +146,10 @@ def _resident(pid: int) -> int:
 
 
 def _pss_fields(rollup: bytes) -> int | None:
-    if b"Pss_Anon:" not in rollup:
+    found = _fields(rollup, (b"Pss_Anon:", b"Pss_Shmem:"))
+    if b"Pss_Anon:" not in found:
         return None  # no memory to show (a leader that exited alone), or an old kernel
-    total = 0
-    for field in (b"Pss_Anon:", b"Pss_Shmem:"):
-        at = rollup.find(field)
-        total += int(rollup[at + len(field) :].split(None, 1)[0]) * KiB
-    return total
+    return sum(found.values()) * KiB
 
 
 def _proportional(pid: int) -> int:
@@ -146,6 +167,64 @@ def _proportional(pid: int) -> int:
                 if found is not None:
                     return found
     return _resident(pid)
+
+
+# kcmp, setresuid and setresgid by number: glibc's wrappers of the latter two change every
+# thread of the process, the system calls only the calling one.
+_SYSCALLS = {"x86_64": (312, 117, 119), "aarch64": (272, 147, 149)}
+KCMP_VM = 1
+
+
+def _same_mm(pid: int, other: int, uid: int) -> bool:
+    """Whether two processes of `uid` share one address space: a vfork child before its exec
+    shares its parent's, and its figures show all of the parent's memory. kcmp(KCMP_VM) is
+    the kernel's own answer; its check is on the caller's real uid (no CAP_SYS_PTRACE on
+    Fargate), so this thread alone takes the uid for the call, keeping root as its saved uid
+    to return to. False when it cannot tell (an undumpable process): counted twice, never
+    missed."""
+    kcmp, setresuid, setresgid = _SYSCALLS[platform.machine()]
+    if _libc.syscall(setresgid, uid, uid, 0) != 0:
+        return False
+    try:
+        if _libc.syscall(setresuid, uid, uid, 0) != 0:
+            return False
+        try:
+            return bool(_libc.syscall(kcmp, pid, other, KCMP_VM, 0, 0) == 0)
+        finally:
+            if _libc.syscall(setresuid, 0, 0, 0) != 0:
+                raise OSError(ctypes.get_errno(), "the watchdog could not take root back")
+    finally:
+        if _libc.syscall(setresgid, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "the watchdog could not take gid 0 back")
+
+
+def _parent(pid: int) -> int:
+    """The parent's pid, from /proc/<pid>/stat after the name (which a process sets), or 0."""
+    with contextlib.suppress(OSError, IndexError, ValueError):
+        return int(_read(f"/proc/{pid}/stat").rsplit(b")", 1)[1].split()[1])
+    return 0
+
+
+def _once_per_mm(figures: dict[int, int]) -> int:
+    """The sum of each process's figure (pid: bytes), an address space a child shares with
+    its parent (vfork, posix_spawn, CLONE_VM) counted once: the parent's. Processes that
+    share one otherwise (siblings by CLONE_PARENT) count each time."""
+    total = 0
+    for pid, figure in figures.items():
+        if not figure:
+            continue
+        parent = _parent(pid)
+        if parent in figures:
+            with contextlib.suppress(OSError):
+                uid = os.stat(f"/proc/{pid}").st_uid
+                if os.stat(f"/proc/{parent}").st_uid == uid and _same_mm(pid, parent, uid):
+                    continue
+        if parent == 0 or parent in figures:
+            # Gone, or not sharing (no longer, once it has exec'd since its figure was read):
+            # a fresh figure of its own.
+            figure = _proportional(pid)
+        total += figure
+    return total
 
 
 def _unmapped_sysv(uids: tuple[int, ...]) -> int:
@@ -170,9 +249,12 @@ def _unmapped_sysv(uids: tuple[int, ...]) -> int:
 
 def _shmem() -> int:
     """The machine's Shmem (every tmpfs page, memfd, SysV segment and shared mapping)."""
-    meminfo = _read("/proc/meminfo")
-    at = meminfo.find(b"Shmem:")
-    return int(meminfo[at + 6 :].split(None, 1)[0]) * KiB
+    return _fields(_read("/proc/meminfo"), (b"Shmem:",))[b"Shmem:"] * KiB
+
+
+def _slab() -> int:
+    """The machine's kernel slab: where a tmpfs's inodes are (an empty file, a directory)."""
+    return _fields(_read("/proc/meminfo"), (b"Slab:",))[b"Slab:"] * KiB
 
 
 _libc = ctypes.CDLL(None, use_errno=True)
@@ -222,9 +304,10 @@ def _writable_by(info: os.stat_result, uids: tuple[int, ...]) -> bool:
 
 
 def _unmapped_files(uids: tuple[int, ...], pids: list[int], places: list[Path], grown: int) -> int:
-    """Bytes of tmpfs files the uids own under `places`, and of memfds and unlinked files
-    their processes hold open, each file once. A process whose descriptors cannot be looked at
-    is charged all of the machine's shared-memory growth (`grown`) instead: it hid."""
+    """Bytes of tmpfs entries the uids own under `places` (pages and inodes), and of memfds
+    and unlinked files their processes hold open, each file once. A process whose descriptors
+    cannot be looked at is charged all of the machine's shared-memory growth (`grown`)
+    instead: it hid."""
     seen: dict[tuple[int, int], int] = {}
     stack = [(place, True) for place in places]
     while stack:
@@ -239,8 +322,8 @@ def _unmapped_files(uids: tuple[int, ...], pids: list[int], places: list[Path], 
                     info = entry.stat(follow_symlinks=False)
                     if stat.S_ISDIR(info.st_mode) and not os.path.ismount(entry.path):
                         stack.append((Path(entry.path), _writable_by(info, uids)))
-                    elif info.st_uid in uids and stat.S_ISREG(info.st_mode):
-                        seen[(info.st_dev, info.st_ino)] = info.st_blocks * 512
+                    if info.st_uid in uids:  # a file, a directory, a link (its target's page)
+                        seen[(info.st_dev, info.st_ino)] = info.st_blocks * 512 + ENTRY_BYTES
     devices = {os.stat(place).st_dev for place in places if place.exists()}
     hidden = [pid for pid in pids if not _open_files(pid, devices, seen)]
     return max(sum(seen.values()), grown) if hidden else sum(seen.values())
@@ -261,6 +344,10 @@ class MemoryWatchdog:
         self._done = threading.Event()
         self._kill = threading.Lock()
         self._shmem_low = _shmem()
+        self._slab_low = _slab()
+        # The machine's Shmem when the last walk began (None before the first): what it grew
+        # by since counts as the sandbox's until the next walk says whose it is.
+        self._walk_shmem: int | None = None
         self._processes = 0  # bytes, and pids, of the last processes' sample
         self._pids: list[int] = []
         self._kernel = 0  # bytes of the last sockets-and-files sample
@@ -286,8 +373,14 @@ class MemoryWatchdog:
     def peak_mb(self) -> float:
         return round(self.peak / (KiB * KiB), 2)
 
+    def _standing(self) -> int:
+        """The machine's shared memory grown since the last walk began: however long the
+        sandbox makes the walks take (its files), growth between two is never unseen."""
+        walked = self._walk_shmem
+        return 0 if walked is None else max(_shmem() - walked, 0)
+
     def _total(self) -> int:
-        total = self._processes + self._kernel
+        total = self._processes + self._kernel + self._standing()
         self.peak = max(self.peak, total)
         return total
 
@@ -296,31 +389,38 @@ class MemoryWatchdog:
         resident = sum(_resident(pid) for pid in pids)
         sysv = _unmapped_sysv(self.uids)
         if resident + sysv + self._kernel > self.limit:  # shared pages may count many times
-            resident = sum(_proportional(pid) for pid in pids)
+            resident = _once_per_mm({pid: _proportional(pid) for pid in pids})
         self._processes = resident + sysv
         self._pids = pids
         return self._total()
 
     def _sample_kernel(self) -> int:
-        sockets = self._sockets.queued(self.uids)
-        # Growth since the lowest Shmem seen, so that another sandbox's release cannot hide
-        # this one's growth. The walk costs more: only when the growth could matter, and not
-        # when the sandbox is over without it.
-        shmem = _shmem()
+        sockets = self._sockets.queued(self.uids) + kernel_memory.held_by(self.uids)
+        # Growth since the lowest Shmem (and slab: a tmpfs's inodes) seen, so that another
+        # sandbox's release cannot hide this one's growth. The walk costs more: only when the
+        # growth could matter, and not when the sandbox is over without it.
+        shmem, slab = _shmem(), _slab()
         self._shmem_low = min(self._shmem_low, shmem)
+        self._slab_low = min(self._slab_low, slab)
         grown = shmem - self._shmem_low
-        files = 0
-        if self._processes + sockets <= self.limit < self._processes + sockets + grown:
-            files = self._files
-            if time.monotonic() >= self._next_walk:
-                started = time.thread_time()
-                files = self._files = _unmapped_files(self.uids, self._pids, self.places, grown)
-                grown = 0
-                # The walk's cost is the sandbox's to raise (its files): at most a share of a
-                # CPU goes to it, the last walk's result standing in between.
-                cost = time.thread_time() - started
-                self._next_walk = time.monotonic() + cost * WALK_IDLE
-        self._kernel, self._unwalked = sockets + files, grown
+        near = self._processes + sockets + grown + slab - self._slab_low
+        if not self._processes + sockets <= self.limit < near:
+            self._kernel, self._unwalked, self._walk_shmem = sockets, grown, None
+            return self._total()
+        if time.monotonic() >= self._next_walk:
+            if self._walk_shmem is None:  # the growth during the first walk counts
+                self._walk_shmem = shmem
+            started = time.thread_time()
+            self._files = _unmapped_files(self.uids, self._pids, self.places, grown)
+            # The walk's cost is the sandbox's to raise (its files): at most a share of a CPU
+            # goes to it, its result standing in until the next, with what the machine's
+            # shared memory grew by since it began (_standing).
+            cost = time.thread_time() - started
+            self._next_walk = time.monotonic() + cost * WALK_IDLE
+            self._kernel, self._walk_shmem = sockets + self._files, shmem
+        else:
+            self._kernel = sockets + self._files
+        self._unwalked = 0
         return self._total()
 
     def _next_wait(self, total: int) -> float:
@@ -328,22 +428,26 @@ class MemoryWatchdog:
         rate = ALLOC_RATE * (os.cpu_count() or 1)
         return min(max((self.limit - total - self._unwalked) / rate, SAMPLE_S), IDLE_S)
 
-    def _watch_processes(self) -> None:
+    def _watch(self, sample: Callable[[], int]) -> None:
+        """Sample until stopped or over. A sample that fails counts as over the limit: a
+        thread that stopped watching would leave the sandbox unbounded."""
         wait = SAMPLE_S
         while not self._done.wait(wait):
-            total = self._sample_processes()
+            try:
+                total = sample()
+            except Exception:
+                log.exception("a memory sample of uids %s failed: counted as over", self.uids)
+                return self._over()
             if total > self.limit:
                 return self._over()
             wait = self._next_wait(total)
 
+    def _watch_processes(self) -> None:
+        self._watch(self._sample_processes)
+
     def _watch_kernel(self) -> None:
-        wait = SAMPLE_S
         with contextlib.closing(self._sockets):
-            while not self._done.wait(wait):
-                total = self._sample_kernel()
-                if total > self.limit:
-                    return self._over()
-                wait = self._next_wait(total)
+            self._watch(self._sample_kernel)
 
     def _over(self) -> None:
         """Once, from whichever thread saw it: kill the slot and say so."""
@@ -351,10 +455,10 @@ class MemoryWatchdog:
             return
         self.exceeded = True
         self._done.set()  # the other thread stops sampling
-        for pid in self._pids:  # at once: each ms of a kill's /proc scan is more memory
-            with contextlib.suppress(OSError):
-                os.kill(pid, signal.SIGKILL)
         try:
+            # The last sample's first, at once (each ms of a kill's /proc scan is more
+            # memory): only those still the slot's when signalled, as every kill.
+            processes._signal(self._pids, self.uids, signal.SIGKILL)
             processes.kill_all(self.uids)
         except SandboxError:  # the runner's own kill_tree meets it again, and raises
             log.exception("the memory watchdog's kill of uids %s failed", self.uids)
