@@ -43,7 +43,9 @@ from trialbox.worker.sessions import SessionHost
 
 WRONG = "def add(a, b):\n    return 3\n"
 HARNESS = "iam-harness"  # the test's own calls: setting scenes up, no principal's
-HEARTBEAT_S = 6  # the worker beats every 2 s: a 5 s job beats, and extends its visibility
+# The worker beats every 2 s: a 5 s job beats and extends its visibility. With no worker, a
+# /run_code call must miss its deadline (wait_s: about 26 s) before 3 lapsed heartbeats fail it.
+HEARTBEAT_S = 10
 BROKEN = "iam-broken"  # its runner fails after a few heartbeats: a sandbox_error
 
 

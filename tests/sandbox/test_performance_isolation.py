@@ -26,6 +26,7 @@ from trialbox.models.jobs import RolloutInput
 from trialbox.models.result import ExecutionResult
 from trialbox.pipeline.prepare import Preparer
 from trialbox.sandbox import fs
+from trialbox.sandbox import runner as runner_module
 from trialbox.sandbox.config import SandboxConfig
 from trialbox.sandbox.runner import Runner
 from trialbox.scoring import score
@@ -148,29 +149,22 @@ def _backend(request: pytest.FixtureRequest, backend: str) -> Runner:
     return runner
 
 
-@pytest.mark.timeout(900)
 @pytest.mark.parametrize("backend", ["bwrap", "rlimit"])
-def test_the_execute_budget_covers_every_copy_of_a_workspace_at_its_entry_bound(
-    request: pytest.FixtureRequest, backend: str
+def test_every_copy_a_job_makes_is_held_to_the_deadline_the_budget_counts(
+    request: pytest.FixtureRequest, backend: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The most a workspace holds, 63 directories deep and all hard links (the costliest
-    names to copy), copied 7 times (set aside, graded, once per timed run of the solution):
-    the job still ends within what Prepare gives it. Short deadlines (3 s a command) leave
-    little room beyond what the budget counts."""
-    task = perf_task(repeats=5, limits={"timeout_s": 3, "memory_mb": 256})
-    grading = task.grading.model_copy(update={"timeout_s": 30.0})  # pytest's start, loaded
-    task = task.model_copy(update={"grading": grading})
-    names = fs.WORKSPACE_INODES - 1  # what bwrap's tmpfs holds: its root takes an inode
-    commands = [["python", "-c", FILL, str(names * k // 4), "63", "links"] for k in (1, 2, 3, 4)]
-    started = time.monotonic()
+    """Prepare's budget counts each copy of a workspace at copy_s (test_steps); the runner holds
+    every copy to that same deadline, so a job's copies never outlast what the budget gives
+    them (at the entry bound, 65,535 hard links 63 deep take 3.4 s idle and 18 s at load 11:
+    benchmarks/copy_bound.py). Here the deadline is cut to nothing: a copy that cannot finish
+    in it is the policy's ungradable workspace, scored 0 and never masked."""
+    monkeypatch.setattr(runner_module, "copy_s", lambda disk_mb: 0.0)
+    task = perf_task(repeats=3, limits={"timeout_s": 10, "memory_mb": 256})
+    commands = [["python", "-c", FILL, "2000", "8", "files"]]
     result = _grade(_backend(request, backend), task, REFERENCE, commands)
-    wall = time.monotonic() - started
-    assert [c.stdout.strip() for c in result.commands[:4]] == [c[3] for c in commands], [
-        c.stderr[-300:] for c in result.commands
-    ]
-    assert (result.status, result.tests_passed, result.loss_mask) == (Status.SUCCEEDED, 1, False)
-    assert result.reward is not None and result.reward > 0, result.feedback
-    assert wall < _execute_budget_s(task, commands), wall
+    assert (result.status, result.loss_mask, result.error) == (Status.SUCCEEDED, False, None)
+    assert (result.tests_passed, result.reward) == (0, 0.0)
+    assert "took more than 0 s to copy" in result.feedback, result.feedback
 
 
 @pytest.mark.parametrize("backend", ["bwrap", "rlimit"])
