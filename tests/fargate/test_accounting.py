@@ -68,4 +68,6 @@ def test_offloaded_work_is_as_slow_as_honest_work(client: Client, service: Servi
         cpu.append(float(result.reward_breakdown["cpu_s"]))
     honest, *offloaded = cpu
     for name, seconds in zip(OFFLOADED, offloaded, strict=True):
-        assert abs(seconds - honest) <= 0.25 * honest, (name, seconds, honest)
+        # The attack under-reports (0.02 s for 0.63 s): each offload's CPU is the honest
+        # run's, within what a loaded machine adds to one measurement or the other.
+        assert seconds >= 0.6 * honest, (name, seconds, honest)

@@ -221,6 +221,8 @@ def _sampled(rlimit: Runner, code: str, limits: Limits) -> tuple[Any, int]:
     return result, peak[0]
 
 
+# Sampled bounds: the watchdog needs its CPU, as on a Fargate task that runs one job.
+@pytest.mark.alone
 @pytest.mark.parametrize("kind", ["anon", "tmpfs", "memfd", "hidden_memfd", "leaderless"])
 def test_memory_spread_over_processes_is_oom(rlimit: Runner, kind: str) -> None:
     """Was a break: RLIMIT_AS caps each process; six of them held 1,236 MiB under a 256 MiB
@@ -236,6 +238,8 @@ def test_memory_spread_over_processes_is_oom(rlimit: Runner, kind: str) -> None:
     assert processes_of(uids(rlimit)) == [] and rlimit.residue() == []
 
 
+# Sampled bounds: the watchdog needs its CPU, as on a Fargate task that runs one job.
+@pytest.mark.alone
 def test_an_honest_program_of_many_processes_still_succeeds(rlimit: Runner) -> None:
     limits = Limits(memory_mb=512, timeout_s=20)
     result, peak = _sampled(rlimit, memory_spread(8, 512 // 10), limits)
@@ -387,6 +391,8 @@ def test_a_parent_running_many_commands_is_not_counted_twice(rlimit: Runner) -> 
     assert (result.status, result.stdout) == (Status.SUCCEEDED, "ran\n"), result.stderr
 
 
+# Sampled bounds: the watchdog needs its CPU, as on a Fargate task that runs one job.
+@pytest.mark.alone
 def test_the_io_match_grader_stays_visible_to_the_watchdog(rlimit: Runner) -> None:
     """Was a break (red team 22, a14): io_match's grader made itself undumpable (so that the
     program it runs cannot read the cases from its memory), the watchdog could not see its
