@@ -9,21 +9,12 @@ from typing import Any
 
 from tests.fargate.harness import Service
 from tests.fargate.submit import run_jobs
-from tests.support.performance_attacks import perf_task
+from tests.support.performance_attacks import SLOW, perf_task
 from trialbox.models import ExecutionRequest, Status
 from trialbox.sdk import Client
 
-# Four times the reference's work.
-SLOW = (
-    "import os\n"
-    "def _slow(n):\n"
-    "    for _ in range(4):\n"
-    "        t = 0\n"
-    "        for i in range(n):\n"
-    "            t += i\n"
-    "    return t\n"
-)
-HONEST = SLOW + "def total(n):\n    return _slow(n)\n"
+SLOW_WITH_OS = "import os\n" + SLOW  # four times the reference's work
+HONEST = SLOW_WITH_OS + "def total(n):\n    return _slow(n)\n"
 # The slow work in a child never waited for (the red team's offload), and in a daemon.
 OFFLOADED = {
     "unwaited_child": "    if os.fork() == 0:\n",
@@ -33,7 +24,7 @@ OFFLOADED = {
 
 
 def _offloaded(fork: str) -> str:
-    return SLOW + (
+    return SLOW_WITH_OS + (
         "def total(n):\n"
         "    if n <= 1000:\n"
         "        return _slow(n)\n"
