@@ -60,15 +60,16 @@ from trialbox.sandbox.socket_memory import UnixSocketMemory
 log = logging.getLogger("trialbox.sandbox")
 
 # A sample costs ~0.5 ms of CPU. The next one comes when the sandbox could have filled what is
-# left of its limit at ALLOC_RATE a CPU (page faults run at ~0.5 GiB/s a core measured on
-# Firecracker, as Fargate is; four times that here), every SAMPLE_S at the closest and
-# IDLE_S at the farthest.
+# left of its limit at ALLOC_RATE a CPU, every SAMPLE_S at the closest and IDLE_S at the
+# farthest. The fastest way to fill memory is write() into a memfd or a tmpfs file: six
+# processes on two cores here filled 550 MiB in 50 ms (~5.5 GiB/s a core; page faults of the
+# heap are slower, ~0.5 GiB/s a core on Firecracker, as Fargate is).
 SAMPLE_S = 0.002
 IDLE_S = 0.05
 # A walk of the tmpfs files costs what the sandbox put there: WALK_IDLE times its CPU time
 # passes before the next one, so the walks take at most a fifth of a CPU.
 WALK_IDLE = 4
-ALLOC_RATE = 2 * 1024**3
+ALLOC_RATE = 8 * 1024**3
 KiB = 1024
 # An entry of a tmpfs holds an inode and a dentry (slab) besides its pages: an empty file or
 # a directory is ~1 KiB of memory.
