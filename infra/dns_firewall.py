@@ -7,7 +7,8 @@ names are allowed (their answers come from AWS's servers); any other query gets 
 The names, all in `Fn::Sub` form:
 - Fargate's own image pull and log driver, which go through the task's ENI (platform 1.4+):
   ECR api, ECR dkr (this account's registry), ECR's layer bucket, Logs;
-- the worker's boto3 calls: SQS, Step Functions, and S3 for the stack's buckets, by the names
+- the worker's boto3 calls: SQS, Step Functions, DynamoDB (its admission lease), and S3 for the
+  stack's buckets, by the names
   botocore addresses them (virtual-hosted `<bucket>.s3.<region>`; in us-east-1 the legacy
   global `<bucket>.s3.amazonaws.com`) plus the regional path-style host.
 """
@@ -33,6 +34,7 @@ SERVICE_NAMES = (
     f"logs.${{AWS::Region}}.{DOMAIN}",
     f"sqs.${{AWS::Region}}.{DOMAIN}",
     f"states.${{AWS::Region}}.{DOMAIN}",
+    f"dynamodb.${{AWS::Region}}.{DOMAIN}",
     f"s3.${{AWS::Region}}.{DOMAIN}",
 )
 # Each stack bucket's virtual-hosted names: regional, and boto3's us-east-1 (global) form.

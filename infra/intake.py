@@ -1,4 +1,5 @@
-"""The requests queue and the dispatcher that turns each message into one execution."""
+"""The requests queue, the dispatcher that turns each message into one execution once a pool slot
+is free for it, and the consumer of the requests DLQ, which answers what still dead-letters."""
 
 from __future__ import annotations
 
@@ -10,6 +11,9 @@ from infra.lambdas import TrialboxFunction
 from infra.queues import QueueWithDlq
 
 DISPATCHER_TIMEOUT = Duration.seconds(30)
+# Dispatchers at once. While the pool is full each holds its batch up to its timeout waiting
+# for a slot (then sends it back): the backlog stays in the queue, not in Lambda.
+DISPATCHER_CONCURRENCY = 10
 
 
 class Intake(Construct):
@@ -24,13 +28,19 @@ class Intake(Construct):
         )
         self.batch_size = batch_size
 
-    def attach(self, dispatcher: TrialboxFunction) -> None:
+    def attach(self, dispatcher: TrialboxFunction, dead_letters: TrialboxFunction) -> None:
         dispatcher.function.add_event_source(
             SqsEventSource(
                 self.requests.queue,
                 batch_size=self.batch_size,
                 report_batch_item_failures=True,
+                max_concurrency=DISPATCHER_CONCURRENCY,
             )
+        )
+        # A request that waited for a slot goes back as a new message (never a failed receive).
+        self.requests.queue.grant(dispatcher.role, "sqs:SendMessage")
+        dead_letters.function.add_event_source(
+            SqsEventSource(self.requests.dlq, batch_size=10, report_batch_item_failures=True)
         )
         # SendMessage alone: grant_send_messages adds GetQueueAttributes and GetQueueUrl, which
         # the dispatcher never calls (it has the DLQ's URL), and tests/iam fails unused grants.

@@ -24,6 +24,7 @@ from aws_cdk import aws_logs as logs
 from constructs import Construct
 
 from infra.nag import XRAY, acknowledge
+from trialbox import aws_retries
 from trialbox.constants import METRICS_NAMESPACE
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -120,6 +121,8 @@ class TrialboxFunction(Construct):
             environment={
                 "POWERTOOLS_SERVICE_NAME": service_name(name),
                 "POWERTOOLS_METRICS_NAMESPACE": METRICS_NAMESPACE,
+                # The handlers' boto3 clients retry throttles and 5xx (trialbox.aws_retries).
+                **aws_retries.ENVIRONMENT,
                 **environment,
             },
         )

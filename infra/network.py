@@ -1,10 +1,11 @@
 """An isolated VPC: no internet gateway, no NAT. Workers reach AWS through VPC endpoints only.
 
 Sandboxed code shares the worker's network, so the network is what closes its egress:
-- security groups: the workers reach only the interface endpoints' group and the S3 gateway's
-  prefix list, both on 443; the endpoints accept 443 from the workers only;
-- endpoint policies: S3 serves only the stack's buckets and ECR's layer bucket; SQS, Step
-  Functions, ECR and Logs serve only this account's principals on this account's resources;
+- security groups: the workers reach only the interface endpoints' group and the S3 and
+  DynamoDB gateways' prefix lists, all on 443; the endpoints accept 443 from the workers only;
+- endpoint policies: S3 serves only the stack's buckets and ECR's layer bucket; DynamoDB only
+  the worker's two calls on the admission table (its lease); SQS, Step Functions, ECR and Logs
+  serve only this account's principals on this account's resources;
 - a DNS firewall (`infra/dns_firewall.py`): only the names the task resolves, NODATA for the rest.
 """
 
@@ -13,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from aws_cdk import Aws, RemovalPolicy, Stack
+from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
@@ -40,6 +42,8 @@ ACCOUNT_RESOURCES = {
     "Logs": ("logs", "*"),
 }
 HTTPS = ec2.Port.tcp(443)
+# A worker's only DynamoDB calls: its admission lease (trialbox.worker.lease).
+WORKER_TABLE_ACTIONS = ("dynamodb:PutItem", "dynamodb:DeleteItem")
 
 
 def this_account() -> dict[str, dict[str, str]]:
@@ -53,9 +57,11 @@ class Network(Construct):
         construct_id: str,
         *,
         buckets: Sequence[s3.IBucket],
+        admission: dynamodb.ITable,
         log_retention_days: int,
     ) -> None:
-        """`buckets`: the only buckets the S3 gateway serves, besides ECR's layer bucket."""
+        """`buckets`: the only buckets the S3 gateway serves, besides ECR's layer bucket;
+        `admission`: the only table the DynamoDB gateway serves (the workers' leases)."""
         super().__init__(scope, construct_id)
         self.vpc = ec2.Vpc(
             self,
@@ -82,20 +88,32 @@ class Network(Construct):
             "WorkersSg",
             vpc=self.vpc,
             allow_all_outbound=False,
-            description="Sandbox workers: 443 to the endpoints and the S3 gateway only",
+            description="Sandbox workers: 443 to the endpoints and the S3 and DynamoDB gateways",
         )
         self.workers_sg.connections.allow_to(
             self.endpoints_sg, HTTPS, "workers to the interface endpoints"
         )
         self.s3 = self.vpc.add_gateway_endpoint("S3", service=ec2.GatewayVpcEndpointAwsService.S3)
         self._scope_s3(buckets)
-        self.workers_sg.add_egress_rule(
-            ec2.Peer.prefix_list(
-                S3PrefixList(self, "S3PrefixList", log_retention_days).prefix_list_id
-            ),
-            HTTPS,
-            "workers to S3, through the gateway endpoint",
+        self.dynamodb = self.vpc.add_gateway_endpoint(
+            "DynamoDb", service=ec2.GatewayVpcEndpointAwsService.DYNAMODB
         )
+        self.dynamodb.add_to_policy(
+            iam.PolicyStatement(
+                sid="AdmissionLeases",
+                principals=[iam.AnyPrincipal()],
+                actions=list(WORKER_TABLE_ACTIONS),
+                resources=[admission.table_arn],
+                conditions=this_account(),
+            )
+        )
+        for name, service in (("S3PrefixList", "s3"), ("DynamoDbPrefixList", "dynamodb")):
+            prefix_list = GatewayPrefixList(self, name, service, log_retention_days)
+            self.workers_sg.add_egress_rule(
+                ec2.Peer.prefix_list(prefix_list.prefix_list_id),
+                HTTPS,
+                f"workers to {service}, through its gateway endpoint",
+            )
         self.endpoints: dict[str, ec2.InterfaceVpcEndpoint] = {}
         for name, service in INTERFACE_ENDPOINTS.items():
             endpoint = self.vpc.add_interface_endpoint(
@@ -160,15 +178,18 @@ class Network(Construct):
             )
 
 
-class S3PrefixList(Construct):
-    """The id of the region's `com.amazonaws.<region>.s3` managed prefix list, read at deploy.
+class GatewayPrefixList(Construct):
+    """The id of the region's `com.amazonaws.<region>.<service>` managed prefix list (a gateway
+    endpoint's: s3, dynamodb), read at deploy.
 
     CloudFormation has no native way to name an AWS-managed prefix list (the gateway endpoint
     does not return it), and a synth-time lookup would tie the template to one account and
     region. So one DescribeManagedPrefixLists call runs at deploy, in CDK's AwsCustomResource.
     """
 
-    def __init__(self, scope: Construct, construct_id: str, log_retention_days: int) -> None:
+    def __init__(
+        self, scope: Construct, construct_id: str, service: str, log_retention_days: int
+    ) -> None:
         super().__init__(scope, construct_id)
         field = "PrefixLists.0.PrefixListId"
         log_group = logs.LogGroup(
@@ -188,7 +209,10 @@ class S3PrefixList(Construct):
                 action="describeManagedPrefixLists",
                 parameters={
                     "Filters": [
-                        {"Name": "prefix-list-name", "Values": [f"com.amazonaws.{Aws.REGION}.s3"]}
+                        {
+                            "Name": "prefix-list-name",
+                            "Values": [f"com.amazonaws.{Aws.REGION}.{service}"],
+                        }
                     ]
                 },
                 physical_resource_id=cr.PhysicalResourceId.from_response(field),

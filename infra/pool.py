@@ -11,12 +11,14 @@ from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_ecs as ecs
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
+from aws_cdk import aws_sqs as sqs
 from constructs import Construct, IConstruct
 
 from infra.config import PoolConfig
 from infra.lambdas import ROOT, retention
 from infra.nag import acknowledge, logical_id
 from infra.queues import QueueWithDlq
+from trialbox import aws_retries
 from trialbox.constants import (
     DIMENSION_POOL,
     ENV_POOL_NAME,
@@ -74,6 +76,7 @@ class Pool(Construct):
         subnets: ec2.SubnetSelection,
         security_groups: list[ec2.ISecurityGroup],
         heartbeat_s: int,
+        requests: sqs.IQueue,
         environment: dict[str, str],
         log_retention_days: int,
     ) -> None:
@@ -137,6 +140,8 @@ class Pool(Construct):
                 ENV_STOP_GRACE_S: str(STOP_GRACE_S),
                 # The HeldSessions metric's Pool dimension (trialbox/worker/metrics.py).
                 ENV_POOL_NAME: Stack.of(self).stack_name,
+                # Any client the worker's code does not configure retries as its own do.
+                **aws_retries.ENVIRONMENT,
                 **environment,
             },
             stop_timeout=Duration.seconds(STOP_TIMEOUT_S),
@@ -215,17 +220,28 @@ class Pool(Construct):
         scaling = self.service.auto_scale_task_count(
             min_capacity=config.min_workers, max_capacity=config.max_workers
         )
-        # Out on jobs waiting for a worker; in only when no job is waiting or running and no
-        # session is held, because a job being run is invisible in the queue, a session's
-        # host is busy between its calls, and scale-in stops an arbitrary task (a session's
-        # host also protects itself: trialbox/worker/protection.py).
+        # Out on work waiting for a worker: jobs in the work queue, and requests waiting to be
+        # admitted (the requests queue, visible or held by a dispatcher waiting for a slot):
+        # admission starts executions only for live slots, so with no worker (a warm minimum
+        # of 0) the backlog is all in the requests queue, and counting it is what starts one.
+        # In only when no job is waiting or running, no request waits and no session is held,
+        # because a job being run is invisible in the queue, a session's host is busy between
+        # its calls, and scale-in stops an arbitrary task (a session's host also protects
+        # itself: trialbox/worker/protection.py).
         minute = Duration.minutes(1)
         waiting = self.work.queue.metric_approximate_number_of_messages_visible(period=minute)
         running = self.work.queue.metric_approximate_number_of_messages_not_visible(period=minute)
+        queued = requests.metric_approximate_number_of_messages_visible(period=minute)
+        admitting = requests.metric_approximate_number_of_messages_not_visible(period=minute)
+        backlog = cloudwatch.MathExpression(
+            expression="waiting + queued + admitting",
+            using_metrics={"waiting": waiting, "queued": queued, "admitting": admitting},
+            period=minute,
+        )
         step = autoscaling.AdjustmentType.CHANGE_IN_CAPACITY
         scaling.scale_on_metric(
             "Backlog",
-            metric=waiting,
+            metric=backlog,
             scaling_steps=[
                 {"upper": 0, "change": 0},
                 {"lower": 1, "change": +1},
@@ -245,8 +261,14 @@ class Pool(Construct):
         scaling.scale_on_metric(
             "Idle",
             metric=cloudwatch.MathExpression(
-                expression="waiting + running + FILL(held, 0)",
-                using_metrics={"waiting": waiting, "running": running, "held": held},
+                expression="waiting + running + queued + admitting + FILL(held, 0)",
+                using_metrics={
+                    "waiting": waiting,
+                    "running": running,
+                    "queued": queued,
+                    "admitting": admitting,
+                    "held": held,
+                },
                 period=minute,
             ),
             scaling_steps=[{"upper": 0, "change": -1}, {"lower": 1, "change": 0}],

@@ -23,6 +23,8 @@ class QueueWithDlq(Construct):
             encryption=sqs.QueueEncryption.SQS_MANAGED,
             enforce_ssl=True,
             retention_period=Duration.days(14),
+            # A DLQ's consumer (the requests DLQ's answers what dead-letters) gets 6 x its 30 s.
+            visibility_timeout=Duration.minutes(3),
         )
         self.queue = sqs.Queue(
             self,

@@ -5,6 +5,7 @@ from __future__ import annotations
 from aws_cdk import CfnOutput, Duration, Stack
 from constructs import Construct
 
+from infra.admission import grant_admission
 from infra.client_policy import ClientPolicy
 from infra.config import StackConfig
 from infra.intake import DISPATCHER_TIMEOUT, Intake
@@ -36,12 +37,14 @@ class TrialboxStack(Stack):
             self,
             "Network",
             buckets=[storage.tasksets, storage.traces],
+            admission=storage.admission,
             log_retention_days=config.log_retention_days,
         )
         buckets = {
             c.ENV_TASKSETS_BUCKET: storage.tasksets.bucket_name,
             c.ENV_TRACES_BUCKET: storage.traces.bucket_name,
         }
+        intake = Intake(self, "Intake", batch_size=config.dispatcher_batch_size)
         pool = Pool(
             self,
             "Pool",
@@ -50,9 +53,11 @@ class TrialboxStack(Stack):
             subnets=network.subnets,
             security_groups=[network.workers_sg],
             heartbeat_s=config.heartbeat_s,
+            requests=intake.requests.queue,
             environment={
                 c.ENV_TRACES_BUCKET: storage.traces.bucket_name,
                 c.ENV_HEARTBEAT_S: str(config.heartbeat_s),
+                c.ENV_ADMISSION_TABLE: storage.admission.table_name,
             },
             log_retention_days=config.log_retention_days,
         )
@@ -83,7 +88,8 @@ class TrialboxStack(Stack):
             c.ENV_EXECUTIONS_TABLE: storage.executions.table_name,
             c.ENV_RESULT_TTL_DAYS: str(config.result_ttl_days),
         }
-        recorder = function("recorder", buckets | table_env, Duration.seconds(30))
+        admission_env = {c.ENV_ADMISSION_TABLE: storage.admission.table_name}
+        recorder = function("recorder", buckets | table_env | admission_env, Duration.seconds(30))
         orchestration = Orchestration(
             self,
             "Orchestration",
@@ -94,21 +100,28 @@ class TrialboxStack(Stack):
             table=storage.executions,
             log_retention_days=config.log_retention_days,
         )
-        intake = Intake(self, "Intake", batch_size=config.dispatcher_batch_size)
+        rollout_env = {c.ENV_ROLLOUT_ARN: orchestration.rollout.state_machine_arn}
         dispatcher = function(
             "dispatcher",
             buckets
             | table_env
+            | admission_env
+            | rollout_env
             | {
-                c.ENV_ROLLOUT_ARN: orchestration.rollout.state_machine_arn,
                 c.ENV_REQUESTS_DLQ_URL: intake.requests.dlq.queue_url,
+                c.ENV_REQUESTS_QUEUE_URL: intake.requests.queue.queue_url,
             },
             DISPATCHER_TIMEOUT,
         )
-        intake.attach(dispatcher)
+        dead_letters = function(
+            "dead_letters", buckets | table_env | admission_env | rollout_env, Duration.seconds(30)
+        )
+        intake.attach(dispatcher, dead_letters)
         session_prefix = session_queue_prefix(config.stack_name)
         reaper = function(
-            "reaper", buckets | {c.ENV_SESSION_QUEUE_PREFIX: session_prefix}, Duration.seconds(60)
+            "reaper",
+            buckets | table_env | admission_env | {c.ENV_SESSION_QUEUE_PREFIX: session_prefix},
+            Duration.seconds(60),
         )
         schedule_reaper(self, reaper, session_prefix)
 
@@ -150,14 +163,24 @@ class TrialboxStack(Stack):
         # The dispatcher starts nothing for a request that already ended (cancelled early).
         storage.executions.grant(dispatcher.role, "dynamodb:GetItem")
         orchestration.rollout.grant_start_execution(dispatcher.role)
-        orchestration.rollout.grant_execution(dispatcher.role, "states:DescribeExecution")
-        acknowledge(
-            dispatcher.role,
-            {
-                executions_finding(orchestration.rollout): (
-                    "DescribeExecution on the Rollout's own executions (a redelivery check)"
-                )
-            },
+        for role in (dispatcher.role, dead_letters.role):
+            orchestration.rollout.grant_execution(role, "states:DescribeExecution")
+            acknowledge(
+                role,
+                {
+                    executions_finding(orchestration.rollout): (
+                        "DescribeExecution on the Rollout's own executions (did it start?)"
+                    )
+                },
+            )
+        grant_admission(
+            storage.admission,
+            executions=storage.executions,
+            worker=worker,
+            dispatcher=dispatcher.role,
+            releasers=[recorder.role, dead_letters.role, reaper.role],
+            reaper=reaper.role,
+            dead_letters=dead_letters.role,
         )
         orchestration.rollout.grant_task_response(worker)
         run_code = RunCode(
@@ -209,6 +232,7 @@ class TrialboxStack(Stack):
             c.OUTPUT_TASKSETS_BUCKET: storage.tasksets.bucket_name,
             c.OUTPUT_TRACES_BUCKET: storage.traces.bucket_name,
             c.OUTPUT_EXECUTIONS_TABLE: storage.executions.table_name,
+            c.OUTPUT_ADMISSION_TABLE: storage.admission.table_name,
             c.OUTPUT_ROLLOUT_ARN: orchestration.rollout.state_machine_arn,
             c.OUTPUT_POOL_CAPACITY: str(config.pool.max_workers),
             c.OUTPUT_CLUSTER: pool.cluster.cluster_name,

@@ -1,4 +1,4 @@
-"""Task sets, traces and the executions table."""
+"""Task sets, traces, the executions table and the admission table."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from aws_cdk import aws_s3 as s3
 from constructs import Construct
 
 from trialbox.constants import TABLE_KEY, TABLE_TTL_ATTRIBUTE
+from trialbox.pipeline import admission
 
 
 class Storage(Construct):
@@ -55,4 +56,20 @@ class Storage(Construct):
             ),
             time_to_live_attribute=TABLE_TTL_ATTRIBUTE,
             removal_policy=RemovalPolicy.RETAIN,
+        )
+        # The pool's slots and the requests admitted into executions (trialbox.pipeline.admission):
+        # small items, rewritten constantly; nothing in it outlives the requests in flight.
+        self.admission = dynamodb.Table(
+            self,
+            "Admission",
+            partition_key=dynamodb.Attribute(
+                name=admission.PART, type=dynamodb.AttributeType.STRING
+            ),
+            sort_key=dynamodb.Attribute(name=admission.ID, type=dynamodb.AttributeType.STRING),
+            billing_mode=dynamodb.BillingMode.PAY_PER_REQUEST,
+            encryption=dynamodb.TableEncryption.AWS_MANAGED,
+            point_in_time_recovery_specification=dynamodb.PointInTimeRecoverySpecification(
+                point_in_time_recovery_enabled=True
+            ),
+            removal_policy=RemovalPolicy.DESTROY,
         )

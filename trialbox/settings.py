@@ -71,6 +71,8 @@ class FunctionSettings(EnvSettings):
     result_ttl_days: int = Field(default=RESULT_TTL_DAYS, ge=1, alias=c.ENV_RESULT_TTL_DAYS)
     rollout_arn: str | None = Field(default=None, alias=c.ENV_ROLLOUT_ARN)
     requests_dlq_url: str | None = Field(default=None, alias=c.ENV_REQUESTS_DLQ_URL)
+    requests_queue_url: str | None = Field(default=None, alias=c.ENV_REQUESTS_QUEUE_URL)
+    admission_table: str | None = Field(default=None, alias=c.ENV_ADMISSION_TABLE)
     heartbeat_s: int = Field(default=HEARTBEAT_S, ge=5, alias=c.ENV_HEARTBEAT_S)
     execute_margin_s: int = Field(default=EXECUTE_MARGIN_S, ge=1, alias=c.ENV_EXECUTE_MARGIN_S)
     session_queue_prefix: str | None = Field(default=None, alias=c.ENV_SESSION_QUEUE_PREFIX)
@@ -87,6 +89,7 @@ class WorkerSettings(EnvSettings):
     )
     stop_grace_s: float = Field(default=STOP_GRACE_S, gt=0, alias=c.ENV_STOP_GRACE_S)
     name: str | None = Field(default=None, alias=c.ENV_WORKER_NAME)  # the host name if unset
+    admission_table: str = Field(alias=c.ENV_ADMISSION_TABLE)  # its lease: the pool's slots
     # The pool's name in its metrics (HeldSessions); unset (the twin): no metrics.
     pool_name: str | None = Field(default=None, alias=c.ENV_POOL_NAME)
 

@@ -1,5 +1,7 @@
-"""Dispatcher: requests queue -> one Rollout execution per request (partial batch response)."""
+"""Dispatcher: requests queue -> one Rollout execution per request, each once a pool slot is
+free for it (admission), with a partial batch response."""
 
+import time
 from typing import Any
 
 import boto3
@@ -14,6 +16,7 @@ from aws_lambda_powertools.utilities.batch.types import PartialItemFailureRespon
 from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from trialbox.pipeline.admission import Admission
 from trialbox.pipeline.dispatch import Dispatcher
 from trialbox.pipeline.stores import ObjectStore, ResultTable
 from trialbox.settings import FunctionSettings
@@ -36,6 +39,12 @@ def dead_letter(body: str, reason: str) -> None:
     )
 
 
+def requeue(body: str) -> None:
+    """Back to the requests queue as a new message (not a failed receive: a request may wait
+    there for a slot as long as it must, and never dead-letters for it)."""
+    sqs.send_message(QueueUrl=settings.required("requests_queue_url"), MessageBody=body)
+
+
 dispatch = Dispatcher(
     sfn=boto3.client("stepfunctions"),
     rollout_arn=settings.required("rollout_arn"),
@@ -44,11 +53,16 @@ dispatch = Dispatcher(
     ),
     payloads=ObjectStore(boto3.client("s3"), settings.traces_bucket),
     dead_letter=dead_letter,
+    admission=Admission(boto3.client("dynamodb"), settings.required("admission_table")),
+    requeue=requeue,
 )
+# A request waits here for a slot until this long before the invocation's end, then goes back.
+REQUEUE_MARGIN_S = 8.0
+wait_until = 0.0  # this invocation's (time.monotonic())
 
 
 def record_handler(record: SQSRecord) -> None:
-    outcome = dispatch(record.body)
+    outcome = dispatch(record.body, wait_until)
     metrics.add_metric(name=f"Requests_{outcome.value}", unit=MetricUnit.Count, value=1)
 
 
@@ -56,6 +70,9 @@ def record_handler(record: SQSRecord) -> None:
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
+    global wait_until
+    left_s = context.get_remaining_time_in_millis() / 1000 - REQUEUE_MARGIN_S
+    wait_until = time.monotonic() + max(left_s, 0.0)
     return process_partial_response(
         event=event, record_handler=record_handler, processor=processor, context=context
     )

@@ -1,5 +1,6 @@
 """Reaper: each minute, deletes the queues of sessions past their TTL that nobody ended (the
-trainer and the hosting worker both died)."""
+trainer and the hosting worker both died), and gives back the admission slots of requests whose
+executions ended without Record releasing them (a cancel, Record's own fallback)."""
 
 from typing import Any
 
@@ -8,6 +9,7 @@ from aws_lambda_powertools import Logger, Metrics, Tracer
 from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
+from trialbox.pipeline.admission import Admission
 from trialbox.pipeline.reaper import reap
 from trialbox.settings import FunctionSettings
 
@@ -16,6 +18,7 @@ tracer = Tracer()
 metrics = Metrics()
 settings = FunctionSettings.from_env()
 sqs = boto3.client("sqs")
+admission = Admission(boto3.client("dynamodb"), settings.required("admission_table"))
 
 
 @logger.inject_lambda_context
@@ -24,4 +27,6 @@ sqs = boto3.client("sqs")
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     reaped = reap(sqs, settings.required("session_queue_prefix"))
     metrics.add_metric(name="SessionQueuesReaped", unit=MetricUnit.Count, value=len(reaped.deleted))
-    return {"deleted": reaped.deleted, "kept": reaped.kept}
+    released = admission.reconcile(settings.required("executions_table"))
+    metrics.add_metric(name="AdmissionsReleased", unit=MetricUnit.Count, value=len(released))
+    return {"deleted": reaped.deleted, "kept": reaped.kept, "released": released}

@@ -9,6 +9,7 @@ from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from trialbox.constants import METRIC_SANDBOX_ERROR
 from trialbox.models import Status
+from trialbox.pipeline.admission import Admission
 from trialbox.pipeline.recorder import Recorder, RecordInput
 from trialbox.pipeline.stores import ObjectStore, ResultTable
 from trialbox.settings import FunctionSettings
@@ -22,6 +23,7 @@ recorder = Recorder(
         boto3.client("dynamodb"), settings.required("executions_table"), settings.result_ttl_days
     ),
     traces=ObjectStore(boto3.client("s3"), settings.traces_bucket),
+    admission=Admission(boto3.client("dynamodb"), settings.required("admission_table")),
 )
 
 

@@ -201,8 +201,23 @@ def resources(call: Call, tokens: dict[str, str]) -> list[str]:
     raise UnmappedOperation(f"{call.service}:{call.operation}: no resource rule")
 
 
+# TransactWriteItems has no action of its own: each item needs its kind's action on its table.
+TRANSACT_ITEM_ACTIONS = {
+    "Put": "dynamodb:PutItem",
+    "Update": "dynamodb:UpdateItem",
+    "Delete": "dynamodb:DeleteItem",
+    "ConditionCheck": "dynamodb:ConditionCheckItem",
+}
+
+
 def needs(call: Call, tokens: dict[str, str]) -> list[Need]:
     """Every (action, resource) the call needs; UnmappedOperation names what is missing."""
+    if (call.service, call.operation) == ("dynamodb", "TransactWriteItems"):
+        return [
+            Need(TRANSACT_ITEM_ACTIONS[kind], table_arn(item["TableName"]), str(call))
+            for entry in call.params["TransactItems"]
+            for kind, item in entry.items()
+        ]
     actions = ACTIONS.get((call.service, call.operation))
     if actions is None:
         raise UnmappedOperation(f"{call.service}:{call.operation} is not in the action table")

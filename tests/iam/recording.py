@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import base64
 import json
+import os
 import threading
 import time
 from dataclasses import dataclass
@@ -18,6 +19,7 @@ from typing import Any
 import boto3
 import pytest
 
+from tests.iam.operations import queue_arn
 from tests.support.tasks import ADD_TASK, CORRECT
 from tests.support.twin import request
 from trialbox import constants as c
@@ -25,6 +27,7 @@ from trialbox.cli.run import run_job
 from trialbox.errors import RequestIdReused
 from trialbox.integrations.sandbox_fusion import Proxy
 from trialbox.local import principals
+from trialbox.local.requestlog import ENV_REQUEST_LOG
 from trialbox.local.resources import REGION
 from trialbox.local.services import CREDENTIALS
 from trialbox.local.services import client as twin_client
@@ -32,6 +35,7 @@ from trialbox.local.twin import LocalTwin
 from trialbox.models import ExecutionResult, RunReport, Status, Task
 from trialbox.models.jobs import JobSpec
 from trialbox.models.sessions import TAG_EXPIRES
+from trialbox.pipeline.admission import Admission
 from trialbox.pipeline.stores import ObjectStore
 from trialbox.runs import RunJob
 from trialbox.sandbox.runner import Runner
@@ -42,6 +46,7 @@ from trialbox.worker.run import job_runner
 from trialbox.worker.sessions import SessionHost
 
 WRONG = "def add(a, b):\n    return 3\n"
+DEAD_LETTERED = "iam-deadletter"  # left in the requests DLQ as SQS's redrive does
 HARNESS = "iam-harness"  # the test's own calls: setting scenes up, no principal's
 # The worker beats every 2 s: a 5 s job beats and extends its visibility. With no worker, a
 # /run_code call must miss its deadline (wait_s: about 26 s) before 3 lapsed heartbeats fail it.
@@ -90,6 +95,7 @@ def start_worker(twin: LocalTwin, name: str) -> Worker:
         name=name,
         wait_s=1,
         sessions=SessionHost(Runner(), sqs, jobs, name),
+        admission=Admission(aws("dynamodb"), twin.output(c.OUTPUT_ADMISSION_TABLE)),
     )
     threading.Thread(target=worker.serve, daemon=True, name=name).start()
     return worker
@@ -112,12 +118,35 @@ def _running(twin: LocalTwin, name: str) -> bool:
         return False
 
 
-def _await_dead_letter(sqs: Any, dlq_url: str) -> None:
+def _await_dead_letter(dlq_url: str) -> None:
+    """Until the dispatcher has sent a message to the requests DLQ (read from the request log:
+    the DLQ's consumer takes the message itself at once)."""
+    log = Path(os.environ[ENV_REQUEST_LOG])
+    dlq = queue_arn(dlq_url).rsplit(":", 1)[-1]
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
-        if sqs.receive_message(QueueUrl=dlq_url, WaitTimeSeconds=1).get("Messages"):
-            return
+        for line in log.read_text().splitlines():
+            entry = json.loads(line)
+            sent = entry.get("body") or entry.get("form") or {}
+            if "Dispatcher" in entry["key"] and "SendMessage" in line and dlq in json.dumps(sent):
+                return
+        time.sleep(1)
     raise AssertionError("the reused request id was never dead-lettered")
+
+
+def _dead_lettered_request(twin: LocalTwin, sqs: Any, dlq_url: str) -> ExecutionResult:
+    """A request whose StartExecution failed on every delivery, as SQS's redrive leaves it in
+    the DLQ: its consumer writes its one `sandbox_error` result."""
+    body = request(DEAD_LETTERED, CORRECT).model_dump_json(exclude_defaults=True)
+    sqs.send_message(QueueUrl=dlq_url, MessageBody=body)
+    table = twin_client(twin.endpoint_url, "dynamodb", HARNESS)
+    key = {c.TABLE_KEY: {"S": DEAD_LETTERED}}
+    deadline = time.monotonic() + 60
+    while "Item" not in (item := table.get_item(TableName=twin.output(c.OUTPUT_EXECUTIONS_TABLE),
+                                                Key=key, ConsistentRead=True)):  # fmt: skip
+        assert time.monotonic() < deadline, "the dead-lettered request got no result"
+        time.sleep(0.5)
+    return ExecutionResult.model_validate_json(item["Item"]["result"]["S"])
 
 
 def tokens(sfn: Any, calls: list[dict[str, Any]]) -> dict[str, str]:
@@ -230,7 +259,7 @@ def _lost_host(twin: LocalTwin, sdk: Client, workers: list[Worker]) -> None:
         threading.Timer(1.5, twin.pool.kill).start()
         lost = session.exec(["sleep", "30"])
         assert lost.status == Status.SANDBOX_ERROR and lost.loss_mask, lost
-        assert "ECS: Essential container in task exited" in (lost.error or ""), lost.error
+        assert "ECS: Essential container in task exited" in (lost.error or ""), (lost, session.worker)
         assert session.exec(["true"]).status == Status.SUCCEEDED
 
 
@@ -301,9 +330,10 @@ def drive(
     redrive = sqs.get_queue_attributes(QueueUrl=requests_url, AttributeNames=["RedrivePolicy"])
     dlq_name = json.loads(redrive["Attributes"]["RedrivePolicy"])["deadLetterTargetArn"]
     dlq = sqs.get_queue_url(QueueName=dlq_name.rsplit(":", 1)[-1])["QueueUrl"]
-    _await_dead_letter(sqs, dlq)
+    _await_dead_letter(dlq)
     sdk.cancel([slow])
     results["iam-cancel"] = slow.result(timeout=5)
+    results[DEAD_LETTERED] = _dead_lettered_request(twin, sqs, dlq)
     cli_exit, cli_traces = _cli_run(twin, tmp)
     # Last: without the traces bucket Prepare fails, and Record on every retry; the state
     # machine then writes the `sandbox_error` result itself.

@@ -12,7 +12,7 @@ import pytest
 from tests.iam.checker import Need, Unused, denied, unused
 from tests.iam.operations import UnmappedOperation, needs, parse
 from tests.iam.policies import SDK, STATE_MACHINES, WORKER, TemplatePolicies
-from tests.iam.recording import BROKEN, HARNESS, Recorded
+from tests.iam.recording import BROKEN, DEAD_LETTERED, HARNESS, Recorded
 from trialbox.local import principals
 from trialbox.models import Status
 
@@ -44,7 +44,8 @@ UNUSED = [
         "outputs come from the services process",
     ),
     *(
-        Unused("function Dispatcher*", action, "arn:aws:sqs:*:*:IntakeRequests*", EVENT_SOURCE)
+        Unused(f"function {function}*", action, "arn:aws:sqs:*:*:IntakeRequests*", EVENT_SOURCE)
+        for function in ("Dispatcher", "DeadLetters")
         for action in ("sqs:ChangeMessageVisibility", "sqs:GetQueueUrl")
     ),
     *(
@@ -108,11 +109,13 @@ def test_the_run_took_every_path_and_every_principal_called(recorded: Recorded) 
         "iam-invalid": (Status.REJECTED, None),
         "iam-norecord": (Status.SANDBOX_ERROR, None),
         "iam-cancel": (Status.CANCELLED, None),
+        DEAD_LETTERED: (Status.SANDBOX_ERROR, None),
     }
     assert (recorded.cli_exit, len(recorded.cli_traces)) == (0, 2)
     callers = Counter(e["key"] for e in recorded.entries)
     functions = {k for k in callers if k.startswith(principals.FUNCTION_PREFIX)}
-    assert len(functions) == 6  # dispatcher, prepare, scorer, recorder, reaper, run_code
+    # dispatcher, prepare, scorer, recorder, reaper, run_code, dead_letters
+    assert len(functions) == 7
     for key in (principals.SDK, principals.WORKER, principals.STATE_MACHINES):
         assert callers[key] > 0, f"no call recorded from {key}"
 

@@ -187,6 +187,41 @@ def test_worker_task_definition_is_locked_down(template: Template) -> None:
     )
 
 
+def _queues_read(alarm: dict[str, Any]) -> dict[str, set[str]]:
+    """Each queue metric of a scaling alarm: {logical id of the queue: metric names}."""
+    found: dict[str, set[str]] = {}
+    for metric in alarm["Metrics"]:
+        if "MetricStat" not in metric or metric["MetricStat"]["Metric"]["Namespace"] != "AWS/SQS":
+            continue
+        stat = metric["MetricStat"]["Metric"]
+        (dimension,) = stat["Dimensions"]
+        queue = dimension["Value"]["Fn::GetAtt"][0]
+        found.setdefault(queue, set()).add(stat["MetricName"])
+    return found
+
+
+def test_pool_scales_out_on_requests_waiting_to_be_admitted(template: Template) -> None:
+    """Admission starts executions only for live slots: with no worker (a warm minimum of 0)
+    the whole backlog is in the requests queue, so scale-out must count it, or nothing ever
+    starts a worker."""
+    (backlog,) = [
+        a["Properties"]
+        for a in resources(template, "AWS::CloudWatch::Alarm").values()
+        if any(
+            m.get("Expression") == "waiting + queued + admitting"
+            for m in a["Properties"].get("Metrics", [])
+        )
+    ]
+    assert backlog["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
+    read = _queues_read(backlog)
+    (requests,) = [q for q in read if q.startswith("IntakeRequestsQueue")]
+    (work,) = [q for q in read if q.startswith("PoolWorkQueue")]
+    assert read == {
+        requests: {"ApproximateNumberOfMessagesVisible", "ApproximateNumberOfMessagesNotVisible"},
+        work: {"ApproximateNumberOfMessagesVisible"},
+    }
+
+
 def test_pool_scales_in_only_when_no_job_waits_or_runs(template: Template) -> None:
     policies = resources(template, "AWS::ApplicationAutoScaling::ScalingPolicy")
     steps = {
@@ -199,7 +234,7 @@ def test_pool_scales_in_only_when_no_job_waits_or_runs(template: Template) -> No
         a["Properties"]
         for a in resources(template, "AWS::CloudWatch::Alarm").values()
         if any(
-            m.get("Expression") == "waiting + running + FILL(held, 0)"
+            m.get("Expression") == "waiting + running + queued + admitting + FILL(held, 0)"
             for m in a["Properties"].get("Metrics", [])
         )
     ]
@@ -210,6 +245,7 @@ def test_pool_scales_in_only_when_no_job_waits_or_runs(template: Template) -> No
         "ApproximateNumberOfMessagesNotVisible",
         c.METRIC_HELD_SESSIONS,
     }
+    assert {q.split("Queue")[0] for q in _queues_read(idle)} == {"IntakeRequests", "PoolWork"}
     # The held-sessions metric is the one the workers write: its namespace, and a Pool
     # dimension whose value the task definition gives the worker.
     stats = [m["MetricStat"]["Metric"] for m in idle["Metrics"] if "MetricStat" in m]

@@ -9,7 +9,7 @@ import pytest
 from moto import mock_aws
 from moto.core.botocore_stubber import BotocoreStubber
 
-from tests.support.moto import MOTO_CONFIG, REGION, Aws, one_at_a_time
+from tests.support.moto import MOTO_CONFIG, REGION, Aws, admission_table, one_at_a_time
 from trialbox import constants as c
 from trialbox.pipeline.stores import ObjectStore, ResultTable
 from trialbox.sdk import Resources, core
@@ -48,6 +48,7 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[Aws]:
             table=ResultTable(dynamodb, "executions", ttl_days=30),
             work_queue=sqs.create_queue(QueueName="work")["QueueUrl"],
             dlq=sqs.create_queue(QueueName="requests-dlq")["QueueUrl"],
+            admission=admission_table(dynamodb),
         )
 
 

@@ -29,7 +29,12 @@ def dispatcher(aws: Aws) -> Dispatcher:
             MessageAttributes={"reason": {"DataType": "String", "StringValue": reason}},
         )
 
-    return Dispatcher(aws.sfn, arn, aws.table, aws.traces, dead_letter)
+    requests = aws.sqs.create_queue(QueueName="requests")["QueueUrl"]
+
+    def requeue(body: str) -> None:
+        aws.sqs.send_message(QueueUrl=requests, MessageBody=body)
+
+    return Dispatcher(aws.sfn, arn, aws.table, aws.traces, dead_letter, aws.admission, requeue)
 
 
 def request(request_id: str = "r-1", **changes: Any) -> str:

@@ -31,6 +31,7 @@ def handler(aws: Aws, monkeypatch: pytest.MonkeyPatch) -> Any:
         c.ENV_TASKSETS_BUCKET: "tasksets",
         c.ENV_TRACES_BUCKET: "traces",
         c.ENV_EXECUTIONS_TABLE: "executions",
+        c.ENV_ADMISSION_TABLE: aws.admission.table,
         "POWERTOOLS_SERVICE_NAME": service_name("recorder"),
         "POWERTOOLS_METRICS_NAMESPACE": c.METRICS_NAMESPACE,
         "POWERTOOLS_TRACE_DISABLED": "true",

@@ -95,6 +95,8 @@ class Pipeline:
             aws.table,
             aws.traces,
             lambda b, r: self.dead_letters.append((b, r)),
+            aws.admission,
+            lambda body: aws.sqs.send_message(QueueUrl=queue_url, MessageBody=body),
         )
         self.ran: list[ExecutionRequest] = []
         self.paused = threading.Event()

@@ -11,6 +11,8 @@ from typing import Any
 from moto.core.botocore_stubber import BotocoreStubber
 
 from trialbox import constants as c
+from trialbox.pipeline import admission
+from trialbox.pipeline.admission import Admission
 from trialbox.pipeline.stores import ObjectStore, ResultTable
 
 REGION = "us-east-1"
@@ -49,6 +51,7 @@ class Aws:
     table: ResultTable
     work_queue: str
     dlq: str
+    admission: Admission
 
     def item(self, request_id: str) -> dict[str, Any] | None:
         found = self.dynamodb.get_item(
@@ -69,3 +72,24 @@ class Aws:
             roleArn="arn:aws:iam::123456789012:role/sfn",
         )["stateMachineArn"]
         return str(arn)
+
+
+def admission_table(dynamodb: Any, name: str = "admission", slots: int = 1000) -> Admission:
+    """The admission table as the stack makes it, with a pool of `slots` live slots (one lease
+    that lasts the test): tests of other things are never held up by admission."""
+    dynamodb.create_table(
+        TableName=name,
+        KeySchema=[
+            {"AttributeName": admission.PART, "KeyType": "HASH"},
+            {"AttributeName": admission.ID, "KeyType": "RANGE"},
+        ],
+        AttributeDefinitions=[
+            {"AttributeName": admission.PART, "AttributeType": "S"},
+            {"AttributeName": admission.ID, "AttributeType": "S"},
+        ],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    table = Admission(dynamodb, name)
+    if slots:
+        table.lease("test-pool", slots, term_s=86400)
+    return table

@@ -13,7 +13,11 @@ from trialbox.sandbox.config import ENV_PREFIX, SandboxConfig
 from trialbox.settings import ClientSettings, EnvSettings, FunctionSettings, WorkerSettings
 
 BUCKETS = {c.ENV_TASKSETS_BUCKET: "tasksets-b", c.ENV_TRACES_BUCKET: "traces-b"}
-WORKER = {c.ENV_TRACES_BUCKET: "traces-b", c.ENV_WORK_QUEUE_URL: "https://sqs/work"}
+WORKER = {
+    c.ENV_TRACES_BUCKET: "traces-b",
+    c.ENV_WORK_QUEUE_URL: "https://sqs/work",
+    c.ENV_ADMISSION_TABLE: "admission-t",
+}
 
 
 def test_from_env_reads_each_field_by_its_variable() -> None:
@@ -27,6 +31,8 @@ def test_from_env_reads_each_field_by_its_variable() -> None:
             c.ENV_HEARTBEAT_S: "45",
             c.ENV_EXECUTE_MARGIN_S: "30",
             c.ENV_SESSION_QUEUE_PREFIX: "Trialbox-s-",
+            c.ENV_REQUESTS_QUEUE_URL: "https://sqs/requests",
+            c.ENV_ADMISSION_TABLE: "admission-t",
         }
     )
     assert settings.model_dump() == {
@@ -39,6 +45,8 @@ def test_from_env_reads_each_field_by_its_variable() -> None:
         "heartbeat_s": 45,
         "execute_margin_s": 30,
         "session_queue_prefix": "Trialbox-s-",
+        "requests_queue_url": "https://sqs/requests",
+        "admission_table": "admission-t",
     }
 
 
@@ -103,7 +111,8 @@ def test_a_missing_required_variable_is_named() -> None:
     with pytest.raises(TrialboxError) as exc:
         WorkerSettings.from_env({c.ENV_TRACES_BUCKET: "traces-b"})
     assert str(exc.value) == (
-        f"invalid environment for WorkerSettings: {c.ENV_WORK_QUEUE_URL}: Field required"
+        f"invalid environment for WorkerSettings: {c.ENV_WORK_QUEUE_URL}: Field required; "
+        f"{c.ENV_ADMISSION_TABLE}: Field required"
     )
 
 

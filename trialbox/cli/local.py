@@ -8,7 +8,7 @@ import typer
 
 from trialbox import constants as c
 from trialbox.cli.serving import echo_run_code_url, serve_until_interrupted, stop_on_sigterm
-from trialbox.errors import MissingExtra
+from trialbox.errors import MissingExtra, TrialboxError
 from trialbox.integrations import sandbox_fusion
 from trialbox.sdk.core import local_session, local_twin_class
 
@@ -19,6 +19,13 @@ local_app = typer.Typer(no_args_is_help=True, help="The local twin: the pipeline
 def up(
     workers: Annotated[int, typer.Option(help="bwrap pool workers")] = 2,
     port: Annotated[int, typer.Option(help="moto's port (0: any free one)")] = 0,
+    faults: Annotated[
+        float,
+        typer.Option(
+            help="the share of AWS calls (0..1) answered with a throttle or a 5xx, as AWS "
+            "answers them: try a trainer against a flaky platform"
+        ),
+    ] = 0.0,
 ) -> None:
     """Start the twin and print what an SDK user (and a SandboxFusion client) needs; Ctrl-C
     stops it."""
@@ -27,10 +34,16 @@ def up(
     except MissingExtra as exc:
         typer.echo(f"error: {exc}", err=True)
         raise typer.Exit(2) from None
+    try:
+        twin = twin_class(workers=workers, port=port, faults=faults)
+    except TrialboxError as exc:  # a share outside 0..1
+        typer.echo(f"error: --faults: {exc}", err=True)
+        raise typer.Exit(2) from None
     stop_on_sigterm()
-    twin = twin_class(workers=workers, port=port).start()
+    twin.start()
     exports = twin.sdk_env()
-    typer.echo(f"local twin at {twin.endpoint_url} with {workers} workers. For the SDK:")
+    injected = f", faulting {faults:.0%} of AWS calls" if faults else ""
+    typer.echo(f"local twin at {twin.endpoint_url} with {workers} workers{injected}. For the SDK:")
     for name, value in exports.items():
         typer.echo(f"export {name}={value}")
     # verl reaches /run_code as on AWS: through the proxy, which answers the function URL's

@@ -19,7 +19,7 @@ import uuid
 from pathlib import Path
 from typing import IO
 
-from trialbox.local import principals
+from trialbox.local import limits, principals
 from trialbox.local.resources import ACCOUNT, REGION, FunctionSpec
 
 ROOT = Path(__file__).resolve().parents[2]  # a checkout's root, where functions/ lives
@@ -177,6 +177,13 @@ class FunctionHost:
         return pool.get()
 
     def invoke(self, name: str, payload: bytes, *, throttle: bool = False) -> tuple[bool, bytes]:
+        """A synchronous invocation, within Lambda's 6 MB each way (trialbox.local.limits)."""
+        limits.check_lambda_request(payload)
+        ok, answer = self._invoke(name, payload, throttle)
+        too_large = limits.lambda_response_error(answer) if ok else None
+        return (False, too_large) if too_large else (ok, answer)
+
+    def _invoke(self, name: str, payload: bytes, throttle: bool) -> tuple[bool, bytes]:
         pool = self.idle[name]
         process = self._take(name, throttle)
         if process.poll() is not None:  # died while idle: Lambda would start a new one

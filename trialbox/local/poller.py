@@ -1,8 +1,9 @@
 """The template's event sources for its functions.
 
-- SQS event-source mappings, served with Lambda's semantics: batches, a real SQS event,
-  partial batch response (only records not named in batchItemFailures are deleted), and the
-  rest left to the visibility timeout. moto's own mapping would swallow messages.
+- SQS event-source mappings, served with Lambda's semantics: batches (within Lambda's 6 MB
+  payload), a real SQS event, partial batch response (only records not named in
+  batchItemFailures are deleted), and the rest left to the visibility timeout. moto's own
+  mapping would swallow messages.
 - EventBridge schedules: the target invoked with a "Scheduled Event", at the rule's rate or
   every SCHEDULE_CAP_S, whichever is sooner (a twin's sessions live seconds, not hours).
 """
@@ -16,6 +17,7 @@ import time
 import uuid
 from typing import Any
 
+from trialbox.local import limits
 from trialbox.local.patches import Invoke
 from trialbox.local.resources import ACCOUNT, REGION, EventSourceMapping, Schedule
 
@@ -74,8 +76,8 @@ class Poller(threading.Thread):
         messages = answer.get("Messages", [])
         if not messages:
             return 0
-        event = {"Records": [sqs_record(m, self.queue_arn) for m in messages]}
-        ok, out = self.invoke(self.mapping.function, json.dumps(event).encode())
+        messages, payload = self._within_payload_limit(messages)
+        ok, out = self.invoke(self.mapping.function, payload)
         if not ok:  # the whole batch returns after its visibility timeout
             log.warning("%s failed: %.300s", self.mapping.function, out)
             return len(messages)
@@ -92,6 +94,28 @@ class Poller(threading.Thread):
                 ],
             )
         return len(messages)
+
+    def _within_payload_limit(
+        self, messages: list[dict[str, Any]]
+    ) -> tuple[list[dict[str, Any]], bytes]:
+        """The batch as Lambda passes it: as many records as fit its 6 MB synchronous payload
+        (https://docs.aws.amazon.com/lambda/latest/api/API_CreateEventSourceMapping.html,
+        BatchSize); the rest go back to the queue at once, for the next batch."""
+        records = [sqs_record(m, self.queue_arn) for m in messages]
+        payload = json.dumps({"Records": records}).encode()
+        kept = len(records)
+        while len(payload) > limits.LAMBDA_REQUEST_BYTES and kept > 1:
+            kept -= 1
+            payload = json.dumps({"Records": records[:kept]}).encode()
+        if kept < len(messages):
+            self.sqs.change_message_visibility_batch(
+                QueueUrl=self.mapping.queue_url,
+                Entries=[
+                    {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"], "VisibilityTimeout": 0}
+                    for i, m in enumerate(messages[kept:])
+                ],
+            )
+        return messages[:kept], payload
 
 
 def scheduled_event(rule: str) -> dict[str, Any]:

@@ -14,6 +14,7 @@ import json
 import re
 import threading
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -22,6 +23,22 @@ CREDENTIAL = re.compile(r"Credential=([^/,\s]+)/[^/]+/([^/]+)/([^/]+)/")
 FORM = "application/x-www-form-urlencoded"
 
 App = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+
+
+@dataclass(frozen=True)
+class Signer:
+    """Who signed a request (its SigV4 credential's access key id) and for which region and
+    service (the signing name: `states` for Step Functions)."""
+
+    key: str
+    region: str
+    service: str
+
+
+def signer(environ: dict[str, Any]) -> Signer | None:
+    """The request's signer; None for an unsigned request (moto's own API)."""
+    match = CREDENTIAL.search(environ.get("HTTP_AUTHORIZATION", ""))
+    return None if match is None else Signer(match.group(1), match.group(2), match.group(3))
 
 
 class RequestLog:
@@ -50,13 +67,13 @@ class RequestLog:
 
     @staticmethod
     def _describe(environ: dict[str, Any]) -> dict[str, Any] | None:
-        match = CREDENTIAL.search(environ.get("HTTP_AUTHORIZATION", ""))
-        if match is None:  # moto's own API (/moto-api/...), unsigned: no principal's call
+        signed = signer(environ)
+        if signed is None:  # moto's own API (/moto-api/...), unsigned: no principal's call
             return None
         entry: dict[str, Any] = {
-            "key": match.group(1),
-            "region": match.group(2),
-            "service": match.group(3),
+            "key": signed.key,
+            "region": signed.region,
+            "service": signed.service,
             "method": environ.get("REQUEST_METHOD"),
             "path": environ.get("PATH_INFO", ""),
             "query": environ.get("QUERY_STRING", ""),

@@ -10,6 +10,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from trialbox.local import limits
+
 ACCOUNT = "123456789012"
 REGION = "us-east-1"
 
@@ -38,6 +40,17 @@ class Schedule:
     rule: str
     function: str
     every_s: float
+
+
+# The queue settings the twin's SQS takes from the template (SQS's defaults otherwise).
+QUEUE_ATTRIBUTES = (
+    "VisibilityTimeout",
+    "MessageRetentionPeriod",
+    "DelaySeconds",
+    "MaximumMessageSize",
+    "ReceiveMessageWaitTimeSeconds",
+)
+DEFAULT_VISIBILITY_S = 30  # SQS's, when the template sets none
 
 
 RATE = re.compile(r"^rate\((\d+) (minute|minutes|hour|hours|day|days)\)$")
@@ -171,11 +184,7 @@ def create(
     )
     for logical in queues:
         props = resources[logical].get("Properties", {})
-        attributes = {
-            name: str(props[name])
-            for name in ("VisibilityTimeout", "MessageRetentionPeriod", "DelaySeconds")
-            if name in props
-        }
+        attributes = {name: str(props[name]) for name in QUEUE_ATTRIBUTES if name in props}
         if "RedrivePolicy" in props:
             attributes["RedrivePolicy"] = json.dumps(resolver.resolve(props["RedrivePolicy"]))
         url = clients["sqs"].create_queue(QueueName=logical, Attributes=attributes)["QueueUrl"]
@@ -243,10 +252,18 @@ def create(
         props = resources[logical]["Properties"]
         queue_arn = resolver.resolve(props["EventSourceArn"])
         queue = next(q for q in queues if resolver.physical[q]["Arn"] == queue_arn)
+        consumer = str(resolver.resolve(props["FunctionName"]))
+        visibility = resources[queue].get("Properties", {}).get("VisibilityTimeout")
+        limits.check_event_source_mapping(
+            logical,
+            float(DEFAULT_VISIBILITY_S if visibility is None else visibility),
+            consumer,
+            stack.functions[consumer].timeout_s if consumer in stack.functions else 3.0,
+        )
         stack.mappings.append(
             EventSourceMapping(
                 queue_url=resolver.physical[queue]["QueueUrl"],
-                function=str(resolver.resolve(props["FunctionName"])),
+                function=consumer,
                 batch_size=int(props.get("BatchSize", 10)),
                 report_batch_item_failures="ReportBatchItemFailures"
                 in props.get("FunctionResponseTypes", []),

@@ -27,9 +27,10 @@ import boto3
 import requests
 from moto.server import ThreadedMotoServer
 
+from trialbox import aws_retries
 from trialbox import constants as c
 from trialbox.errors import TrialboxError
-from trialbox.local import patches, principals, requestlog
+from trialbox.local import faults, limit_patches, patches, principals, requestlog
 from trialbox.local.function_urls import FunctionUrl
 from trialbox.local.functions import FunctionHost
 from trialbox.local.poller import Poller, Scheduler
@@ -52,6 +53,7 @@ def client(endpoint_url: str, service: str, key: str = principals.SDK) -> Any:
         region_name=REGION,
         aws_access_key_id=key,
         aws_secret_access_key="local",
+        config=aws_retries.config(),  # the event-source pollers retry as Lambda's do
     )
 
 
@@ -60,6 +62,7 @@ def serve(port: int, heartbeat_s: int, log_dir: Path, ready: IO[str], until: IO[
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     port = server.get_host_and_port()[1]
+    faults.install_from_env(server)  # inside the request log, which then records the faults
     if os.environ.get(requestlog.ENV_REQUEST_LOG):
         requestlog.install(server, os.environ[requestlog.ENV_REQUEST_LOG])
     endpoint = f"http://127.0.0.1:{port}"
@@ -97,6 +100,7 @@ def serve(port: int, heartbeat_s: int, log_dir: Path, ready: IO[str], until: IO[
     patches.keep_failure_causes()
     patches.new_token_per_attempt()
     patches.reuse_service_clients()
+    limit_patches.enforce()  # AWS's limits, after route_lambda_invocations (docs/twin-fidelity.md)
     # Lambda polls a mapping's queue with the function's own role.
     pollers = [
         Poller(client(endpoint, "sqs", principals.function(m.function)), m, functions.invoke)
@@ -118,10 +122,14 @@ def serve(port: int, heartbeat_s: int, log_dir: Path, ready: IO[str], until: IO[
 class ServicesProcess:
     """The caller's handle on the services process."""
 
-    def __init__(self, port: int, heartbeat_s: int, log_dir: Path) -> None:
+    def __init__(
+        self, port: int, heartbeat_s: int, log_dir: Path, env: dict[str, str] | None = None
+    ) -> None:
+        """`env`: added to the process's environment (fault injection's settings)."""
         self.port = port
         self.heartbeat_s = heartbeat_s
         self.log_dir = log_dir
+        self.env = env or {}
         self.outputs: dict[str, str] = {}
         self.task_definition: dict[str, Any] = {}  # the pool's: family, memory_mb
         self._process: subprocess.Popen[str] | None = None
@@ -139,6 +147,7 @@ class ServicesProcess:
                 stderr=stderr,
                 text=True,
                 start_new_session=True,
+                env=os.environ | self.env,
             )
         assert self._process.stdout is not None
         line = self._process.stdout.readline()  # blocks until ready, or EOF if it died

@@ -13,8 +13,10 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any
 
+from trialbox import aws_retries
 from trialbox import constants as c
 from trialbox.local import principals
+from trialbox.local.faults import environment
 from trialbox.local.services import CREDENTIALS, ServicesProcess, client
 from trialbox.local.tasks import TaskShape, TwinTasks
 from trialbox.local.workers import WorkerPool
@@ -31,13 +33,20 @@ class LocalTwin:
         heartbeat_s: int = 60,
         port: int = 0,
         worker_memory_mb: int | None = None,
+        faults: float = 0.0,
+        faults_seed: int | None = None,
     ) -> None:
-        """`worker_memory_mb`: each worker's memory cgroup (the task definition's otherwise)."""
+        """`worker_memory_mb`: each worker's memory cgroup (the task definition's otherwise).
+        `faults`: the share of the SDK's, the workers' and the functions' AWS calls answered
+        with a throttle or a 5xx, as AWS answers them (trialbox.local.faults); `faults_seed`
+        makes the draw repeatable."""
+        services_env = environment(faults, faults_seed)  # checked before anything starts
+        self.faults = faults
         self.workers = workers
         self.worker_memory_mb = worker_memory_mb
         self.heartbeat_s = heartbeat_s
         self._dir = Path(tempfile.mkdtemp(prefix="trialbox-twin-"))
-        self.services = ServicesProcess(port, heartbeat_s, self._dir / "logs")
+        self.services = ServicesProcess(port, heartbeat_s, self._dir / "logs", services_env)
         self.pool: WorkerPool | None = None
 
     @property
@@ -91,11 +100,13 @@ class LocalTwin:
         return (
             inherited
             | CREDENTIALS
+            | aws_retries.ENVIRONMENT  # as the task definition sets it
             | {
                 "AWS_ACCESS_KEY_ID": principals.WORKER,
                 "AWS_ENDPOINT_URL": self.endpoint_url,
                 c.ENV_TRACES_BUCKET: self.output(c.OUTPUT_TRACES_BUCKET),
                 c.ENV_WORK_QUEUE_URL: self.output(c.OUTPUT_WORK_QUEUE_URL),
+                c.ENV_ADMISSION_TABLE: self.output(c.OUTPUT_ADMISSION_TABLE),
                 c.ENV_HEARTBEAT_S: str(self.heartbeat_s),
                 c.ENV_STOP_GRACE_S: str(STOP_GRACE_S),
             }

@@ -1,10 +1,13 @@
 """The dispatcher: one requests-queue message in, exactly one of: an execution started (or
 found already started with the same content), nothing (the request already has its terminal
-result, e.g. its client cancelled it), a `rejected` result, or a dead letter."""
+result, e.g. its client cancelled it), a `rejected` result, a dead letter, or the message sent
+back to the requests queue, because the pool had no free slot for it until the invocation's
+time ran out (admission: trialbox.pipeline.admission)."""
 
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from enum import StrEnum
@@ -17,6 +20,7 @@ from trialbox.keys import PAYLOADS_PREFIX
 from trialbox.models import ExecutionRequest, Status, result_for
 from trialbox.models.jobs import RequestPointer, RolloutInput
 from trialbox.models.sample import REQUEST_ID
+from trialbox.pipeline.admission import Admission
 from trialbox.pipeline.record import record, validation_message
 from trialbox.pipeline.stores import ObjectStore, ResultTable
 
@@ -27,6 +31,12 @@ class Dispatched(StrEnum):
     ALREADY_ENDED = "already_ended"  # cancelled by its client before it started, say
     REJECTED = "rejected"
     DEAD_LETTERED = "dead_lettered"
+    REQUEUED = "requeued"  # no slot came free in time: it waits in the requests queue again
+
+
+# While every slot is taken, the dispatcher asks again this often (the capacity is re-read at
+# most every CAPACITY_CACHE_S); a release is seen within it.
+ADMIT_POLL_S = 0.25
 
 
 @dataclass
@@ -36,8 +46,12 @@ class Dispatcher:
     table: ResultTable
     payloads: ObjectStore
     dead_letter: Callable[[str, str], None]  # (body, reason)
+    admission: Admission
+    requeue: Callable[[str], None]  # (body): back to the requests queue, as a new message
 
-    def __call__(self, body: str) -> Dispatched:
+    def __call__(self, body: str, wait_until: float | None = None) -> Dispatched:
+        """`wait_until` (time.monotonic()): how long a request may wait here for a slot
+        before it goes back to the queue; None: not at all."""
         try:
             raw = json.loads(body)
         except ValueError:
@@ -72,7 +86,17 @@ class Dispatcher:
             payload_uri=pointer.payload_uri if pointer else None,
             content_sha256=content,
         )
+        if not self._admitted(request_id, wait_until):
+            self.requeue(body)
+            return Dispatched.REQUEUED
         return self._start(rollout, body)
+
+    def _admitted(self, request_id: str, wait_until: float | None) -> bool:
+        while not self.admission.admit(request_id):
+            if wait_until is None or time.monotonic() + ADMIT_POLL_S > wait_until:
+                return False
+            time.sleep(ADMIT_POLL_S)
+        return True
 
     def _payload(self, pointer: RequestPointer) -> bytes:
         """A large request, only from where the SDK puts them. A missing or forbidden object is

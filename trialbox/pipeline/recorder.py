@@ -10,6 +10,7 @@ from pydantic import ConfigDict, Field
 
 from trialbox.models import ExecutionResult, Status, StrictModel
 from trialbox.models.jobs import ScoreRef
+from trialbox.pipeline.admission import Admission
 from trialbox.pipeline.record import failure_result, record
 from trialbox.pipeline.stores import ObjectStore, ResultTable
 
@@ -46,6 +47,7 @@ class Recorded:
 class Recorder:
     table: ResultTable
     traces: ObjectStore
+    admission: Admission
 
     def __call__(self, state: RecordInput) -> Recorded:
         if state.score is not None:
@@ -61,4 +63,6 @@ class Recorder:
         written = record(
             result, self.table, self.traces, trace, content_sha256=state.content_sha256
         )
+        # Its slot goes back once its one result is there (a retry of Record releases nothing).
+        self.admission.release(state.request_id)
         return Recorded(written, result.status)

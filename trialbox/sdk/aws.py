@@ -14,7 +14,7 @@ from typing import Any
 
 from botocore.exceptions import BotoCoreError, ClientError, NoRegionError
 
-from trialbox import keys
+from trialbox import aws_retries, keys
 from trialbox.constants import CONTENT_ATTRIBUTE, TABLE_KEY
 from trialbox.errors import AwsCallError, TrialboxError
 from trialbox.models import ExecutionRequest, ExecutionResult
@@ -46,7 +46,7 @@ class Sent:
 
 def service(session: Any, name: str, endpoint_url: str | None) -> Any:
     try:
-        return session.client(name, endpoint_url=endpoint_url)
+        return session.client(name, endpoint_url=endpoint_url, config=aws_retries.config())
     except NoRegionError as exc:
         raise TrialboxError(
             "no AWS region configured: set AWS_REGION (or AWS_DEFAULT_REGION), or pass "

@@ -12,6 +12,8 @@ import sys
 
 import boto3
 
+from trialbox import aws_retries
+from trialbox.pipeline.admission import Admission
 from trialbox.pipeline.stores import ObjectStore
 from trialbox.sandbox.runner import Runner
 from trialbox.settings import WorkerSettings
@@ -27,12 +29,13 @@ def main() -> int:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     settings = WorkerSettings.from_env()
     runner = Runner()
-    jobs = ObjectStore(boto3.client("s3"), settings.traces_bucket)
-    sqs = boto3.client("sqs")
+    retries = aws_retries.config()  # a throttled callback must not become a lost sandbox
+    jobs = ObjectStore(boto3.client("s3", config=retries), settings.traces_bucket)
+    sqs = boto3.client("sqs", config=retries)
     name = worker_name(settings.name)
     worker = Worker(
         sqs=sqs,
-        sfn=boto3.client("stepfunctions"),
+        sfn=boto3.client("stepfunctions", config=retries),
         jobs=jobs,
         queue_url=settings.work_queue_url,
         run_job=job_runner(runner, jobs),
@@ -43,6 +46,7 @@ def main() -> int:
         sessions=SessionHost(
             runner, sqs, jobs, name, TaskProtection(os.environ.get("ECS_AGENT_URI"))
         ),
+        admission=Admission(boto3.client("dynamodb"), settings.admission_table),
     )
     # ECS sends SIGTERM, then SIGKILL after the container's stop timeout: finish the job in
     # hand, or hand it back before the kill.

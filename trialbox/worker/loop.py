@@ -20,8 +20,10 @@ from trialbox.keys import job_key
 from trialbox.models import RunReport, Status
 from trialbox.models.jobs import ExecutionDone, JobSpec, WorkMessage
 from trialbox.models.sessions import SessionOpen
+from trialbox.pipeline.admission import Admission
 from trialbox.pipeline.stores import ObjectStore
 from trialbox.settings import work_visibility_s
+from trialbox.worker.lease import hold_lease
 
 if TYPE_CHECKING:
     from trialbox.worker.sessions import SessionHost
@@ -32,6 +34,7 @@ GONE = ("TaskTimedOut", "InvalidToken", "TaskDoesNotExist")
 
 RunJob = Callable[[JobSpec], RunReport]
 RETRY_PAUSE_S = 1.0
+MAX_ANSWER_PAUSE_S = 8.0  # between sends of a refused callback (each after botocore's retries)
 FULL_RETRY_S = 2  # a session open this worker has no room for waits this long for another
 MAX_CAUSE_CHARS = 32_000  # SendTaskFailure takes a cause of at most 32,768 characters
 
@@ -66,6 +69,9 @@ class Worker:
     residue: Callable[[], list[str]] | None = None
     # Hosts the sessions a work message opens (trialbox.worker.sessions); None: jobs only.
     sessions: SessionHost | None = None
+    # Where its free slots are leased to the dispatcher (trialbox.worker.lease): None only
+    # for a loop driven by hand (a test's poll_once), which no admission counts on.
+    admission: Admission | None = None
     jobs_done: int = 0
     _hosted_exclusively: bool = False
 
@@ -79,6 +85,17 @@ class Worker:
         """Until `stop`. An AWS call that fails for one job never ends the loop: that job's
         message comes back after its visibility timeout, or its heartbeat lapses and the
         state machine retries it on another sandbox."""
+        lease = None
+        if self.admission is not None:
+            lease = hold_lease(self.admission, self.name, self.free_slots, self.stop)
+        try:
+            self._serve()
+        finally:
+            self.stop.set()
+            if lease is not None:
+                lease.join()  # withdrawn before the loop returns
+
+    def _serve(self) -> None:
         while not self.stop.is_set():
             if self._held_exclusively():
                 self.stop.wait(RETRY_PAUSE_S)
@@ -88,6 +105,15 @@ class Worker:
             except Exception:
                 log.exception("%s: polling or answering failed; polling again", self.name)
                 self.stop.wait(RETRY_PAUSE_S)
+
+    def free_slots(self) -> int:
+        """Jobs this worker can take now (its admission lease): one, none once it is stopping
+        or while it hosts a session exclusively."""
+        if self.stop.is_set():
+            return 0
+        if self.sessions is not None and self.sessions.exclusive and self.sessions.held():
+            return 0
+        return 1
 
     def _held_exclusively(self) -> bool:
         """Under the rlimit backend a task serves one sandbox user at a time: while it hosts
@@ -168,13 +194,15 @@ class Worker:
         try:
             with self.sessions.working() if self.sessions else contextlib.nullcontext():
                 outcome = self._run(work, lost)
+            # Answered while the heartbeat runs, so that the task lives for as long as its
+            # answer is refused (throttled, a 5xx) instead of lapsing into a lost-sandbox retry.
+            if not lost.is_set():
+                self._answer_until_taken(work, outcome, started_at, lost)
         finally:
             done.set()
             beating.join()
         if lost.is_set():
             log.warning("%s: the execution moved on; dropping the result", work.request_id)
-        else:
-            self._answer(work, outcome, started_at)
         self._delete(receipt)
         return True
 
@@ -211,6 +239,21 @@ class Worker:
         if report.status == Status.SANDBOX_ERROR:
             return "failure", report.error or "the sandbox failed"
         return "success", uri
+
+    def _answer_until_taken(
+        self, work: WorkMessage, outcome: tuple[str, str], started_at: float, lost: threading.Event
+    ) -> None:
+        """The callback, sent again (after botocore's own retries) until Step Functions takes
+        it or its task is gone: the heartbeat finds it dead, or lapses (`_heartbeats`)."""
+        pause = RETRY_PAUSE_S
+        while not lost.is_set():
+            try:
+                self._answer(work, outcome, started_at)
+                return
+            except (ClientError, BotoCoreError):
+                log.exception("%s: the callback failed; sending it again", work.request_id)
+            lost.wait(pause)
+            pause = min(2 * pause, MAX_ANSWER_PAUSE_S)
 
     def _answer(self, work: WorkMessage, outcome: tuple[str, str], started_at: float) -> None:
         kind, value = outcome
@@ -254,6 +297,7 @@ class Worker:
     ) -> None:
         interval = max(1.0, self.heartbeat_s / 3)
         next_beat = time.monotonic() + interval
+        beaten_at = time.monotonic()  # handle() beat just before
         while not done.wait(min(1.0, interval)):
             if self.hand_back_at is not None and time.time() >= self.hand_back_at:
                 self._hand_back(token)
@@ -266,6 +310,7 @@ class Worker:
                 if not self._beat(token):
                     lost.set()
                     return
+                beaten_at = time.monotonic()
                 self.sqs.change_message_visibility(
                     QueueUrl=self.queue_url,
                     ReceiptHandle=receipt,
@@ -273,6 +318,11 @@ class Worker:
                 )
             except (ClientError, BotoCoreError):
                 log.exception("heartbeat failed; trying again")
+            if time.monotonic() - beaten_at > self.heartbeat_s:
+                # No heartbeat for HeartbeatSeconds: Step Functions has given the task up.
+                log.error("no heartbeat got through for %d s: the task lapsed", self.heartbeat_s)
+                lost.set()
+                return
 
     def _hand_back(self, token: str) -> None:
         log.warning("%s: stopping before the job finished; handing it back", self.name)

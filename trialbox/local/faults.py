@@ -1,0 +1,201 @@
+"""Fault injection: the twin answers a share of the project's AWS calls as AWS does when it
+throttles or fails, so that a trainer (and the pipeline itself) can be tried against a flaky
+platform. Off by default; `LocalTwin(faults=0.1)`, `trialbox local up --faults 0.1`.
+
+Each faulted call gets, at random, a throttle or a 5xx, with the error code and HTTP status
+the service returns, in its protocol's error shape (botocore's standard retry mode retries
+every one of them: its throttling codes, and any 500/502/503/504). A faulted call never
+reaches moto, so it has no effect: a throttle is refused before any work, and the twin models
+a 5xx the same way.
+
+Only the project's principals are faulted: the SDK, the pool workers and the functions
+(their handlers, and their event source mappings' polling). moto's own API, the twin's
+setup, and the state machines' service integrations (moto's interpreter signs those as `ak`,
+and does not retry a throttled integration as Step Functions does) never are.
+
+The services process reads its settings from the environment: TRIALBOX_TWIN_FAULTS (the
+share, 0..1) and TRIALBOX_TWIN_FAULTS_SEED (optional).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import threading
+import uuid
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from trialbox.errors import TrialboxError
+from trialbox.local import principals
+from trialbox.local.requestlog import App, signer
+
+ENV_FAULTS = "TRIALBOX_TWIN_FAULTS"
+ENV_FAULTS_SEED = "TRIALBOX_TWIN_FAULTS_SEED"
+
+
+@dataclass(frozen=True)
+class Fault:
+    code: str
+    status: int
+    message: str
+
+
+THROTTLED = "Rate exceeded"
+UNAVAILABLE = "Service Unavailable"
+INTERNAL = "We encountered an internal error. Please try again."
+
+# By signing name: (throttles, 5xx errors). Step Functions, DynamoDB and SQS speak the JSON
+# protocol (SQS also the query protocol, which older clients use); S3 speaks REST-XML.
+FAULTS: dict[str, tuple[tuple[Fault, ...], tuple[Fault, ...]]] = {
+    "states": (
+        (Fault("ThrottlingException", 400, THROTTLED),),
+        (Fault("ServiceUnavailable", 503, UNAVAILABLE), Fault("InternalFailure", 500, INTERNAL)),
+    ),
+    "sqs": (
+        (
+            Fault("RequestThrottled", 400, THROTTLED),
+            Fault("ThrottlingException", 400, THROTTLED),
+        ),
+        (Fault("InternalError", 500, INTERNAL), Fault("ServiceUnavailable", 503, UNAVAILABLE)),
+    ),
+    "dynamodb": (
+        (
+            Fault(
+                "ProvisionedThroughputExceededException",
+                400,
+                "The level of configured provisioned throughput for the table was exceeded. "
+                "Consider increasing your provisioning level with the UpdateTable API.",
+            ),
+            Fault("ThrottlingException", 400, THROTTLED),
+        ),
+        (Fault("InternalServerError", 500, "Internal server error"),),
+    ),
+    "s3": (
+        (Fault("SlowDown", 503, "Please reduce your request rate."),),
+        (Fault("InternalError", 500, INTERNAL), Fault("ServiceUnavailable", 503, UNAVAILABLE)),
+    ),
+}
+# The JSON protocol's `__type`: DynamoDB and SQS prefix the code with their namespace
+# (botocore reads the code after the `#`).
+NAMESPACES = {"sqs": "com.amazonaws.sqs#", "dynamodb": "com.amazonaws.dynamodb.v20120810#"}
+
+
+def share(value: float) -> float:
+    """A valid share of calls to fault, or an error that says what is accepted."""
+    if not 0.0 <= value <= 1.0:
+        raise TrialboxError(
+            f"faults must be a share of calls between 0 and 1 (0.1 faults one call in ten), "
+            f"not {value}"
+        )
+    return float(value)
+
+
+def faulted(key: str) -> bool:
+    """Whether calls signed with `key` are the project's own: the SDK's, a worker's or a
+    function's."""
+    return key in (principals.SDK, principals.WORKER) or key.startswith(principals.FUNCTION_PREFIX)
+
+
+class Faults:
+    """WSGI middleware around moto's server application."""
+
+    def __init__(self, app: App, rate: float, seed: int | None = None) -> None:
+        self.app = app
+        self.rate = share(rate)
+        self._random = random.Random(seed)
+        self._lock = threading.Lock()
+
+    def __call__(self, environ: dict[str, Any], start_response: Callable[..., Any]) -> Any:
+        fault = self._draw(environ)
+        if fault is None:
+            return self.app(environ, start_response)
+        _drain(environ)
+        service, fault_ = fault
+        status, headers, body = render(service, fault_, query=_is_query(environ))
+        if environ.get("REQUEST_METHOD") == "HEAD":  # a HEAD answer has no body
+            body = b""
+        start_response(status, [*headers, ("Content-Length", str(len(body)))])
+        return [body]
+
+    def _draw(self, environ: dict[str, Any]) -> tuple[str, Fault] | None:
+        signed = signer(environ)
+        if signed is None or signed.service not in FAULTS or not faulted(signed.key):
+            return None
+        with self._lock:  # moto's server answers each request on a thread of its own
+            if self._random.random() >= self.rate:
+                return None
+            throttles, errors = FAULTS[signed.service]
+            return signed.service, self._random.choice(
+                throttles if self._random.random() < 0.5 else errors
+            )
+
+
+def render(service: str, fault: Fault, query: bool = False) -> tuple[str, list[Any], bytes]:
+    """The status line, headers and body AWS answers `fault` with."""
+    request_id = str(uuid.uuid4())
+    status = f"{fault.status} {_REASONS[fault.status]}"
+    if service == "s3":
+        body = (
+            '<?xml version="1.0" encoding="UTF-8"?>\n'
+            f"<Error><Code>{fault.code}</Code><Message>{fault.message}</Message>"
+            f"<RequestId>{request_id}</RequestId></Error>"
+        ).encode()
+        return status, [("Content-Type", "application/xml"), ("x-amz-request-id", request_id)], body
+    side = "Sender" if fault.status < 500 else "Receiver"
+    if query:  # SQS's query protocol
+        body = (
+            '<?xml version="1.0"?><ErrorResponse><Error>'
+            f"<Type>{side}</Type><Code>{fault.code}</Code><Message>{fault.message}</Message>"
+            f"<Detail/></Error><RequestId>{request_id}</RequestId></ErrorResponse>"
+        ).encode()
+        return status, [("Content-Type", "text/xml"), ("x-amzn-RequestId", request_id)], body
+    headers = [("Content-Type", "application/x-amz-json-1.0"), ("x-amzn-RequestId", request_id)]
+    if service == "sqs":  # JSON with the query protocol's codes, for clients that map them
+        headers.append(("x-amzn-query-error", f"{fault.code};{side}"))
+    kind = NAMESPACES.get(service, "") + fault.code
+    return status, headers, json.dumps({"__type": kind, "message": fault.message}).encode()
+
+
+_REASONS = {400: "Bad Request", 500: "Internal Server Error", 503: "Service Unavailable"}
+
+
+def _is_query(environ: dict[str, Any]) -> bool:
+    return not environ.get("HTTP_X_AMZ_TARGET") and environ.get("CONTENT_TYPE", "").startswith(
+        "application/x-www-form-urlencoded"
+    )
+
+
+def _drain(environ: dict[str, Any]) -> None:
+    """Read the unanswered request's body, so that the connection stays usable."""
+    stream = environ["wsgi.input"]
+    if environ.get("wsgi.input_terminated"):
+        stream.read()
+    elif length := int(environ.get("CONTENT_LENGTH") or 0):
+        stream.read(length)
+
+
+def install(server: Any, rate: float, seed: int | None = None) -> None:
+    """Wrap a started ThreadedMotoServer's application (as requestlog.install does); install
+    it before the request log, so that the log records the faults."""
+    wsgi = getattr(server, "_server", None)
+    if wsgi is None or not hasattr(wsgi, "app"):
+        raise RuntimeError("moto's ThreadedMotoServer changed: no werkzeug server to wrap")
+    wsgi.app = Faults(wsgi.app, rate, seed)
+
+
+def install_from_env(server: Any) -> None:
+    """Fault injection as the environment sets it (TRIALBOX_TWIN_FAULTS); nothing if unset
+    or 0."""
+    rate = float(os.environ.get(ENV_FAULTS) or 0)
+    if rate:
+        seed = os.environ.get(ENV_FAULTS_SEED)
+        install(server, rate, int(seed) if seed else None)
+
+
+def environment(rate: float, seed: int | None = None) -> dict[str, str]:
+    """The services process's environment for `rate` (checked) and `seed`."""
+    env = {ENV_FAULTS: str(share(rate))}
+    return env | ({ENV_FAULTS_SEED: str(seed)} if seed is not None else {})
