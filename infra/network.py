@@ -107,12 +107,12 @@ class Network(Construct):
                 conditions=this_account(),
             )
         )
-        for name, service in (("S3PrefixList", "s3"), ("DynamoDbPrefixList", "dynamodb")):
-            prefix_list = GatewayPrefixList(self, name, service, log_retention_days)
+        for name, gateway in (("S3PrefixList", "s3"), ("DynamoDbPrefixList", "dynamodb")):
+            prefix_list = GatewayPrefixList(self, name, gateway, log_retention_days)
             self.workers_sg.add_egress_rule(
                 ec2.Peer.prefix_list(prefix_list.prefix_list_id),
                 HTTPS,
-                f"workers to {service}, through its gateway endpoint",
+                f"workers to {gateway}, through its gateway endpoint",
             )
         self.endpoints: dict[str, ec2.InterfaceVpcEndpoint] = {}
         for name, service in INTERFACE_ENDPOINTS.items():

@@ -137,7 +137,8 @@ class TrialboxStack(Stack):
         checkpoints = {
             f"{keys.CHECKPOINTS_PREFIX}*": "workspace snapshots, content-addressed, by sha256"
         }
-        grant_objects(dispatcher.role, traces, reads=payloads, puts={})
+        # A raw sender's large request sent inline: stored as the SDK stores one (by content).
+        grant_objects(dispatcher.role, traces, reads=payloads, puts=payloads)
         grant_objects(
             prepare.role,
             traces,

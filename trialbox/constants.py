@@ -61,6 +61,11 @@ METRIC_HELD_SESSIONS = "HeldSessions"  # per pool worker, each minute: the sessi
 DIMENSION_POOL = "Pool"  # its value: the stack's name (the worker's TRIALBOX_POOL_NAME)
 ENV_POOL_NAME = "TRIALBOX_POOL_NAME"
 
+# A request larger than this travels by pointer (s3://<traces>/payloads/<sha256>.json): the
+# SDK's messages, and the Rollout's input (Step Functions takes 256 KiB of state, which the
+# execution's own data must still fit in beside it).
+MAX_INLINE_REQUEST_BYTES = 128 * 1024
+
 # The executions table.
 TABLE_KEY = "request_id"
 TABLE_TTL_ATTRIBUTE = "expires_at"

@@ -15,8 +15,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from trialbox import constants as c
 from trialbox.errors import TrialboxError
 
-# Step Functions starts the heartbeat clock when the job is queued, not when a worker takes it:
-# the heartbeat must cover a job's wait for a worker, a scale-out from zero included.
+# Step Functions starts the heartbeat clock when the job is queued, not when a worker takes it.
+# Admission (trialbox.pipeline.admission) queues a job only for a live slot, so the heartbeat
+# covers a job's time between two heartbeats, not a backlog.
 HEARTBEAT_S = 300
 EXECUTE_MARGIN_S = 120  # the Execute step's timeout beyond the runner's own deadline
 RESULT_TTL_DAYS = 30

@@ -259,7 +259,10 @@ def _lost_host(twin: LocalTwin, sdk: Client, workers: list[Worker]) -> None:
         threading.Timer(1.5, twin.pool.kill).start()
         lost = session.exec(["sleep", "30"])
         assert lost.status == Status.SANDBOX_ERROR and lost.loss_mask, lost
-        assert "ECS: Essential container in task exited" in (lost.error or ""), (lost, session.worker)
+        assert "ECS: Essential container in task exited" in (lost.error or ""), (
+            lost,
+            session.worker,
+        )
         assert session.exec(["true"]).status == Status.SUCCEEDED
 
 
@@ -290,6 +293,9 @@ def drive(
     # A body the dispatcher rejects itself (it writes the `rejected` result).
     invalid = {"request_id": "iam-invalid", "task": ADD_TASK, "limits": {"memory_mb": 0}}
     sqs.send_message(QueueUrl=requests_url, MessageBody=json.dumps(invalid))
+    # A large request sent inline, around the SDK: the dispatcher stores it in payloads/.
+    raw_big = request("iam-rawbig", CORRECT + "# " + "x" * 200_000 + "\n")
+    sqs.send_message(QueueUrl=requests_url, MessageBody=raw_big.model_dump_json())
     batch = [
         request("iam-good", CORRECT, checkpoint=True),  # the worker stores a checkpoint
         request("iam-wrong", WRONG),
@@ -300,6 +306,7 @@ def drive(
     ]
     results = dict(zip([r.request_id for r in batch], sdk.run(batch, timeout=180), strict=True))
     (results["iam-invalid"],) = sdk.run([request("iam-invalid", CORRECT)], timeout=60)
+    (results["iam-rawbig"],) = sdk.run([raw_big], timeout=120)  # its result, already there
     # A turn from iam-good's checkpoint: Prepare finds it, the worker reads it.
     checkpoint = results["iam-good"].checkpoint
     (results["iam-turn"],) = sdk.run([request("iam-turn", WRONG, base_checkpoint=checkpoint)],

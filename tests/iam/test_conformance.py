@@ -101,6 +101,7 @@ def test_the_run_took_every_path_and_every_principal_called(recorded: Recorded) 
         "iam-good": (Status.SUCCEEDED, 1.0),
         "iam-wrong": (Status.SUCCEEDED, 0.5),
         "iam-big": (Status.SUCCEEDED, 1.0),
+        "iam-rawbig": (Status.SUCCEEDED, 1.0),
         "iam-noref": (Status.REJECTED, None),
         "iam-nockpt": (Status.REJECTED, None),
         "iam-turn": (Status.SUCCEEDED, 0.5),

@@ -12,7 +12,7 @@ from aws_cdk.assertions import Template
 from tests.support.template import only, resources
 
 HTTPS = {"IpProtocol": "tcp", "FromPort": 443, "ToPort": 443}
-S3_PREFIX_LIST = "com.amazonaws.${AWS::Region}.s3"
+GATEWAYS = ("s3", "dynamodb")  # the gateway endpoints' services: a managed prefix list each
 ECR_LAYERS = "arn:${AWS::Partition}:s3:::prod-${AWS::Region}-starport-layer-bucket/*"
 REQUIRED_NAMES = {
     # Fargate's image pull and log driver
@@ -25,6 +25,7 @@ REQUIRED_NAMES = {
     "sqs.${AWS::Region}.${AWS::URLSuffix}",
     "states.${AWS::Region}.${AWS::URLSuffix}",
     "s3.${AWS::Region}.${AWS::URLSuffix}",
+    "dynamodb.${AWS::Region}.${AWS::URLSuffix}",  # the worker's admission lease
 }
 
 
@@ -118,26 +119,29 @@ def egress_rules(template: Template, group: str) -> list[dict[str, Any]]:
     return rules
 
 
-def prefix_list_lookup(template: Template) -> str:
-    """The custom resource that reads the region's S3 managed prefix list id at deploy."""
-    found = []
+def prefix_list_lookups(template: Template) -> dict[str, str]:
+    """The custom resources that read the region's managed prefix list ids at deploy, by the
+    gateway's service (s3, dynamodb)."""
+    found = {}
     for logical, resource in resources(template, "Custom::AWS").items():
         call = json.loads(render(resource["Properties"]["Update"]))
         if call["action"] == "describeManagedPrefixLists":
-            assert call["parameters"]["Filters"] == [
-                {"Name": "prefix-list-name", "Values": [S3_PREFIX_LIST]}
-            ]
-            found.append(logical)
-    (logical,) = found
-    return logical
+            (listed,) = call["parameters"]["Filters"]
+            assert listed["Name"] == "prefix-list-name"
+            (name,) = listed["Values"]
+            service = name.removeprefix("com.amazonaws.${AWS::Region}.")
+            assert service not in found
+            found[service] = logical
+    assert sorted(found) == sorted(GATEWAYS)
+    return found
 
 
-def test_workers_reach_only_the_endpoints_and_the_s3_prefix_list_on_443(
+def test_workers_reach_only_the_endpoints_and_the_gateways_prefix_lists_on_443(
     template: Template,
 ) -> None:
     workers = security_group(template, "Sandbox workers")
     endpoints = security_group(template, "Interface endpoints")
-    lookup = prefix_list_lookup(template)
+    lookups = prefix_list_lookups(template)
     rules = egress_rules(template, workers)
     for rule in rules:
         assert "CidrIp" not in rule and "CidrIpv6" not in rule, rule  # no 0.0.0.0/0 nor ::/0
@@ -149,13 +153,17 @@ def test_workers_reach_only_the_endpoints_and_the_s3_prefix_list_on_443(
     assert targets == sorted(
         [
             json.dumps({"Fn::GetAtt": [endpoints, "GroupId"]}),
-            json.dumps({"Fn::GetAtt": [lookup, "PrefixLists.0.PrefixListId"]}),
+            *(
+                json.dumps({"Fn::GetAtt": [lookup, "PrefixLists.0.PrefixListId"]})
+                for lookup in lookups.values()
+            ),
         ]
     )
 
 
-def test_the_prefix_list_lookup_has_its_own_role_and_logs(template: Template) -> None:
-    lookup = prefix_list_lookup(template)
+@pytest.mark.parametrize("gateway", GATEWAYS)
+def test_the_prefix_list_lookup_has_its_own_role_and_logs(template: Template, gateway: str) -> None:
+    lookup = prefix_list_lookups(template)[gateway]
     token = resources(template, "Custom::AWS")[lookup]["Properties"]["ServiceToken"]
     provider = resources(template, "AWS::Lambda::Function")[token["Fn::GetAtt"][0]]["Properties"]
     assert "Ref" in provider["LoggingConfig"]["LogGroup"]
@@ -217,7 +225,7 @@ def endpoint_statements(template: Template) -> dict[str, list[dict[str, Any]]]:
 
 def test_every_endpoint_has_a_policy_and_none_allows_everything(template: Template) -> None:
     endpoints = resources(template, "AWS::EC2::VPCEndpoint")
-    assert len(endpoints) == 6
+    assert len(endpoints) == 7  # 5 interface, 2 gateway
     for endpoint in endpoints.values():
         statements = endpoint["Properties"]["PolicyDocument"]["Statement"]
         assert statements
@@ -243,6 +251,22 @@ def test_s3_serves_only_the_stack_buckets_and_ecr_layers(template: Template) -> 
             assert render(statement.get("Condition")) == {
                 "StringEquals": {"aws:PrincipalAccount": "${AWS::AccountId}"}
             }
+
+
+def test_dynamodb_serves_only_the_workers_lease_calls_on_the_admission_table(
+    template: Template,
+) -> None:
+    """A worker's only DynamoDB calls are its admission lease's: the gateway serves those,
+    on that table, to this account, and nothing else (not the executions table)."""
+    admission, _ = only(template, "AWS::DynamoDB::Table", "StorageAdmission")
+    (statements,) = [v for k, v in endpoint_statements(template).items() if k.endswith(".dynamodb")]
+    (statement,) = statements
+    assert statement["Effect"] == "Allow"
+    assert sorted(as_list(statement["Action"])) == ["dynamodb:DeleteItem", "dynamodb:PutItem"]
+    assert render(statement["Resource"]) == f"${{{admission}.Arn}}"
+    assert render(statement.get("Condition")) == {
+        "StringEquals": {"aws:PrincipalAccount": "${AWS::AccountId}"}
+    }
 
 
 @pytest.mark.parametrize(

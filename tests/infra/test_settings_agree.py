@@ -28,10 +28,18 @@ from trialbox.worker.loop import Worker
 # What each handler reads beyond what its source shows by name (a floor, should parsing miss).
 NEEDED = {
     "prepare": {"tasksets_bucket", "traces_bucket", "heartbeat_s", "execute_margin_s"},
-    "dispatcher": {"traces_bucket", "rollout_arn", "requests_dlq_url", "executions_table"},
-    "recorder": {"traces_bucket", "executions_table"},
+    "dispatcher": {
+        "traces_bucket",
+        "rollout_arn",
+        "requests_dlq_url",
+        "requests_queue_url",
+        "executions_table",
+        "admission_table",
+    },
+    "recorder": {"traces_bucket", "executions_table", "admission_table"},
     "scorer": {"traces_bucket"},
-    "reaper": {"session_queue_prefix"},
+    "reaper": {"session_queue_prefix", "executions_table", "admission_table"},
+    "dead_letters": {"rollout_arn", "executions_table", "admission_table"},
 }
 
 
@@ -182,7 +190,7 @@ def test_the_worker_container_sets_every_variable_the_worker_needs(template: Tem
         for name, field in WorkerSettings.model_fields.items()
         if field.is_required()
     }
-    assert required == {c.ENV_TRACES_BUCKET, c.ENV_WORK_QUEUE_URL}
+    assert required == {c.ENV_TRACES_BUCKET, c.ENV_WORK_QUEUE_URL, c.ENV_ADMISSION_TABLE}
     assert required <= env.keys()
     # Set by the stack, so that its config (cdk.json) reaches the worker: not left to defaults.
     assert {c.ENV_HEARTBEAT_S, c.ENV_RECYCLE_AFTER_JOBS, c.ENV_STOP_GRACE_S} <= env.keys()
@@ -191,6 +199,8 @@ def test_the_worker_container_sets_every_variable_the_worker_needs(template: Tem
     assert StackConfig().pool.recycle_after_jobs == s.RECYCLE_AFTER_JOBS
     (queue_id, _) = only(template, "AWS::SQS::Queue", "PoolWorkQueue")
     assert settings.work_queue_url == _value({"Ref": queue_id})
+    (admission_id, _) = only(template, "AWS::DynamoDB::Table", "StorageAdmission")
+    assert settings.admission_table == _value({"Ref": admission_id})
 
 
 def test_each_function_gets_the_settings_its_handler_reads(template: Template) -> None:
@@ -222,7 +232,7 @@ def test_the_run_code_function_gets_what_its_sdk_client_reads(template: Template
     env = functions(template)["run_code"]
     resources = Resources.from_settings(ClientSettings.from_env(env))
     (queue_id, _) = only(template, "AWS::SQS::Queue", "IntakeRequestsQueue")
-    (table_id, _) = only(template, "AWS::DynamoDB::Table")
+    (table_id, _) = only(template, "AWS::DynamoDB::Table", "StorageExecutions")
     assert resources.requests_queue_url == _value({"Ref": queue_id})
     assert resources.executions_table == _value({"Ref": table_id})
     assert resources.capacity == StackConfig().pool.max_workers

@@ -192,3 +192,19 @@ def test_an_ended_request_sent_again_with_other_content_is_dead_lettered(
     assert dispatcher(other) == Dispatched.DEAD_LETTERED
     assert dead_letters(aws) == [(other, "request_id r-done reused with different content")]
     assert dispatcher(request("r-done")) == Dispatched.ALREADY_ENDED
+
+
+def test_a_large_request_sent_inline_starts_with_a_pointer_not_its_body(
+    aws: Aws, dispatcher: Dispatcher
+) -> None:
+    """SQS takes 1 MiB; Step Functions' state 256 KiB. A raw sender's 300 KB request inline
+    would fail its execution outside every Catch (States.DataLimitExceeded): no result ever.
+    The dispatcher stores it where the SDK stores large requests and starts with a pointer."""
+    big = request("r-big", files={"solution.py": CORRECT + "# " + "x" * 300_000 + "\n"})
+    assert dispatcher(big) == Dispatched.STARTED
+    (execution,) = aws.sfn.list_executions(stateMachineArn=dispatcher.rollout_arn)["executions"]
+    started = aws.sfn.describe_execution(executionArn=execution["executionArn"])
+    assert len(started["input"]) < 1000
+    pointer = json.loads(started["input"])["payload_uri"]
+    assert pointer.startswith("s3://traces/" + keys.PAYLOADS_PREFIX)
+    assert json.loads(aws.traces.get_bytes(pointer)) == json.loads(big)

@@ -27,6 +27,7 @@ from pydantic import ValidationError
 from tests.support.moto import Aws
 from trialbox import constants as c
 from trialbox import keys, runs
+from trialbox.constants import MAX_INLINE_REQUEST_BYTES as MAX_INLINE_BYTES
 from trialbox.errors import (
     ClientClosed,
     InputError,
@@ -41,7 +42,7 @@ from trialbox.models.sessions import SessionOpen
 from trialbox.pipeline.dispatch import Dispatcher
 from trialbox.pipeline.record import record
 from trialbox.sdk import AsyncClient, Client, Resources, sessions
-from trialbox.sdk.aws import MAX_BATCH_BYTES, MAX_INLINE_BYTES
+from trialbox.sdk.aws import MAX_BATCH_BYTES
 from trialbox.sdk.extract import extract_code
 
 ROLLOUT_ARN = "arn:aws:states:us-east-1:123456789012:stateMachine:Rollout"

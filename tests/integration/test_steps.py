@@ -129,7 +129,9 @@ def test_the_scored_result_counts_the_execute_attempts(aws: Aws, preparer: Prepa
     scored = Scorer(aws.traces)(ref, done)
     result = ExecutionResult.model_validate_json(aws.traces.get_bytes(scored.result_uri))
     assert (result.status, result.attempts) == (Status.SUCCEEDED, 3)
-    assert Recorder(aws.table, aws.traces, aws.admission)(RecordInput(request_id="r-a", score=scored)).written
+    assert Recorder(aws.table, aws.traces, aws.admission)(
+        RecordInput(request_id="r-a", score=scored)
+    ).written
     item = aws.item("r-a")
     assert item is not None and json.loads(item["result"]["S"])["attempts"] == 3
 
@@ -182,7 +184,9 @@ def test_failures_are_recorded_with_their_error_class(
     aws: Aws, error: str, cause: str | None, status: str, message: str, attempts: int
 ) -> None:
     state = RecordInput(request_id="r-9", error=StepError(Error=error, Cause=cause))
-    assert Recorder(aws.table, aws.traces, aws.admission)(state) == Recorded(written=True, status=Status(status))
+    assert Recorder(aws.table, aws.traces, aws.admission)(state) == Recorded(
+        written=True, status=Status(status)
+    )
     item = aws.item("r-9")
     assert item is not None and item["status"] == {"S": status}
     assert item["loss_mask"] == {"BOOL": True} and "reward" not in item

@@ -35,7 +35,13 @@ def normalize(template: dict[str, Any]) -> dict[str, Any]:
 
 
 # The trialbox modules the CDK app imports: their values (names, keys, defaults) shape it.
-APP_IMPORTS = ("constants.py", "keys.py", "settings.py")
+APP_IMPORTS = (
+    "constants.py",
+    "keys.py",
+    "settings.py",
+    "aws_retries.py",
+    "pipeline/admission.py",
+)
 
 
 def template_sources(root: Path = CHECKOUT) -> list[Path]:

@@ -112,7 +112,10 @@ class Admission:
             "TableName": self.table,
             "Key": self._key(POOL, COUNT),
             "UpdateExpression": "SET #n = if_not_exists(#n, :zero) + :one",
-            "ConditionExpression": "(attribute_not_exists(#n) AND :zero < :capacity) OR #n < :capacity",
+            # The count's first write too: a pool of no slot admits nothing.
+            "ConditionExpression": (
+                "(attribute_not_exists(#n) AND :zero < :capacity) OR #n < :capacity"
+            ),
             "ExpressionAttributeNames": {"#n": COUNT},
             "ExpressionAttributeValues": {
                 ":zero": {"N": "0"},

@@ -16,7 +16,8 @@ from typing import Any
 from botocore.exceptions import ClientError
 from pydantic import ValidationError
 
-from trialbox.keys import PAYLOADS_PREFIX
+from trialbox.constants import MAX_INLINE_REQUEST_BYTES
+from trialbox.keys import PAYLOADS_PREFIX, payload_key
 from trialbox.models import ExecutionRequest, Status, result_for
 from trialbox.models.jobs import RequestPointer, RolloutInput
 from trialbox.models.sample import REQUEST_ID
@@ -80,6 +81,8 @@ class Dispatcher:
             return self._reused(body, request_id)
         if ended:  # nothing to run: it ended already (its client cancelled it, say)
             return Dispatched.ALREADY_ENDED
+        if pointer is None and len(body.encode()) > MAX_INLINE_REQUEST_BYTES:
+            pointer = self._offload(request_id, content, body)
         rollout = RolloutInput(
             request_id=request_id,
             request=None if pointer else request,
@@ -111,6 +114,13 @@ class Dispatcher:
             if code in ("NoSuchKey", "NoSuchBucket", "AccessDenied", "404", "403"):
                 raise ValueError(f"{code} for {pointer.payload_uri}") from exc
             raise
+
+    def _offload(self, request_id: str, content: str, body: str) -> RequestPointer:
+        """A large request sent inline (SQS takes up to 1 MiB, not through the SDK, which sends
+        a pointer itself): stored where the SDK stores them, so the execution's state stays
+        within Step Functions' 256 KiB."""
+        uri = self.payloads.put_bytes(payload_key(content), body.encode(), "application/json")
+        return RequestPointer(request_id=request_id, payload_uri=uri)
 
     def _reject(self, request_id: str, message: str) -> Dispatched:
         result = result_for(

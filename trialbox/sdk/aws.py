@@ -15,7 +15,7 @@ from typing import Any
 from botocore.exceptions import BotoCoreError, ClientError, NoRegionError
 
 from trialbox import aws_retries, keys
-from trialbox.constants import CONTENT_ATTRIBUTE, TABLE_KEY
+from trialbox.constants import CONTENT_ATTRIBUTE, MAX_INLINE_REQUEST_BYTES, TABLE_KEY
 from trialbox.errors import AwsCallError, TrialboxError
 from trialbox.models import ExecutionRequest, ExecutionResult
 from trialbox.pipeline.record import record
@@ -23,7 +23,6 @@ from trialbox.pipeline.stores import ResultTable
 from trialbox.sdk.resources import Resources
 from trialbox.settings import RESULT_TTL_DAYS
 
-MAX_INLINE_BYTES = 128 * 1024
 # SendMessageBatch's caps: 10 entries, and 256 KiB for all the bodies together.
 MAX_BATCH_ENTRIES = 10
 MAX_BATCH_BYTES = 256 * 1024
@@ -109,7 +108,7 @@ class Aws:
         """The request itself, or (over 128 KiB) a pointer to it in S3, keyed by content.
         ASCII JSON: SQS refuses some characters (U+FFFE, U+FFFF) that JSON escapes carry."""
         body = json.dumps(request.model_dump(mode="json", exclude_defaults=True))
-        if len(body.encode()) <= MAX_INLINE_BYTES:
+        if len(body.encode()) <= MAX_INLINE_REQUEST_BYTES:
             return body
         key = keys.payload_key(content_sha256)
         bucket = self.resources.traces_bucket
