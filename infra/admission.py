@@ -1,5 +1,7 @@
 """Who may touch the admission table (trialbox.pipeline.admission), and how: each role only the
-calls its step makes. A worker writes nothing but its own lease (items under `workers`)."""
+calls its step makes. A worker writes its lease, marks the slot of the job it took, and gives
+it back (a transaction of the marker and the count): what a worker's code could do with these
+is skew the pool's admission, never a request's result."""
 
 from __future__ import annotations
 
@@ -7,7 +9,6 @@ from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 
 from infra.network import WORKER_TABLE_ACTIONS
-from trialbox.pipeline.admission import WORKERS
 
 
 def grant_admission(
@@ -20,19 +21,26 @@ def grant_admission(
     reaper: iam.IRole,
     dead_letters: iam.IRole,
 ) -> None:
-    # Admission: the leases (Query), then one transaction of the count and a marker.
-    table.grant(dispatcher, "dynamodb:Query", "dynamodb:UpdateItem", "dynamodb:PutItem")
+    # Admission: the leases (Query) and the count (GetItem: a full pool is seen by a read),
+    # then one transaction of the count and a marker; a release when the start failed.
+    table.grant(
+        dispatcher,
+        "dynamodb:Query",
+        "dynamodb:GetItem",
+        "dynamodb:UpdateItem",
+        "dynamodb:PutItem",
+        "dynamodb:DeleteItem",
+    )
     # Release: one transaction of the marker's delete and the count.
     for role in releasers:
         table.grant(role, "dynamodb:UpdateItem", "dynamodb:DeleteItem")
     # Reconcile: the markers and leases (Query), and whether their requests have a result.
     table.grant(reaper, "dynamodb:Query")
     executions.grant(reaper, "dynamodb:BatchGetItem")
-    executions.grant(dead_letters, "dynamodb:PutItem")  # its one sandbox_error result
+    # The one sandbox_error result of a request whose execution never started (the DLQ's
+    # consumer) or ended without one (the reaper).
+    for role in (dead_letters, reaper):
+        executions.grant(role, "dynamodb:PutItem")
     worker.add_to_principal_policy(
-        iam.PolicyStatement(
-            actions=list(WORKER_TABLE_ACTIONS),
-            resources=[table.table_arn],
-            conditions={"ForAllValues:StringEquals": {"dynamodb:LeadingKeys": [WORKERS]}},
-        )
+        iam.PolicyStatement(actions=list(WORKER_TABLE_ACTIONS), resources=[table.table_arn])
     )

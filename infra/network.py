@@ -4,8 +4,8 @@ Sandboxed code shares the worker's network, so the network is what closes its eg
 - security groups: the workers reach only the interface endpoints' group and the S3 and
   DynamoDB gateways' prefix lists, all on 443; the endpoints accept 443 from the workers only;
 - endpoint policies: S3 serves only the stack's buckets and ECR's layer bucket; DynamoDB only
-  the worker's two calls on the admission table (its lease); SQS, Step Functions, ECR and Logs
-  serve only this account's principals on this account's resources;
+  the worker's calls on the admission table (its lease, its job's slot); SQS, Step Functions,
+  ECR and Logs serve only this account's principals on this account's resources;
 - a DNS firewall (`infra/dns_firewall.py`): only the names the task resolves, NODATA for the rest.
 """
 
@@ -42,8 +42,9 @@ ACCOUNT_RESOURCES = {
     "Logs": ("logs", "*"),
 }
 HTTPS = ec2.Port.tcp(443)
-# A worker's only DynamoDB calls: its admission lease (trialbox.worker.lease).
-WORKER_TABLE_ACTIONS = ("dynamodb:PutItem", "dynamodb:DeleteItem")
+# A worker's only DynamoDB calls, on the admission table: its lease (trialbox.worker.lease),
+# and its job's slot, marked taken and given back (trialbox.worker.loop).
+WORKER_TABLE_ACTIONS = ("dynamodb:PutItem", "dynamodb:DeleteItem", "dynamodb:UpdateItem")
 
 
 def this_account() -> dict[str, dict[str, str]]:

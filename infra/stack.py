@@ -120,7 +120,11 @@ class TrialboxStack(Stack):
         session_prefix = session_queue_prefix(config.stack_name)
         reaper = function(
             "reaper",
-            buckets | table_env | admission_env | {c.ENV_SESSION_QUEUE_PREFIX: session_prefix},
+            buckets
+            | table_env
+            | admission_env
+            | rollout_env
+            | {c.ENV_SESSION_QUEUE_PREFIX: session_prefix},
             Duration.seconds(60),
         )
         schedule_reaper(self, reaper, session_prefix)
@@ -164,7 +168,7 @@ class TrialboxStack(Stack):
         # The dispatcher starts nothing for a request that already ended (cancelled early).
         storage.executions.grant(dispatcher.role, "dynamodb:GetItem")
         orchestration.rollout.grant_start_execution(dispatcher.role)
-        for role in (dispatcher.role, dead_letters.role):
+        for role in (dispatcher.role, dead_letters.role, reaper.role):
             orchestration.rollout.grant_execution(role, "states:DescribeExecution")
             acknowledge(
                 role,

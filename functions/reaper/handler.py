@@ -10,7 +10,9 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from trialbox.pipeline.admission import Admission
+from trialbox.pipeline.dead_letters import EndedWithoutResult
 from trialbox.pipeline.reaper import reap
+from trialbox.pipeline.stores import ResultTable
 from trialbox.settings import FunctionSettings
 
 logger = Logger()
@@ -18,7 +20,13 @@ tracer = Tracer()
 metrics = Metrics()
 settings = FunctionSettings.from_env()
 sqs = boto3.client("sqs")
-admission = Admission(boto3.client("dynamodb"), settings.required("admission_table"))
+dynamodb = boto3.client("dynamodb")
+admission = Admission(dynamodb, settings.required("admission_table"))
+ended = EndedWithoutResult(
+    boto3.client("stepfunctions"),
+    settings.required("rollout_arn"),
+    ResultTable(dynamodb, settings.required("executions_table"), settings.result_ttl_days),
+)
 
 
 @logger.inject_lambda_context
@@ -27,6 +35,6 @@ admission = Admission(boto3.client("dynamodb"), settings.required("admission_tab
 def handler(event: dict[str, Any], context: LambdaContext) -> dict[str, Any]:
     reaped = reap(sqs, settings.required("session_queue_prefix"))
     metrics.add_metric(name="SessionQueuesReaped", unit=MetricUnit.Count, value=len(reaped.deleted))
-    released = admission.reconcile(settings.required("executions_table"))
+    released = admission.reconcile(settings.required("executions_table"), ended)
     metrics.add_metric(name="AdmissionsReleased", unit=MetricUnit.Count, value=len(released))
     return {"deleted": reaped.deleted, "kept": reaped.kept, "released": released}

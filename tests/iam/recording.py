@@ -46,6 +46,7 @@ from trialbox.worker.run import job_runner
 from trialbox.worker.sessions import SessionHost
 
 WRONG = "def add(a, b):\n    return 3\n"
+GHOST = "iam-ghost"  # admitted for a worker that never takes it, then cancelled
 DEAD_LETTERED = "iam-deadletter"  # left in the requests DLQ as SQS's redrive does
 HARNESS = "iam-harness"  # the test's own calls: setting scenes up, no principal's
 # The worker beats every 2 s: a 5 s job beats and extends its visibility. With no worker, a
@@ -244,7 +245,28 @@ def _leftover_queues(twin: LocalTwin, sqs: Any) -> tuple[str, str]:
     return expired["QueueUrl"], byhand["QueueUrl"]
 
 
-def _lost_host(twin: LocalTwin, sdk: Client, workers: list[Worker]) -> None:
+def _cancelled_before_a_worker_took_it(twin: LocalTwin, sdk: Client) -> ExecutionResult:
+    """A slot leased by a worker that never takes the job (a lease written by hand), the
+    request admitted and then cancelled: Record never runs, no worker holds the slot, so the
+    reaper gives it back (it sees the request's result), and deletes the lapsed lease."""
+    table = twin_client(twin.endpoint_url, "dynamodb", HARNESS)
+    admission = Admission(table, twin.output(c.OUTPUT_ADMISSION_TABLE))
+    admission.lease("iam-ghost-worker", 1, term_s=5)
+    (handle,) = sdk.submit([request(GHOST, CORRECT)])
+    deadline = time.monotonic() + 60
+    while not _running(twin, GHOST):
+        assert time.monotonic() < deadline, "the ghost worker's request was never admitted"
+        time.sleep(0.2)
+    sdk.cancel([handle])
+    while admission.in_flight() or admission._leases():
+        assert time.monotonic() < deadline + 60, "the reaper never gave the slot back"
+        time.sleep(1)
+    return handle.result(timeout=5)
+
+
+def _lost_host(
+    twin: LocalTwin, sdk: Client, workers: list[Worker], results: dict[str, ExecutionResult]
+) -> None:
     """From here the twin's own worker process (an ECS task in the twin) serves: a session's
     host is SIGKILLed mid-call, so that the SDK asks ECS why it stopped. Between the two, no
     worker runs: a /run_code call misses its deadline."""
@@ -252,6 +274,7 @@ def _lost_host(twin: LocalTwin, sdk: Client, workers: list[Worker]) -> None:
         worker.stop.set()
     time.sleep(2)  # their long polls (1 s) end
     _run_code_missing_its_deadline(twin)
+    results[GHOST] = _cancelled_before_a_worker_took_it(twin, sdk)
     twin.add_worker()
     assert twin.pool is not None
     with sdk.session(Task.model_validate(ADD_TASK), ttl_s=120) as session:
@@ -313,7 +336,7 @@ def drive(
                                      timeout=120)  # fmt: skip
     _session_calls(sdk, results)
     _run_code_calls(twin)
-    _lost_host(twin, sdk, workers)
+    _lost_host(twin, sdk, workers, results)
     deadline = time.monotonic() + 30
     while expired in sqs.list_queues().get("QueueUrls", []):
         assert time.monotonic() < deadline, "the reaper did not delete an expired session queue"

@@ -4,18 +4,22 @@ released once, whatever retries; and what dead-letters still gets its one result
 
 from __future__ import annotations
 
+import threading
 import time
+from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 
 from tests.integration.test_dispatch import PASS_MACHINE, request
 from tests.support.moto import Aws, admission_table
 from trialbox.models import Status
 from trialbox.pipeline import admission as admission_module
 from trialbox.pipeline.admission import Admission
-from trialbox.pipeline.dead_letters import DeadLetter, DeadLetters
+from trialbox.pipeline.dead_letters import DeadLetter, DeadLetters, EndedWithoutResult
 from trialbox.pipeline.dispatch import Dispatched, Dispatcher
 from trialbox.pipeline.recorder import Recorder, RecordInput, StepError
+from trialbox.worker.lease import hold_lease
 
 
 @pytest.fixture
@@ -91,24 +95,117 @@ def test_a_waiting_request_goes_back_when_its_wait_runs_out(
     assert 0.7 < time.monotonic() - started < 2.0 and len(requeued) == 1
 
 
-def test_the_reaper_releases_what_ended_without_record(
+def never_ended(request_id: str) -> bool:
+    return False
+
+
+def test_the_reaper_releases_what_ended_without_record_and_nobody_holds(
     aws: Aws, pool: Admission, dispatcher: tuple[Dispatcher, list[str]]
 ) -> None:
-    """A cancel (StopExecution: Record never runs) keeps the marker; the reaper sees the
-    request's terminal result and gives the slot back. Still-running requests keep theirs."""
+    """A cancel before any worker took the job (StopExecution: Record never runs) keeps the
+    marker; the reaper sees the request's terminal result and gives the slot back. Still-
+    running requests keep theirs."""
     dispatch, _ = dispatcher
     pool.lease("w-1", 2, term_s=60)
     assert [dispatch(request(f"r-{n}")) for n in (1, 2)] == [Dispatched.STARTED] * 2
     aws.table.put_terminal("r-1", {"status": "cancelled"})
-    assert pool.reconcile(aws.table.table) == ["r-1"]
-    assert pool.in_flight() == 1 and pool.admitted() == ["r-2"]
-    assert pool.reconcile(aws.table.table) == []
+    assert pool.reconcile(aws.table.table, never_ended) == ["r-1"]
+    assert pool.in_flight() == 1 and list(pool.admitted()) == ["r-2"]
+    assert pool.reconcile(aws.table.table, never_ended) == []
+
+
+def test_a_slot_whose_sandbox_still_runs_is_the_workers_to_give_back(
+    aws: Aws, pool: Admission, dispatcher: tuple[Dispatcher, list[str]]
+) -> None:
+    """Was a break (red team): a cancelled request's slot was freed by its result while its
+    sandbox ran on, and two jobs admitted for it waited past their heartbeat (masked). A slot
+    a worker took is given back by that worker when its run ends, or, if the worker died (its
+    lease lapsed), by the reaper; never by the result."""
+    dispatch, _ = dispatcher
+    pool.lease("w-1", 1, term_s=60)
+    pool.lease("w-dead", 1, term_s=60)
+    assert [dispatch(request(f"r-{n}")) for n in (1, 2)] == [Dispatched.STARTED] * 2
+    assert pool.take("r-1", "w-1") and pool.take("r-2", "w-dead")
+    for rid in ("r-1", "r-2"):
+        aws.table.put_terminal(rid, {"status": "cancelled"})
+    Recorder(aws.table, aws.traces, pool)(RecordInput(request_id="r-1", error=StepError(Error="x")))
+    assert pool.reconcile(aws.table.table, never_ended) == [] and pool.in_flight() == 2
+    pool.lease("w-dead", 1, term_s=-1)  # its lease lapses: it died with the job
+    assert pool.reconcile(aws.table.table, never_ended) == ["r-2"]
+    assert pool.release("r-1", worker="w-dead") is False  # not its slot
+    assert pool.release("r-1", worker="w-1") and pool.in_flight() == 0
+
+
+def test_an_execution_that_ended_without_a_result_gets_one_and_its_slot_back(
+    aws: Aws,
+    pool: Admission,
+    dispatcher: tuple[Dispatcher, list[str]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Was a break (red team): an execution stopped by hand (or whose Record fallback failed)
+    left its request without a result and its slot held forever."""
+    dispatch, _ = dispatcher
+    monkeypatch.setattr(admission_module, "STALE_S", 0.0)
+    pool.lease("w-1", 2, term_s=60)
+    assert [dispatch(request(f"r-{n}")) for n in (1, 2)] == [Dispatched.STARTED] * 2
+    aws.sfn.stop_execution(executionArn=dispatch.execution_arn("r-1"))
+    ended = EndedWithoutResult(aws.sfn, dispatch.rollout_arn, aws.table)
+    assert pool.reconcile(aws.table.table, ended) == ["r-1"]
+    item = aws.item("r-1")
+    assert item is not None and item["status"] == {"S": Status.SANDBOX_ERROR.value}
+    assert "ABORTED" in item["result"]["S"] and aws.item("r-2") is None
+    assert pool.in_flight() == 1
+
+
+def test_a_start_that_fails_gives_its_slot_back_at_once(
+    aws: Aws, pool: Admission, dispatcher: tuple[Dispatcher, list[str]]
+) -> None:
+    """Was a break (red team): a throttled StartExecution held its slot, with nothing running,
+    until the message came back or dead-lettered (up to 9 minutes)."""
+    dispatch, _ = dispatcher
+    pool.lease("w-1", 1, term_s=60)
+
+    class Throttled:
+        exceptions = aws.sfn.exceptions
+
+        def start_execution(self, **kwargs: Any) -> Any:
+            raise ClientError({"Error": {"Code": "ThrottlingException"}}, "StartExecution")
+
+        def describe_execution(self, **kwargs: Any) -> Any:
+            return aws.sfn.describe_execution(**kwargs)
+
+    dispatch.sfn = Throttled()
+    with pytest.raises(ClientError):
+        dispatch(request("r-1"))
+    assert pool.in_flight() == 0 and list(pool.admitted()) == []
+
+
+def test_a_request_that_ended_while_it_waited_holds_no_slot(
+    aws: Aws,
+    pool: Admission,
+    dispatcher: tuple[Dispatcher, list[str]],
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Was a break (red team): a redelivered message of a request that ended meanwhile was
+    admitted again, and its slot held until the reaper ran."""
+    dispatch, _ = dispatcher
+    pool.lease("w-1", 1, term_s=60)
+    admit = pool.admit
+
+    def admit_then_end(request_id: str) -> bool:
+        admitted = admit(request_id)
+        aws.table.put_terminal(request_id, {"status": "cancelled"})  # its client cancels
+        return admitted
+
+    monkeypatch.setattr(pool, "admit", admit_then_end)
+    assert dispatch(request("r-1")) == Dispatched.ALREADY_ENDED
+    assert pool.in_flight() == 0 and executions(aws, dispatch) == []
 
 
 def test_the_reaper_drops_lapsed_leases_only(pool: Admission) -> None:
     pool.lease("alive", 1, term_s=60)
     pool.lease("dead", 1, term_s=-1)
-    pool.reconcile("executions")
+    pool.reconcile("executions", never_ended)
     assert [item["id"]["S"] for item in pool._leases()] == ["alive"]
 
 
@@ -140,3 +237,58 @@ def test_dead_letters_whose_execution_started_or_that_the_dispatcher_chose_are_l
     assert answer(request("r-other"), reason) == DeadLetter.LEFT
     assert answer("not json", {}) == DeadLetter.LEFT
     assert aws.item("r-run") is None and aws.item("r-other") is None
+
+
+class Conflicting:
+    """DynamoDB whose first `times` transactions conflict with another one on the count (as two
+    dispatchers admitting at once do on AWS)."""
+
+    def __init__(self, dynamodb: Any, times: int) -> None:
+        self.dynamodb, self.times = dynamodb, times
+
+    def transact_write_items(self, **kwargs: Any) -> Any:
+        if self.times > 0:
+            self.times -= 1
+            reasons = [{"Code": "TransactionConflict"}, {"Code": "None"}]
+            raise ClientError(
+                {"Error": {"Code": "TransactionCanceledException"}, "CancellationReasons": reasons},
+                "TransactWriteItems",
+            )
+        return self.dynamodb.transact_write_items(**kwargs)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.dynamodb, name)
+
+
+def test_a_transaction_conflict_is_tried_again_never_taken_for_a_full_pool(
+    aws: Aws, pool: Admission
+) -> None:
+    pool.lease("w-1", 2, term_s=60)
+    assert Admission(Conflicting(aws.dynamodb, 2), pool.table).admit("r-1")
+    assert pool.in_flight() == 1
+    # Contended through every retry: not admitted now (the dispatcher asks again), nothing lost.
+    busy = Admission(Conflicting(aws.dynamodb, 100), pool.table)
+    assert busy.admit("r-2") is False and pool.in_flight() == 1
+    with pytest.raises(admission_module.Contended):  # Record's own retry takes it from here
+        busy.release("r-1")
+    assert pool.release("r-1") and pool.in_flight() == 0
+
+
+def test_a_lease_says_at_once_when_its_workers_free_slots_change(pool: Admission) -> None:
+    """Was a break (red team): an rlimit worker taken by an exclusive session still leased a
+    slot for up to 10 s (its renewal), and a job was admitted for it."""
+    slots, stop, changed = [1], threading.Event(), threading.Event()
+    thread = hold_lease(pool, "w-1", lambda: slots[0], stop, changed)
+    deadline = time.monotonic() + 5
+    while pool.capacity() != 1:  # (the fixture reads the leases afresh each time)
+        assert time.monotonic() < deadline
+    slots[0] = 0  # a session took it
+    changed.set()
+    deadline = time.monotonic() + 1  # well within the 10 s renewal
+    while pool.capacity() != 0:
+        assert time.monotonic() < deadline, "the lease still counts the worker's slot"
+        time.sleep(0.05)
+    stop.set()
+    changed.set()
+    thread.join(timeout=5)
+    assert pool._leases() == []  # withdrawn when it stops

@@ -4,9 +4,10 @@ platform. Off by default; `LocalTwin(faults=0.1)`, `trialbox local up --faults 0
 
 Each faulted call gets, at random, a throttle or a 5xx, with the error code and HTTP status
 the service returns, in its protocol's error shape (botocore's standard retry mode retries
-every one of them: its throttling codes, and any 500/502/503/504). A faulted call never
-reaches moto, so it has no effect: a throttle is refused before any work, and the twin models
-a 5xx the same way.
+every one of them: its throttling codes, and any 500/502/503/504). A throttled call never
+reaches moto, so it has no effect, as on AWS; a 5xx has none either, unless `applied` (off by
+default) says which share of them moto carries out first, as AWS sometimes fails after the
+work was done: the caller's retry then meets its own first attempt.
 
 Only the project's principals are faulted: the SDK, the pool workers and the functions
 (their handlers, and their event source mappings' polling). moto's own API, the twin's
@@ -34,6 +35,7 @@ from trialbox.local.requestlog import App, signer
 
 ENV_FAULTS = "TRIALBOX_TWIN_FAULTS"
 ENV_FAULTS_SEED = "TRIALBOX_TWIN_FAULTS_SEED"
+ENV_FAULTS_APPLIED = "TRIALBOX_TWIN_FAULTS_APPLIED"
 
 
 @dataclass(frozen=True)
@@ -102,9 +104,14 @@ def faulted(key: str) -> bool:
 class Faults:
     """WSGI middleware around moto's server application."""
 
-    def __init__(self, app: App, rate: float, seed: int | None = None) -> None:
+    def __init__(
+        self, app: App, rate: float, seed: int | None = None, applied: float = 0.0
+    ) -> None:
+        """`applied`: the share of 5xx answers given after moto did the work (AWS can fail
+        after a call took effect: the caller's retry meets its own first attempt)."""
         self.app = app
         self.rate = share(rate)
+        self.applied = share(applied)
         self._random = random.Random(seed)
         self._lock = threading.Lock()
 
@@ -112,15 +119,22 @@ class Faults:
         fault = self._draw(environ)
         if fault is None:
             return self.app(environ, start_response)
-        _drain(environ)
-        service, fault_ = fault
+        service, fault_, after = fault
+        if after:  # the work is done; its answer is lost
+            answer = self.app(environ, lambda *_: None)
+            for _ in answer:
+                pass
+            getattr(answer, "close", lambda: None)()
+        else:
+            _drain(environ)
         status, headers, body = render(service, fault_, query=_is_query(environ))
         if environ.get("REQUEST_METHOD") == "HEAD":  # a HEAD answer has no body
             body = b""
         start_response(status, [*headers, ("Content-Length", str(len(body)))])
         return [body]
 
-    def _draw(self, environ: dict[str, Any]) -> tuple[str, Fault] | None:
+    def _draw(self, environ: dict[str, Any]) -> tuple[str, Fault, bool] | None:
+        """The fault for this call, if any, and whether moto does the work first."""
         signed = signer(environ)
         if signed is None or signed.service not in FAULTS or not faulted(signed.key):
             return None
@@ -128,9 +142,9 @@ class Faults:
             if self._random.random() >= self.rate:
                 return None
             throttles, errors = FAULTS[signed.service]
-            return signed.service, self._random.choice(
-                throttles if self._random.random() < 0.5 else errors
-            )
+            fault = self._random.choice(throttles if self._random.random() < 0.5 else errors)
+            after = fault.status >= 500 and self._random.random() < self.applied
+            return signed.service, fault, after
 
 
 def render(service: str, fault: Fault, query: bool = False) -> tuple[str, list[Any], bytes]:
@@ -177,13 +191,13 @@ def _drain(environ: dict[str, Any]) -> None:
         stream.read(length)
 
 
-def install(server: Any, rate: float, seed: int | None = None) -> None:
+def install(server: Any, rate: float, seed: int | None = None, applied: float = 0.0) -> None:
     """Wrap a started ThreadedMotoServer's application (as requestlog.install does); install
     it before the request log, so that the log records the faults."""
     wsgi = getattr(server, "_server", None)
     if wsgi is None or not hasattr(wsgi, "app"):
         raise RuntimeError("moto's ThreadedMotoServer changed: no werkzeug server to wrap")
-    wsgi.app = Faults(wsgi.app, rate, seed)
+    wsgi.app = Faults(wsgi.app, rate, seed, applied)
 
 
 def install_from_env(server: Any) -> None:
@@ -192,10 +206,11 @@ def install_from_env(server: Any) -> None:
     rate = float(os.environ.get(ENV_FAULTS) or 0)
     if rate:
         seed = os.environ.get(ENV_FAULTS_SEED)
-        install(server, rate, int(seed) if seed else None)
+        applied = float(os.environ.get(ENV_FAULTS_APPLIED) or 0)
+        install(server, rate, int(seed) if seed else None, applied)
 
 
-def environment(rate: float, seed: int | None = None) -> dict[str, str]:
-    """The services process's environment for `rate` (checked) and `seed`."""
-    env = {ENV_FAULTS: str(share(rate))}
+def environment(rate: float, seed: int | None = None, applied: float = 0.0) -> dict[str, str]:
+    """The services process's environment for `rate` and `applied` (checked) and `seed`."""
+    env = {ENV_FAULTS: str(share(rate)), ENV_FAULTS_APPLIED: str(share(applied))}
     return env | ({ENV_FAULTS_SEED: str(seed)} if seed is not None else {})

@@ -35,12 +35,14 @@ class LocalTwin:
         worker_memory_mb: int | None = None,
         faults: float = 0.0,
         faults_seed: int | None = None,
+        faults_applied: float = 0.0,
     ) -> None:
         """`worker_memory_mb`: each worker's memory cgroup (the task definition's otherwise).
         `faults`: the share of the SDK's, the workers' and the functions' AWS calls answered
         with a throttle or a 5xx, as AWS answers them (trialbox.local.faults); `faults_seed`
-        makes the draw repeatable."""
-        services_env = environment(faults, faults_seed)  # checked before anything starts
+        makes the draw repeatable; `faults_applied`: the share of those 5xx that come after
+        the call took effect."""
+        services_env = environment(faults, faults_seed, faults_applied)  # checked first
         self.faults = faults
         self.workers = workers
         self.worker_memory_mb = worker_memory_mb

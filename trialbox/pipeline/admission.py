@@ -8,22 +8,25 @@ flight are fewer than the pool's live slots, whatever the number of clients send
 
 One DynamoDB table (partition key `part`, sort key `id`) holds three kinds of item, each small:
 - the count: (`pool`, `in_flight`), the requests admitted and not yet released;
-- a marker per admitted request: (`admitted#<shard>`, request id). Admission and release each
-  change the count and the marker in one transaction, conditionally, so a redelivered message
-  is admitted once and a second release changes nothing;
+- a marker per admitted request: (`admitted#<shard>`, request id), with `taken_by` once a
+  worker took its job. Admission and release each change the count and the marker in one
+  transaction, conditionally, so a redelivered message is admitted once and a second release
+  changes nothing;
 - a lease per live worker: (`workers`, name) with its free `slots` and `expires_at`. The pool's
   capacity is the sum over unexpired leases: a worker that scales in removes its own, a killed
   one's lapses within a lease term.
 
-An execution that ends without Record (stopped by a cancel, Record's own fallback) keeps its
-marker; `reconcile` (the reaper, each minute) releases every marker whose request has its
-terminal result.
+A slot is the sandbox's that uses it: the worker that took the job gives it back when its run
+ends (a cancelled request's sandbox runs on); Record, only one no worker took. `reconcile`
+(the reaper, each minute) gives back what nobody else will (docs/pipeline.md, "Admission").
 """
 
 from __future__ import annotations
 
 import hashlib
+import random
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -36,9 +39,21 @@ ID = "id"
 POOL = "pool"
 COUNT = "in_flight"
 WORKERS = "workers"
+TAKEN_BY = "taken_by"  # on a marker: the worker whose sandbox holds the slot
+# An untaken marker older than this has its execution looked at (the reaper): a job may wait
+# for a worker that long only if capacity fell after it was admitted.
+STALE_S = 600
 SHARDS = 8  # marker partitions: admissions spread their writes over these
 CAPACITY_CACHE_S = 2.0  # the leases are read at most this often by one dispatcher
 BATCH_GET = 100  # BatchGetItem's most keys
+CONFLICT_RETRIES = 6
+CONFLICT_PAUSE_S = 0.02  # the first retry's most; doubled each time
+# Cancellation reasons that are no answer: another transaction on the count, a throttle.
+RETRIED = {"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExceeded"}
+
+
+class Contended(Exception):
+    """The count item stayed contended through every retry."""
 
 
 def shard(request_id: str) -> str:
@@ -106,8 +121,11 @@ class Admission:
     # The dispatcher's side --------------------------------------------------------------
     def admit(self, request_id: str) -> bool:
         """Admit the request if a slot is free; True as well when it was admitted before (a
-        redelivered message: its execution may already run)."""
+        redelivered message: its execution may already run). A full pool is seen by a read,
+        not a write: a dispatcher waiting for a slot asks four times a second."""
         capacity = self.capacity()
+        if self.in_flight() >= capacity:
+            return self._marked(request_id)
         update = {
             "TableName": self.table,
             "Key": self._key(POOL, COUNT),
@@ -130,22 +148,59 @@ class Admission:
             "ExpressionAttributeNames": {"#i": ID},
         }
         try:
-            self.dynamodb.transact_write_items(TransactItems=[{"Update": update}, {"Put": marker}])
+            reasons = self._transact([{"Update": update}, {"Put": marker}])
+        except Contended:
+            return False  # not now: the dispatcher asks again
+        return reasons is None or reasons[1] == "ConditionalCheckFailed"  # else: full
+
+    def _marked(self, request_id: str) -> bool:
+        answer = self.dynamodb.get_item(
+            TableName=self.table,
+            Key=self._key(shard(request_id), request_id),
+            ConsistentRead=True,
+        )
+        return "Item" in answer
+
+    def take(self, request_id: str, worker: str) -> bool:
+        """A worker took the request's job: from now its slot is the worker's to give back,
+        once its sandbox is done (not when the request's result exists: a cancelled
+        request's sandbox may run on). False when the request holds no slot."""
+        try:
+            self.dynamodb.update_item(
+                TableName=self.table,
+                Key=self._key(shard(request_id), request_id),
+                UpdateExpression="SET #t = :w",
+                ConditionExpression="attribute_exists(#i)",
+                ExpressionAttributeNames={"#t": TAKEN_BY, "#i": ID},
+                ExpressionAttributeValues={":w": {"S": worker}},
+            )
         except ClientError as exc:
-            reasons = _reasons(exc)
-            if reasons is None:
-                raise
-            return reasons[1] == "ConditionalCheckFailed"  # admitted already; else: full
+            if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
+                return False
+            raise
         return True
 
-    def release(self, request_id: str) -> bool:
-        """Give the request's slot back; False when it held none (released already)."""
-        delete = {
+    def release(self, request_id: str, *, worker: str | None = None, force: bool = False) -> bool:
+        """Give the request's slot back; False when it held none, or not for this caller: a
+        worker (`worker`) releases what it took; Record and the DLQ's consumer (no
+        `worker`) only what no worker took; the reaper (`force`) what it found stale."""
+        condition, values = "attribute_exists(#i)", {}
+        names = {"#i": ID}
+        if not force:
+            names["#t"] = TAKEN_BY
+            if worker is None:
+                condition += " AND attribute_not_exists(#t)"
+            else:
+                condition += " AND #t = :w"
+                values[":w"] = {"S": worker}
+        delete: dict[str, Any] = {
             "TableName": self.table,
             "Key": self._key(shard(request_id), request_id),
-            "ConditionExpression": "attribute_exists(#i)",
-            "ExpressionAttributeNames": {"#i": ID},
+            "ConditionExpression": condition,
+            "ExpressionAttributeNames": names,
         }
+        if values:
+            delete["ExpressionAttributeValues"] = values
         update = {
             "TableName": self.table,
             "Key": self._key(POOL, COUNT),
@@ -154,51 +209,94 @@ class Admission:
             "ExpressionAttributeNames": {"#n": COUNT},
             "ExpressionAttributeValues": {":one": {"N": "1"}, ":zero": {"N": "0"}},
         }
-        try:
-            self.dynamodb.transact_write_items(
-                TransactItems=[{"Delete": delete}, {"Update": update}]
-            )
-        except ClientError as exc:
-            reasons = _reasons(exc)
-            if reasons is None:
-                raise
-            if reasons[0] == "ConditionalCheckFailed":
-                return False
-            # A marker with a count of 0 (a count reset by hand): the marker alone goes.
-            self.dynamodb.delete_item(TableName=self.table, Key=delete["Key"])
+        reasons = self._transact([{"Delete": delete}, {"Update": update}])
+        if reasons is None:
+            return True
+        if reasons[0] == "ConditionalCheckFailed":
+            return False
+        # A marker with a count of 0 (a count reset by hand): the marker alone goes.
+        self.dynamodb.delete_item(TableName=self.table, Key=delete["Key"])
         return True
 
+    def _transact(self, items: list[dict[str, Any]]) -> list[str] | None:
+        """None when written; else each item's reason the transaction was cancelled ('None'
+        where its check held). Every admission and release writes the one count item, so two
+        at once conflict (TransactionConflict): tried again, with jitter, CONFLICT_RETRIES
+        times, then Contended."""
+        for attempt in range(CONFLICT_RETRIES):
+            try:
+                self.dynamodb.transact_write_items(TransactItems=items)
+                return None
+            except ClientError as exc:
+                if exc.response["Error"]["Code"] != "TransactionCanceledException":
+                    raise
+                reasons = exc.response.get("CancellationReasons") or []
+                codes = [str(reason.get("Code", "None")) for reason in reasons]
+                if len(codes) == len(items) and not RETRIED & set(codes):
+                    return codes
+            time.sleep(random.uniform(0, CONFLICT_PAUSE_S * 2**attempt))
+        raise Contended(f"{self.table}: {CONFLICT_RETRIES} transactions in a row conflicted")
+
     # The reaper's side ------------------------------------------------------------------
-    def admitted(self) -> list[str]:
-        ids: list[str] = []
+    def admitted(self) -> dict[str, Marker]:
+        """Every admitted request's marker, by request id."""
+        found: dict[str, Marker] = {}
         for number in range(SHARDS):
             pages = self.dynamodb.get_paginator("query").paginate(
                 TableName=self.table,
                 KeyConditionExpression="#p = :s",
-                ExpressionAttributeNames={"#p": PART, "#i": ID},
+                ExpressionAttributeNames={"#p": PART},
                 ExpressionAttributeValues={":s": {"S": f"admitted#{number}"}},
-                ProjectionExpression="#i",
             )
             for page in pages:
-                ids.extend(item[ID]["S"] for item in page.get("Items", []))
-        return ids
+                for item in page.get("Items", []):
+                    taken = item.get(TAKEN_BY, {}).get("S")
+                    found[item[ID]["S"]] = Marker(float(item["at"]["N"]), taken)
+        return found
 
-    def reconcile(self, results_table: str) -> list[str]:
-        """Release every admitted request that already has its terminal result (its execution
-        ended without Record's release), and drop lapsed leases. The released ids."""
-        admitted = self.admitted()
-        released = []
-        for start in range(0, len(admitted), BATCH_GET):
-            for request_id in _recorded(
-                self.dynamodb, results_table, admitted[start : start + BATCH_GET]
-            ):
-                if self.release(request_id):
-                    released.append(request_id)
+    def reconcile(self, results_table: str, ended: EndedCheck) -> list[str]:
+        """Give back the slots nobody else will (the reaper, each minute); the released ids.
+        - a slot a worker took is its own to give back, unless that worker's lease lapsed
+          (it died with the job): then here;
+        - a slot no worker holds, of a request with its terminal result (an execution that
+          ended without Record's release: a cancel stops it);
+        - a slot no worker holds, admitted over STALE_S ago, whose execution `ended` says is
+          over without a result (stopped by hand, or Record's own fallback failed): `ended`
+          writes its `sandbox_error` result first.
+        And lapsed leases are deleted."""
+        markers = self.admitted()
         now = time.time()
-        for item in self._leases():
+        leases = self._leases()
+        live = {item[ID]["S"] for item in leases if float(item["expires_at"]["N"]) > now}
+        untaken = [rid for rid, m in markers.items() if m.taken_by is None]
+        recorded: set[str] = set()
+        for start in range(0, len(untaken), BATCH_GET):
+            batch = untaken[start : start + BATCH_GET]
+            recorded |= set(_recorded(self.dynamodb, results_table, batch))
+        released = []
+        for request_id, marker in markers.items():
+            if marker.taken_by is not None:
+                stale = marker.taken_by not in live
+            else:
+                stale = request_id in recorded
+                if not stale and now - marker.at > STALE_S:
+                    stale = ended(request_id)
+            if stale and self.release(request_id, force=True):
+                released.append(request_id)
+        for item in leases:
             if float(item["expires_at"]["N"]) <= now:
                 _delete_lapsed(self.dynamodb, self.table, item, now)
         return released
+
+
+@dataclass(frozen=True)
+class Marker:
+    at: float  # when it was admitted (epoch s)
+    taken_by: str | None  # the worker that took its job
+
+
+# (request id) -> whether its execution is over without a result (after writing one for it).
+EndedCheck = Callable[[str], bool]
 
 
 def _delete_lapsed(dynamodb: Any, table: str, item: dict[str, Any], now: float) -> None:
@@ -232,15 +330,3 @@ def _recorded(dynamodb: Any, table: str, request_ids: list[str]) -> list[str]:
         found.extend(item[TABLE_KEY]["S"] for item in answer["Responses"].get(table, []))
         request = answer.get("UnprocessedKeys") or {}
     return found
-
-
-def _reasons(exc: ClientError) -> list[str] | None:
-    """A cancelled transaction's reason per item ('None' where that item's check held), or
-    None when the error is not a cancelled transaction."""
-    if exc.response["Error"]["Code"] != "TransactionCanceledException":
-        return None
-    reasons = exc.response.get("CancellationReasons") or []
-    codes = [str(reason.get("Code", "None")) for reason in reasons]
-    if "TransactionConflict" in codes or "ThrottlingError" in codes or len(codes) < 2:
-        return None  # a conflict or a throttle: the caller's retry (raise)
-    return codes

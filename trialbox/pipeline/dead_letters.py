@@ -68,3 +68,32 @@ class DeadLetters:
         except self.sfn.exceptions.ExecutionDoesNotExist:
             return False
         return True
+
+
+@dataclass
+class EndedWithoutResult:
+    """Whether an admitted request's execution is over without its result (stopped by hand,
+    or Record's own fallback failed): the reaper's check of an old slot nobody holds. If so,
+    the request gets its one `sandbox_error` result here first."""
+
+    sfn: Any
+    rollout_arn: str
+    table: ResultTable
+
+    def __call__(self, request_id: str) -> bool:
+        arn = self.rollout_arn.replace(":stateMachine:", ":execution:", 1) + f":{request_id}"
+        try:
+            status = self.sfn.describe_execution(executionArn=arn)["status"]
+        except self.sfn.exceptions.ExecutionDoesNotExist:
+            return False  # not started yet: its message comes back, or the DLQ's consumer
+        if status in ("RUNNING", "PENDING_REDRIVE"):
+            return False
+        message = f"the request's execution ended ({status}) without writing its result"
+        result = result_for(
+            request_id,
+            Status.SANDBOX_ERROR,
+            error=message,
+            feedback=f"sandbox error (not your code): {message}",
+        )
+        record(result, self.table, None)
+        return True

@@ -92,6 +92,9 @@ class Dispatcher:
         if not self._admitted(request_id, wait_until):
             self.requeue(body)
             return Dispatched.REQUEUED
+        if self.table.terminal(request_id)[0]:  # it ended while it waited (cancelled, say)
+            self.admission.release(request_id)
+            return Dispatched.ALREADY_ENDED
         return self._start(rollout, body)
 
     def _admitted(self, request_id: str, wait_until: float | None) -> bool:
@@ -138,11 +141,24 @@ class Dispatcher:
             return Dispatched.STARTED
         except self.sfn.exceptions.ExecutionAlreadyExists:
             pass
+        except Exception:
+            # Throttled past botocore's retries, say: the message comes back (or dead-letters),
+            # and meanwhile its slot is for others, unless the start did happen after all.
+            self._release_unstarted(rollout.request_id)
+            raise
         existing = self.sfn.describe_execution(executionArn=self.execution_arn(rollout.request_id))
         started = RolloutInput.model_validate_json(existing["input"])
         if started.content_sha256 == rollout.content_sha256:
             return Dispatched.ALREADY_STARTED  # a redelivered or resubmitted request: runs once
         return self._reused(body, rollout.request_id)
+
+    def _release_unstarted(self, request_id: str) -> None:
+        try:
+            self.sfn.describe_execution(executionArn=self.execution_arn(request_id))
+        except self.sfn.exceptions.ExecutionDoesNotExist:
+            self.admission.release(request_id)
+        except Exception:  # unknown: the slot stays held until the DLQ's consumer or the reaper
+            return
 
     def _reused(self, body: str, request_id: str) -> Dispatched:
         self.dead_letter(body, f"request_id {request_id} reused with different content")

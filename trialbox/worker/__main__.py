@@ -46,7 +46,7 @@ def main() -> int:
         sessions=SessionHost(
             runner, sqs, jobs, name, TaskProtection(os.environ.get("ECS_AGENT_URI"))
         ),
-        admission=Admission(boto3.client("dynamodb"), settings.admission_table),
+        admission=Admission(boto3.client("dynamodb", config=retries), settings.admission_table),
     )
     # ECS sends SIGTERM, then SIGKILL after the container's stop timeout: finish the job in
     # hand, or hand it back before the kill.

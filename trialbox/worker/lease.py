@@ -18,18 +18,24 @@ RENEW_S = 10.0
 
 
 def hold_lease(
-    admission: Admission, name: str, slots: Callable[[], int], stop: threading.Event
+    admission: Admission,
+    name: str,
+    slots: Callable[[], int],
+    stop: threading.Event,
+    changed: threading.Event,
 ) -> threading.Thread:
-    """A daemon thread that keeps `name`'s lease at `slots()` until `stop`, then withdraws it.
-    A failed renewal is retried at the next one (the lease outlives two of them)."""
+    """A daemon thread that keeps `name`'s lease at `slots()` until `stop`, then withdraws it;
+    rewritten at once when `changed` is set (a session taking the worker, its stop). A failed
+    renewal is retried at the next one (the lease outlives two of them)."""
 
     def run() -> None:
         while not stop.is_set():
+            changed.clear()
             try:
                 admission.lease(name, slots(), TERM_S)
             except Exception:
                 log.exception("%s: renewing the admission lease failed; trying again", name)
-            stop.wait(RENEW_S)
+            changed.wait(RENEW_S)
         try:
             admission.leave(name)
         except Exception:

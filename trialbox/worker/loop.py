@@ -72,6 +72,8 @@ class Worker:
     # Where its free slots are leased to the dispatcher (trialbox.worker.lease): None only
     # for a loop driven by hand (a test's poll_once), which no admission counts on.
     admission: Admission | None = None
+    # Set when free_slots() changes: the lease is rewritten at once, not at its next renewal.
+    slots_changed: threading.Event = field(default_factory=threading.Event)
     jobs_done: int = 0
     _hosted_exclusively: bool = False
 
@@ -80,6 +82,7 @@ class Worker:
         deadline = time.time() + grace_s
         self.hand_back_at = min(deadline, self.hand_back_at or deadline)  # a 2nd never extends
         self.stop.set()
+        self.slots_changed.set()
 
     def serve(self) -> None:
         """Until `stop`. An AWS call that fails for one job never ends the loop: that job's
@@ -87,11 +90,14 @@ class Worker:
         state machine retries it on another sandbox."""
         lease = None
         if self.admission is not None:
-            lease = hold_lease(self.admission, self.name, self.free_slots, self.stop)
+            lease = hold_lease(
+                self.admission, self.name, self.free_slots, self.stop, self.slots_changed
+            )
         try:
             self._serve()
         finally:
             self.stop.set()
+            self.slots_changed.set()
             if lease is not None:
                 lease.join()  # withdrawn before the loop returns
 
@@ -126,6 +132,7 @@ class Worker:
             return True
         if self._hosted_exclusively:
             self._hosted_exclusively = False
+            self.slots_changed.set()  # its slot is free again: the lease says so at once
             self._after_job()
         return self.stop.is_set()
 
@@ -184,6 +191,33 @@ class Worker:
         if not self._beat(work.task_token):  # a stale redelivery: its execution moved on
             self._delete(receipt)
             return False
+        self._hold(work.request_id)
+        try:
+            self._work(work, receipt)
+        finally:
+            self._give_back(work.request_id)
+        return True
+
+    def _hold(self, request_id: str) -> None:
+        """Its admission slot is this worker's until the sandbox is done (a cancel or a lapsed
+        heartbeat ends the execution, not the run): the reaper frees it only if this worker
+        dies (its lease lapses)."""
+        if self.admission is None:
+            return
+        try:
+            self.admission.take(request_id, self.name)
+        except Exception:  # then Record (or the reaper) gives it back instead
+            log.exception("%s: marking its admission slot taken failed", request_id)
+
+    def _give_back(self, request_id: str) -> None:
+        if self.admission is None:
+            return
+        try:
+            self.admission.release(request_id, worker=self.name)
+        except Exception:  # the reaper frees it once this worker's lease lapses
+            log.exception("%s: giving its admission slot back failed", request_id)
+
+    def _work(self, work: WorkMessage, receipt: str) -> None:
         lost = threading.Event()
         done = threading.Event()
         beating = threading.Thread(
@@ -204,7 +238,6 @@ class Worker:
         if lost.is_set():
             log.warning("%s: the execution moved on; dropping the result", work.request_id)
         self._delete(receipt)
-        return True
 
     def _open_session(self, body: str, receipt: str) -> None:
         if self.sessions is None or self.sessions.full():  # for another worker
@@ -219,6 +252,7 @@ class Worker:
             log.error("dropping a session message that does not open one: %.200s", body)
             return
         self.sessions.open(opening.session)
+        self.slots_changed.set()  # an exclusive host has no slot now: the lease says so at once
 
     def _run(self, work: WorkMessage, lost: threading.Event) -> tuple[str, str]:
         """('success', report_uri) or ('failure', cause); nothing is uploaded for a job whose
