@@ -122,7 +122,7 @@ class Admission:
     def admit(self, request_id: str) -> bool:
         """Admit the request if a slot is free; True as well when it was admitted before (a
         redelivered message: its execution may already run). A full pool is seen by a read,
-        not a write: a dispatcher waiting for a slot asks four times a second."""
+        not a write: a dispatcher waiting for a slot asks ten times a second."""
         capacity = self.capacity()
         if self.in_flight() >= capacity:
             return self._marked(request_id)

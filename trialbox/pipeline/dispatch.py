@@ -37,7 +37,7 @@ class Dispatched(StrEnum):
 
 # While every slot is taken, the dispatcher asks again this often (the capacity is re-read at
 # most every CAPACITY_CACHE_S); a release is seen within it.
-ADMIT_POLL_S = 0.25
+ADMIT_POLL_S = 0.1
 
 
 @dataclass
