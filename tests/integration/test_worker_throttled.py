@@ -10,6 +10,7 @@ from typing import Any
 
 from botocore.exceptions import ClientError
 
+from tests.integration.test_worker import waiting_machine
 from tests.support.moto import Aws
 from tests.support.tasks import ADD_TASK
 from trialbox.models import RunReport, Status, Task
@@ -21,26 +22,7 @@ HEARTBEAT_S = 3
 
 def execute_machine(aws: Aws) -> str:
     """Execute as the stack has it: a lost sandbox (a lapsed heartbeat) is retried."""
-    lost = ["States.HeartbeatTimeout", "States.Timeout"]  # moto reports the first as the second
-    execute: dict[str, Any] = {
-        "Type": "Task",
-        "Resource": "arn:aws:states:::sqs:sendMessage.waitForTaskToken",
-        "HeartbeatSeconds": HEARTBEAT_S,
-        "TimeoutSeconds": 120,
-        "Parameters": {
-            "QueueUrl": aws.work_queue,
-            "MessageBody": {
-                "task_token.$": "$$.Task.Token",
-                "request_id.$": "$.request_id",
-                "job_uri.$": "$.job_uri",
-                "attempt.$": "$$.State.RetryCount",
-            },
-        },
-        "Retry": [{"ErrorEquals": lost, "MaxAttempts": 2, "IntervalSeconds": 1}],
-        "End": True,
-    }
-    definition = {"StartAt": "Execute", "States": {"Execute": execute}}
-    return aws.state_machine("throttled-execute", definition)
+    return waiting_machine(aws, HEARTBEAT_S, retries=2)
 
 
 def throttled(operation: str) -> ClientError:
