@@ -36,6 +36,11 @@ def checkpoint_key(checkpoint: str) -> str:
     return f"{CHECKPOINTS_PREFIX}{checkpoint}.tar.gz"
 
 
+def execution_arn(rollout_arn: str, request_id: str) -> str:
+    """A request's Rollout execution: it is named after the request id (its idempotency key)."""
+    return rollout_arn.replace(":stateMachine:", ":execution:", 1) + f":{request_id}"
+
+
 def session_call_key(session_id: str, seq: int) -> str:
     """A session's trace, a file per call: the call and its result, for replay."""
     return f"{SESSIONS_PREFIX}{session_id}/{seq:06d}.json"

@@ -27,6 +27,7 @@ metrics = Metrics()
 processor = BatchProcessor(event_type=EventType.SQS)
 settings = FunctionSettings.from_env()
 sqs = boto3.client("sqs")
+dynamodb = boto3.client("dynamodb")
 
 
 def dead_letter(body: str, reason: str) -> None:
@@ -48,21 +49,20 @@ def requeue(body: str) -> None:
 dispatch = Dispatcher(
     sfn=boto3.client("stepfunctions"),
     rollout_arn=settings.required("rollout_arn"),
-    table=ResultTable(
-        boto3.client("dynamodb"), settings.required("executions_table"), settings.result_ttl_days
-    ),
+    table=ResultTable(dynamodb, settings.required("executions_table"), settings.result_ttl_days),
     payloads=ObjectStore(boto3.client("s3"), settings.traces_bucket),
     dead_letter=dead_letter,
-    admission=Admission(boto3.client("dynamodb"), settings.required("admission_table")),
+    admission=Admission(dynamodb, settings.required("admission_table")),
     requeue=requeue,
 )
 # A request waits here for a slot until this long before the invocation's end, then goes back.
 REQUEUE_MARGIN_S = 8.0
-wait_until = 0.0  # this invocation's (time.monotonic())
 
 
-def record_handler(record: SQSRecord) -> None:
-    outcome = dispatch(record.body, wait_until)
+def record_handler(record: SQSRecord, lambda_context: LambdaContext) -> None:
+    """One message (Powertools passes the invocation's context to a handler that names it)."""
+    left_s = lambda_context.get_remaining_time_in_millis() / 1000 - REQUEUE_MARGIN_S
+    outcome = dispatch(record.body, time.monotonic() + max(left_s, 0.0))
     metrics.add_metric(name=f"Requests_{outcome.value}", unit=MetricUnit.Count, value=1)
 
 
@@ -70,9 +70,6 @@ def record_handler(record: SQSRecord) -> None:
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
-    global wait_until
-    left_s = context.get_remaining_time_in_millis() / 1000 - REQUEUE_MARGIN_S
-    wait_until = time.monotonic() + max(left_s, 0.0)
     return process_partial_response(
         event=event, record_handler=record_handler, processor=processor, context=context
     )

@@ -18,12 +18,11 @@ logger = Logger()
 tracer = Tracer()
 metrics = Metrics()
 settings = FunctionSettings.from_env()
+dynamodb = boto3.client("dynamodb")
 recorder = Recorder(
-    table=ResultTable(
-        boto3.client("dynamodb"), settings.required("executions_table"), settings.result_ttl_days
-    ),
+    table=ResultTable(dynamodb, settings.required("executions_table"), settings.result_ttl_days),
     traces=ObjectStore(boto3.client("s3"), settings.traces_bucket),
-    admission=Admission(boto3.client("dynamodb"), settings.required("admission_table")),
+    admission=Admission(dynamodb, settings.required("admission_table")),
 )
 
 

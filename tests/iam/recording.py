@@ -26,6 +26,7 @@ from trialbox import constants as c
 from trialbox.cli.run import run_job
 from trialbox.errors import RequestIdReused
 from trialbox.integrations.sandbox_fusion import Proxy
+from trialbox.keys import execution_arn
 from trialbox.local import principals
 from trialbox.local.requestlog import ENV_REQUEST_LOG
 from trialbox.local.resources import REGION
@@ -112,9 +113,9 @@ def _sdk(twin: LocalTwin) -> Client:
 
 def _running(twin: LocalTwin, name: str) -> bool:
     sfn = twin_client(twin.endpoint_url, "stepfunctions", HARNESS)
-    arn = twin.output(c.OUTPUT_ROLLOUT_ARN).replace(":stateMachine:", ":execution:", 1)
+    arn = execution_arn(twin.output(c.OUTPUT_ROLLOUT_ARN), name)
     try:
-        return bool(sfn.describe_execution(executionArn=f"{arn}:{name}")["status"] == "RUNNING")
+        return bool(sfn.describe_execution(executionArn=arn)["status"] == "RUNNING")
     except sfn.exceptions.ExecutionDoesNotExist:
         return False
 

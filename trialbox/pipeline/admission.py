@@ -44,6 +44,7 @@ TAKEN_BY = "taken_by"  # on a marker: the worker whose sandbox holds the slot
 # for a worker that long only if capacity fell after it was admitted.
 STALE_S = 600
 SHARDS = 8  # marker partitions: admissions spread their writes over these
+MARKERS = "admitted#"  # a marker partition's key, before its shard's number
 CAPACITY_CACHE_S = 2.0  # the leases are read at most this often by one dispatcher
 BATCH_GET = 100  # BatchGetItem's most keys
 CONFLICT_RETRIES = 6
@@ -58,7 +59,7 @@ class Contended(Exception):
 
 def shard(request_id: str) -> str:
     digest = hashlib.sha256(request_id.encode()).digest()
-    return f"admitted#{digest[0] % SHARDS}"
+    return f"{MARKERS}{digest[0] % SHARDS}"
 
 
 @dataclass
@@ -85,18 +86,19 @@ class Admission:
     def leave(self, worker: str) -> None:
         self.dynamodb.delete_item(TableName=self.table, Key=self._key(WORKERS, worker))
 
-    def _leases(self) -> list[dict[str, Any]]:
-        items: list[dict[str, Any]] = []
+    def _partition(self, part: str, consistent: bool = False) -> list[dict[str, Any]]:
+        """Every item under one partition key (`workers`, a marker shard)."""
         pages = self.dynamodb.get_paginator("query").paginate(
             TableName=self.table,
-            KeyConditionExpression="#p = :w",
+            KeyConditionExpression="#p = :p",
             ExpressionAttributeNames={"#p": PART},
-            ExpressionAttributeValues={":w": {"S": WORKERS}},
-            ConsistentRead=True,
+            ExpressionAttributeValues={":p": {"S": part}},
+            ConsistentRead=consistent,
         )
-        for page in pages:
-            items.extend(page.get("Items", []))
-        return items
+        return [item for page in pages for item in page.get("Items", [])]
+
+    def _leases(self) -> list[dict[str, Any]]:
+        return self._partition(WORKERS, consistent=True)
 
     def capacity(self, now: float | None = None) -> int:
         """The slots of every worker whose lease is live (read at most every CAPACITY_CACHE_S)."""
@@ -242,16 +244,9 @@ class Admission:
         """Every admitted request's marker, by request id."""
         found: dict[str, Marker] = {}
         for number in range(SHARDS):
-            pages = self.dynamodb.get_paginator("query").paginate(
-                TableName=self.table,
-                KeyConditionExpression="#p = :s",
-                ExpressionAttributeNames={"#p": PART},
-                ExpressionAttributeValues={":s": {"S": f"admitted#{number}"}},
-            )
-            for page in pages:
-                for item in page.get("Items", []):
-                    taken = item.get(TAKEN_BY, {}).get("S")
-                    found[item[ID]["S"]] = Marker(float(item["at"]["N"]), taken)
+            for item in self._partition(f"{MARKERS}{number}"):
+                taken = item.get(TAKEN_BY, {}).get("S")
+                found[item[ID]["S"]] = Marker(float(item["at"]["N"]), taken)
         return found
 
     def reconcile(self, results_table: str, ended: EndedCheck) -> list[str]:

@@ -8,14 +8,14 @@ or its id's result belongs to the first content."""
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
+from trialbox.keys import execution_arn
 from trialbox.models import Status, result_for
-from trialbox.models.sample import REQUEST_ID
 from trialbox.pipeline.admission import Admission
+from trialbox.pipeline.dispatch import recover
 from trialbox.pipeline.record import record
 from trialbox.pipeline.stores import ResultTable
 
@@ -38,36 +38,19 @@ class DeadLetters:
     def __call__(self, body: str, attributes: dict[str, Any]) -> DeadLetter:
         if REASON_ATTRIBUTE in attributes:
             return DeadLetter.LEFT
-        try:
-            raw = json.loads(body)
-        except ValueError:
-            raw = None
-        request_id = raw.get("request_id") if isinstance(raw, dict) else None
-        if not isinstance(request_id, str) or not REQUEST_ID.fullmatch(request_id):
+        _, request_id = recover(body)
+        if request_id is None:
             return DeadLetter.LEFT  # the dispatcher sends these itself; nothing to answer
-        if self._started(request_id):
+        if execution_status(self.sfn, self.rollout_arn, request_id) is not None:
             return DeadLetter.ALREADY_ENDED  # its execution writes its one result
-        message = (
-            "the request dead-lettered before its execution could start (Step Functions' "
-            "StartExecution failed on every delivery: see the dispatcher's logs)"
-        )
-        result = result_for(
+        written = _sandbox_error(
+            self.table,
             request_id,
-            Status.SANDBOX_ERROR,
-            error=message,
-            feedback=f"sandbox error (not your code): {message}",
+            "the request dead-lettered before its execution could start (Step Functions' "
+            "StartExecution failed on every delivery: see the dispatcher's logs)",
         )
-        written = record(result, self.table, None)
         self.admission.release(request_id)
         return DeadLetter.RECORDED if written else DeadLetter.ALREADY_ENDED
-
-    def _started(self, request_id: str) -> bool:
-        arn = self.rollout_arn.replace(":stateMachine:", ":execution:", 1) + f":{request_id}"
-        try:
-            self.sfn.describe_execution(executionArn=arn)
-        except self.sfn.exceptions.ExecutionDoesNotExist:
-            return False
-        return True
 
 
 @dataclass
@@ -81,19 +64,25 @@ class EndedWithoutResult:
     table: ResultTable
 
     def __call__(self, request_id: str) -> bool:
-        arn = self.rollout_arn.replace(":stateMachine:", ":execution:", 1) + f":{request_id}"
-        try:
-            status = self.sfn.describe_execution(executionArn=arn)["status"]
-        except self.sfn.exceptions.ExecutionDoesNotExist:
-            return False  # not started yet: its message comes back, or the DLQ's consumer
-        if status in ("RUNNING", "PENDING_REDRIVE"):
-            return False
+        status = execution_status(self.sfn, self.rollout_arn, request_id)
+        if status in (None, "RUNNING", "PENDING_REDRIVE"):
+            return False  # None: not started yet (its message comes back, or the DLQ's consumer)
         message = f"the request's execution ended ({status}) without writing its result"
-        result = result_for(
-            request_id,
-            Status.SANDBOX_ERROR,
-            error=message,
-            feedback=f"sandbox error (not your code): {message}",
-        )
-        record(result, self.table, None)
+        _sandbox_error(self.table, request_id, message)
         return True
+
+
+def execution_status(sfn: Any, rollout_arn: str, request_id: str) -> str | None:
+    """The request's execution's status; None when it never started."""
+    try:
+        answer = sfn.describe_execution(executionArn=execution_arn(rollout_arn, request_id))
+    except sfn.exceptions.ExecutionDoesNotExist:
+        return None
+    return str(answer["status"])
+
+
+def _sandbox_error(table: ResultTable, request_id: str, message: str) -> bool:
+    """The request's one result, a masked `sandbox_error` naming why; False if it had one."""
+    feedback = f"sandbox error (not your code): {message}"
+    result = result_for(request_id, Status.SANDBOX_ERROR, error=message, feedback=feedback)
+    return record(result, table, None)

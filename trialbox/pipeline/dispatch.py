@@ -17,7 +17,7 @@ from botocore.exceptions import ClientError
 from pydantic import ValidationError
 
 from trialbox.constants import MAX_INLINE_REQUEST_BYTES
-from trialbox.keys import PAYLOADS_PREFIX, payload_key
+from trialbox.keys import PAYLOADS_PREFIX, execution_arn, payload_key
 from trialbox.models import ExecutionRequest, Status, result_for
 from trialbox.models.jobs import RequestPointer, RolloutInput
 from trialbox.models.sample import REQUEST_ID
@@ -40,6 +40,20 @@ class Dispatched(StrEnum):
 ADMIT_POLL_S = 0.1
 
 
+def recover(body: str) -> tuple[dict[str, Any], str | None]:
+    """A requests-queue message's JSON object, and its request id if it has a valid one."""
+    try:
+        raw = json.loads(body)
+    except ValueError:
+        raw = None
+    if not isinstance(raw, dict):
+        return {}, None
+    request_id = raw.get("request_id")
+    if not isinstance(request_id, str) or not REQUEST_ID.fullmatch(request_id):
+        return raw, None
+    return raw, request_id
+
+
 @dataclass
 class Dispatcher:
     sfn: Any
@@ -53,15 +67,10 @@ class Dispatcher:
     def __call__(self, body: str, wait_until: float | None = None) -> Dispatched:
         """`wait_until` (time.monotonic()): how long a request may wait here for a slot
         before it goes back to the queue; None: not at all."""
-        try:
-            raw = json.loads(body)
-        except ValueError:
-            raw = None
-        request_id = raw.get("request_id") if isinstance(raw, dict) else None
-        if not isinstance(request_id, str) or not REQUEST_ID.fullmatch(request_id):
+        raw, request_id = recover(body)
+        if request_id is None:
             self.dead_letter(body, "no recoverable request_id")
             return Dispatched.DEAD_LETTERED
-        assert isinstance(raw, dict)
         pointer = None
         if "payload_uri" in raw:
             try:
@@ -165,4 +174,4 @@ class Dispatcher:
         return Dispatched.DEAD_LETTERED
 
     def execution_arn(self, name: str) -> str:
-        return self.rollout_arn.replace(":stateMachine:", ":execution:", 1) + f":{name}"
+        return execution_arn(self.rollout_arn, name)

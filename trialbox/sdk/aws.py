@@ -191,9 +191,9 @@ class Aws:
         except (ClientError, BotoCoreError) as exc:
             raise AwsCallError(f"PutItem (cancel {result.request_id}): {exc}") from exc
         if written and self.resources.rollout_arn:
-            arn = self.resources.rollout_arn.replace(":stateMachine:", ":execution:", 1)
+            arn = keys.execution_arn(self.resources.rollout_arn, str(result.request_id))
             try:
-                self.sfn.stop_execution(executionArn=f"{arn}:{result.request_id}")
+                self.sfn.stop_execution(executionArn=arn)
             except ClientError as exc:  # not started yet, or ended: the result stands
                 if exc.response["Error"]["Code"] != "ExecutionDoesNotExist":
                     raise AwsCallError(f"StopExecution: {exc}") from exc
