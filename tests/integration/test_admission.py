@@ -148,7 +148,12 @@ def test_an_execution_that_ended_without_a_result_gets_one_and_its_slot_back(
     monkeypatch.setattr(admission_module, "STALE_S", 0.0)
     pool.lease("w-1", 2, term_s=60)
     assert [dispatch(request(f"r-{n}")) for n in (1, 2)] == [Dispatched.STARTED] * 2
-    aws.sfn.stop_execution(executionArn=dispatch.execution_arn("r-1"))
+    stopped = dispatch.execution_arn("r-1")
+    aws.sfn.stop_execution(executionArn=stopped)
+    deadline = time.monotonic() + 10  # moto's execution thread notes the stop a moment later
+    while aws.sfn.describe_execution(executionArn=stopped)["status"] == "RUNNING":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
     ended = EndedWithoutResult(aws.sfn, dispatch.rollout_arn, aws.table)
     assert pool.reconcile(aws.table.table, ended) == ["r-1"]
     item = aws.item("r-1")

@@ -67,9 +67,6 @@ def run_one(
     )
     uri = aws.traces.put_json(f"jobs/{request_id}/job.json", spec)
     payload = json.dumps({"request_id": request_id, "job_uri": uri})
-    started = aws.sfn.start_execution(
-        stateMachineArn=execute_machine(aws), name=request_id, input=payload
-    )
     runs: list[str] = []
 
     def run_job(job: JobSpec) -> RunReport:
@@ -87,7 +84,10 @@ def run_one(
 
     worker = Worker(aws.sqs, sfn, aws.traces, aws.work_queue, run_job, HEARTBEAT_S, wait_s=1)
     thread = threading.Thread(target=worker.serve, daemon=True)
-    thread.start()
+    thread.start()  # polling before the job is sent: its first attempt is the one taken
+    started = aws.sfn.start_execution(
+        stateMachineArn=execute_machine(aws), name=request_id, input=payload
+    )
     deadline = time.monotonic() + 40
     try:
         while True:

@@ -230,6 +230,20 @@ def test_a_send_task_success_output_over_256_kib_is_refused(aws: dict[str, Any])
     assert failure(sfn, second) is None
 
 
+def _stop(sfn: Any, arn: str) -> None:
+    """StopExecution, once moto's execution thread has made the execution's environment (a
+    stop before it fails inside moto on a loaded machine)."""
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            sfn.stop_execution(executionArn=arn)
+            return
+        except (ClientError, AttributeError):  # moto's own error, raised in process
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 def test_execution_names_are_checked_and_never_reused(aws: dict[str, Any]) -> None:
     """1-80 characters without AWS's forbidden ones; a name is reused only idempotently: same
     input while the execution runs returns it (the dispatcher's redelivery), anything else is
@@ -239,7 +253,7 @@ def test_execution_names_are_checked_and_never_reused(aws: dict[str, Any]) -> No
     arn = machine(sfn, "m", {"Execute": waiting_task(queue, TimeoutSeconds=30)}, "Execute")
     for name in ("a" * 81, "a b", "a/b", "a:b", "a*b"):  # moto starts them all
         started = sfn.start_execution(stateMachineArn=arn, name=name)
-        sfn.stop_execution(executionArn=started["executionArn"])
+        _stop(sfn, started["executionArn"])
     limit_patches.enforce()
     with pytest.raises(ClientError) as refused:
         sfn.start_execution(stateMachineArn=arn, name="b" * 81)
