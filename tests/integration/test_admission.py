@@ -12,6 +12,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from tests.integration.test_dispatch import PASS_MACHINE, request
+from tests.integration.test_worker import wait_for
 from tests.support.moto import Aws, admission_table
 from trialbox.models import Status
 from trialbox.pipeline import admission as admission_module
@@ -150,10 +151,7 @@ def test_an_execution_that_ended_without_a_result_gets_one_and_its_slot_back(
     assert [dispatch(request(f"r-{n}")) for n in (1, 2)] == [Dispatched.STARTED] * 2
     stopped = dispatch.execution_arn("r-1")
     aws.sfn.stop_execution(executionArn=stopped)
-    deadline = time.monotonic() + 10  # moto's execution thread notes the stop a moment later
-    while aws.sfn.describe_execution(executionArn=stopped)["status"] == "RUNNING":
-        assert time.monotonic() < deadline
-        time.sleep(0.05)
+    wait_for(aws, stopped)  # moto's execution thread notes the stop a moment later
     ended = EndedWithoutResult(aws.sfn, dispatch.rollout_arn, aws.table)
     assert pool.reconcile(aws.table.table, ended) == ["r-1"]
     item = aws.item("r-1")
