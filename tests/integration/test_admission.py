@@ -14,6 +14,7 @@ from botocore.exceptions import ClientError
 from tests.integration.test_dispatch import PASS_MACHINE, request
 from tests.integration.test_worker import wait_for
 from tests.support.moto import Aws, admission_table
+from trialbox.keys import execution_arn
 from trialbox.models import Status
 from trialbox.pipeline import admission as admission_module
 from trialbox.pipeline.admission import Admission
@@ -149,7 +150,7 @@ def test_an_execution_that_ended_without_a_result_gets_one_and_its_slot_back(
     monkeypatch.setattr(admission_module, "STALE_S", 0.0)
     pool.lease("w-1", 2, term_s=60)
     assert [dispatch(request(f"r-{n}")) for n in (1, 2)] == [Dispatched.STARTED] * 2
-    stopped = dispatch.execution_arn("r-1")
+    stopped = execution_arn(dispatch.rollout_arn, "r-1")
     aws.sfn.stop_execution(executionArn=stopped)
     wait_for(aws, stopped)  # moto's execution thread notes the stop a moment later
     ended = EndedWithoutResult(aws.sfn, dispatch.rollout_arn, aws.table)

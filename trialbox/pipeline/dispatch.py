@@ -155,7 +155,9 @@ class Dispatcher:
             # and meanwhile its slot is for others, unless the start did happen after all.
             self._release_unstarted(rollout.request_id)
             raise
-        existing = self.sfn.describe_execution(executionArn=self.execution_arn(rollout.request_id))
+        existing = self.sfn.describe_execution(
+            executionArn=execution_arn(self.rollout_arn, rollout.request_id)
+        )
         started = RolloutInput.model_validate_json(existing["input"])
         if started.content_sha256 == rollout.content_sha256:
             return Dispatched.ALREADY_STARTED  # a redelivered or resubmitted request: runs once
@@ -163,7 +165,7 @@ class Dispatcher:
 
     def _release_unstarted(self, request_id: str) -> None:
         try:
-            self.sfn.describe_execution(executionArn=self.execution_arn(request_id))
+            self.sfn.describe_execution(executionArn=execution_arn(self.rollout_arn, request_id))
         except self.sfn.exceptions.ExecutionDoesNotExist:
             self.admission.release(request_id)
         except Exception:  # unknown: the slot stays held until the DLQ's consumer or the reaper
@@ -172,6 +174,3 @@ class Dispatcher:
     def _reused(self, body: str, request_id: str) -> Dispatched:
         self.dead_letter(body, f"request_id {request_id} reused with different content")
         return Dispatched.DEAD_LETTERED
-
-    def execution_arn(self, name: str) -> str:
-        return execution_arn(self.rollout_arn, name)
