@@ -3,6 +3,12 @@
 Every failure is caught into Record with its error class, so every execution ends with one
 terminal result. Only a lost sandbox is retried (heartbeat or token timeout); a policy timeout
 is a completed run the worker reports with SendTaskSuccess, so it is never retried.
+
+Execute's clocks start when its work message is sent, not when a worker takes it. When one
+lapses, the request's admission marker (trialbox.pipeline.admission) says which it was: no
+worker took the job (capacity lost after admission) and it is sent again uncounted, up to the
+job's max_waits; or a worker did, and it is a lost sandbox, retried LOST_SANDBOX_RETRIES times.
+The happy path is unchanged: Prepare, Execute, Score, Record.
 """
 
 from __future__ import annotations
@@ -20,6 +26,8 @@ from infra.lambdas import TrialboxFunction, retention
 from infra.nag import acknowledge, logical_id
 from trialbox import constants as c
 from trialbox.models import Status, result_for
+from trialbox.models.jobs import JobRef
+from trialbox.pipeline.admission import ID, PART, TAKEN_BY
 
 RECORD_FAILED = "the result could not be recorded (Record failed; see the execution's history)"
 # CDK's LambdaInvoke retries Lambda's service errors already; a throttle at scale is one more
@@ -38,6 +46,7 @@ class Orchestration(Construct):
         recorder: TrialboxFunction,
         work_queue: sqs.IQueue,
         table: dynamodb.ITable,
+        admission: dynamodb.ITable,
         log_retention_days: int,
     ) -> None:
         super().__init__(scope, construct_id)
@@ -75,19 +84,19 @@ class Orchestration(Construct):
                     "task_token": sfn.JsonPath.task_token,
                     "request_id": sfn.JsonPath.string_at("$.request_id"),
                     "job_uri": sfn.JsonPath.string_at("$.job.job_uri"),
-                    # Retries before this attempt: the worker passes it on, the result counts it.
-                    "attempt": sfn.JsonPath.number_at("$$.State.RetryCount"),
+                    # Lost sandboxes before this attempt: the worker passes it on, the result
+                    # counts it.
+                    "attempt": sfn.JsonPath.number_at("$.job.attempt"),
                 }
             ),
             heartbeat_timeout=sfn.Timeout.at("$.job.heartbeat_s"),
             task_timeout=sfn.Timeout.at("$.job.timeout_s"),
             result_path="$.execution",
         )
-        execute.add_retry(
+        execute.add_catch(
+            self._lapsed(execute, record, admission),
             errors=list(c.LOST_SANDBOX_ERRORS),
-            max_attempts=c.LOST_SANDBOX_RETRIES,
-            interval=Duration.seconds(1),
-            backoff_rate=2,
+            result_path="$.error",
         )
         score = invoke("Score", scorer, "$.score")
         for step in (prepare_step, execute, score):
@@ -132,6 +141,89 @@ class Orchestration(Construct):
             self.rollout.metric_failed(period=Duration.minutes(1), statistic="Sum"),
             1,
             "a Rollout execution ended without a terminal result",
+        )
+
+    def _lapsed(
+        self, execute: sfn.State, record: sfn.State, admission: dynamodb.ITable
+    ) -> sfn.IChainable:
+        """Execute failed with a lost sandbox's error: was its job ever taken? A marker with
+        no taker is a job that waited (sent again, uncounted, up to max_waits); one taken, or
+        none left (the reaper gave a dead worker's slot back), a lost sandbox."""
+        taken = tasks.DynamoGetItem(
+            self,
+            "WasItTaken",
+            table=admission,
+            key={
+                PART: tasks.DynamoAttributeValue.from_string(
+                    sfn.JsonPath.string_at("$.job.admission_part")
+                ),
+                ID: tasks.DynamoAttributeValue.from_string(sfn.JsonPath.string_at("$.request_id")),
+            },
+            consistent_read=True,
+            projection_expression=[tasks.DynamoProjectionExpression().with_attribute(TAKEN_BY)],
+            result_path="$.admission",
+        )
+        taken.add_retry(errors=["States.ALL"], max_attempts=4, interval=Duration.seconds(1))
+        taken.add_catch(record, errors=["States.ALL"], result_path="$.admission_error")
+
+        def count(name: str, field: str) -> sfn.Pass:
+            job = {
+                f"{key}.$": f"$.job.{key}"
+                for key in JobRef.model_fields
+                if key not in ("attempt", "waited")
+            }
+            other = "waited" if field == "attempt" else "attempt"
+            return sfn.Pass(
+                self,
+                name,
+                parameters=job
+                | {
+                    f"{field}.$": f"States.MathAdd($.job.{field}, 1)",
+                    f"{other}.$": f"$.job.{other}",
+                },
+                result_path="$.job",
+            )
+
+        not_taken = sfn.Pass(
+            self,
+            "NeverTaken",
+            parameters={
+                "Error": c.ERROR_NOT_TAKEN,
+                "Cause.$": (
+                    "States.Format('no worker took the job in {} lapses of its heartbeat "
+                    "(the pool lost the capacity it was admitted on)', $.job.waited)"
+                ),
+            },
+            result_path="$.error",
+        ).next(record)
+        waited = (
+            sfn.Choice(self, "WaitedTooLong")
+            .when(
+                sfn.Condition.number_greater_than_equals_json_path(
+                    "$.job.waited", "$.job.max_waits"
+                ),
+                not_taken,
+            )
+            .otherwise(count("CountWait", "waited").next(execute))
+        )
+        lost = (
+            sfn.Choice(self, "RetriesLeft")
+            .when(
+                sfn.Condition.number_less_than("$.job.attempt", c.LOST_SANDBOX_RETRIES),
+                count("CountLost", "attempt").next(execute),
+            )
+            .otherwise(record)
+        )
+        return taken.next(
+            sfn.Choice(self, "Taken")
+            .when(
+                sfn.Condition.and_(
+                    sfn.Condition.is_present("$.admission.Item"),
+                    sfn.Condition.is_not_present(f"$.admission.Item.{TAKEN_BY}"),
+                ),
+                waited,
+            )
+            .otherwise(lost)
         )
 
     def _record_failed(self, table: dynamodb.ITable) -> sfn.IChainable:

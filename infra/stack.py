@@ -98,6 +98,7 @@ class TrialboxStack(Stack):
             recorder=recorder,
             work_queue=pool.work.queue,
             table=storage.executions,
+            admission=storage.admission,
             log_retention_days=config.log_retention_days,
         )
         rollout_env = {c.ENV_ROLLOUT_ARN: orchestration.rollout.state_machine_arn}

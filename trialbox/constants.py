@@ -53,6 +53,12 @@ ERROR_INTERRUPTED = "Sandbox.Interrupted"
 # still failed with one of these took LOST_SANDBOX_RETRIES + 1 attempts). Nothing else is retried.
 LOST_SANDBOX_ERRORS = ("States.HeartbeatTimeout", "States.Timeout", ERROR_INTERRUPTED)
 LOST_SANDBOX_RETRIES = 2
+# A job whose work message no worker took (its admission marker says so) when the Execute
+# step's clock lapsed is sent again without counting as a lost sandbox: waiting for a worker
+# never counts (capacity lost after admission: a worker killed before it took the job). Only
+# once it waited NOT_TAKEN_AFTER_S (or its own timeout, if longer) is it this error, never run.
+ERROR_NOT_TAKEN = "Execute.NotTaken"
+NOT_TAKEN_AFTER_S = 900
 
 # Custom metrics (Powertools EMF; each function's `service` dimension is trialbox-<name>).
 METRICS_NAMESPACE = "Trialbox"

@@ -8,14 +8,20 @@ and, after three tries, end a masked `sandbox_error`. The clients send everythin
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import signal
 import time
+from pathlib import Path
 
 import boto3
+import pytest
 
-from tests.support.tasks import CORRECT
-from tests.support.twin import request
+from tests.support.tasks import ADD_TASK, CORRECT
+from tests.support.twin import descendants, request
+from trialbox.local import principals
+from trialbox.local.requestlog import ENV_REQUEST_LOG
 from trialbox.local.twin import LocalTwin
 from trialbox.models import Status
 from trialbox.sdk import Client, Resources
@@ -62,3 +68,67 @@ def test_a_burst_waits_in_the_requests_queue_and_only_a_killed_workers_job_retri
         assert result.attempts == 2
         assert result.timings is not None and result.timings.started_at is not None
         assert result.timings.started_at - killed_at < 3 * HEARTBEAT_S
+
+
+def test_a_job_admitted_on_capacity_that_is_then_lost_waits_without_a_lost_sandbox_retry(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Was a break (red team 23, #2): a job admitted against a worker that stops answering
+    before it takes it waits in the work queue while the other worker runs a job longer than
+    three heartbeats. Each lapse of the Execute step's heartbeat was counted as a lost sandbox:
+    after three, a masked `sandbox_error` for a job that never ran. Its admission marker says
+    no worker took it, so it is sent again uncounted and runs, on its first attempt, once the
+    other worker is free."""
+    long_s = 4 * HEARTBEAT_S + 5
+    requests_log = tmp_path / "requests.jsonl"
+    monkeypatch.setenv(ENV_REQUEST_LOG, str(requests_log))
+    with LocalTwin(workers=2, heartbeat_s=HEARTBEAT_S) as twin:
+        assert twin.pool is not None
+        client = _client(twin)
+        first, second = twin.pool.pids()
+        long_job = request(
+            "admitted-long",
+            CORRECT,
+            task=ADD_TASK | {"limits": {"timeout_s": long_s + 20, "memory_mb": 512}},
+            commands=[["sleep", str(long_s)]],
+        )
+        [held] = client.submit([long_job])
+        running = _running(f"sleep {long_s}", (first, second))
+        idle = second if running == first else first
+        os.kill(idle, signal.SIGSTOP)  # its lease stays live for its term: capacity, lost
+        try:
+            [waiting] = client.submit([request("admitted-waiting", CORRECT)])
+            results = [held.result(timeout=long_s + 120), waiting.result(timeout=long_s + 120)]
+        finally:
+            for pid in (first, second):
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGCONT)
+    assert [(r.status, r.reward, r.attempts) for r in results] == [(Status.SUCCEEDED, 1.0, 1)] * 2
+    long_run, waited = (r.timings for r in results)
+    assert long_run is not None and waited is not None and waited.started_at is not None
+    # It waited for the long job, past three of the Execute step's heartbeats.
+    assert waited.started_at - waited.queued_at > 3 * HEARTBEAT_S
+    # Its work messages of the lapsed sends were dropped (their tokens are gone): one run.
+    runs = [
+        entry
+        for line in requests_log.read_text().splitlines()
+        if (entry := json.loads(line))["key"] == principals.WORKER
+        and entry["method"] == "GET"
+        and entry["path"].endswith("/jobs/admitted-waiting/job.json")
+    ]
+    assert len(runs) == 1
+
+
+def _running(command: str, workers: tuple[int, int]) -> int:
+    """The worker whose sandbox runs `command`."""
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        for worker in workers:
+            for pid in descendants(worker):
+                with contextlib.suppress(OSError):
+                    if Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").strip() == (
+                        command.encode()
+                    ):
+                        return worker
+        time.sleep(0.2)
+    raise AssertionError(f"no worker ran {command!r}")

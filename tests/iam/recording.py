@@ -246,10 +246,19 @@ def _leftover_queues(twin: LocalTwin, sqs: Any) -> tuple[str, str]:
     return expired["QueueUrl"], byhand["QueueUrl"]
 
 
+def _entered(twin: LocalTwin, name: str, state: str) -> bool:
+    sfn = twin_client(twin.endpoint_url, "stepfunctions", HARNESS)
+    arn = execution_arn(twin.output(c.OUTPUT_ROLLOUT_ARN), name)
+    events = sfn.get_execution_history(executionArn=arn, maxResults=1000)["events"]
+    return any(e.get("stateEnteredEventDetails", {}).get("name") == state for e in events)
+
+
 def _cancelled_before_a_worker_took_it(twin: LocalTwin, sdk: Client) -> ExecutionResult:
     """A slot leased by a worker that never takes the job (a lease written by hand), the
-    request admitted and then cancelled: Record never runs, no worker holds the slot, so the
-    reaper gives it back (it sees the request's result), and deletes the lapsed lease."""
+    request admitted; its Execute heartbeat lapses (the state machine reads the marker: no
+    worker took it, so it sends the job again), and then it is cancelled: Record never runs, no
+    worker holds the slot, so the reaper gives it back (it sees the request's result), and
+    deletes the lapsed lease."""
     table = twin_client(twin.endpoint_url, "dynamodb", HARNESS)
     admission = Admission(table, twin.output(c.OUTPUT_ADMISSION_TABLE))
     admission.lease("iam-ghost-worker", 1, term_s=5)
@@ -258,6 +267,9 @@ def _cancelled_before_a_worker_took_it(twin: LocalTwin, sdk: Client) -> Executio
     while not _running(twin, GHOST):
         assert time.monotonic() < deadline, "the ghost worker's request was never admitted"
         time.sleep(0.2)
+    while not _entered(twin, GHOST, "CountWait"):
+        assert time.monotonic() < deadline + HEARTBEAT_S, "its heartbeat never lapsed"
+        time.sleep(0.5)
     sdk.cancel([handle])
     while admission.in_flight() or admission._leases():
         assert time.monotonic() < deadline + 60, "the reaper never gave the slot back"

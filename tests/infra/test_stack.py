@@ -42,6 +42,13 @@ def test_rollout_shape_retries_and_catches(template: Template) -> None:
         "DescribeRecordFailure",
         "RecordFailed",
         "AlreadyRecorded",
+        "WasItTaken",
+        "Taken",
+        "WaitedTooLong",
+        "CountWait",
+        "NeverTaken",
+        "RetriesLeft",
+        "CountLost",
     }
     assert [states[s].get("Next") for s in ("Prepare", "Execute", "Score")] == [
         "Execute",
@@ -52,25 +59,38 @@ def test_rollout_shape_retries_and_catches(template: Template) -> None:
     assert execute["Resource"].endswith(":states:::sqs:sendMessage.waitForTaskToken")
     assert execute["HeartbeatSecondsPath"] == "$.job.heartbeat_s"
     assert execute["TimeoutSecondsPath"] == "$.job.timeout_s"
-    assert execute["Retry"] == [
-        {
-            "ErrorEquals": ["States.HeartbeatTimeout", "States.Timeout", "Sandbox.Interrupted"],
-            "IntervalSeconds": 1,
-            "MaxAttempts": 2,
-            "BackoffRate": 2,
-        }
-    ]
-    # The worker learns which attempt it runs; the result counts them (1 + the retries).
+    # The worker learns which attempt it runs; the result counts them (1 + the lost ones).
     assert execute["Parameters"]["MessageBody"] == {
         "task_token.$": "$$.Task.Token",
         "request_id.$": "$.request_id",
         "job_uri.$": "$.job.job_uri",
-        "attempt.$": "$$.State.RetryCount",
+        "attempt.$": "$.job.attempt",
     }
-    for name in ("Prepare", "Execute", "Score"):
-        assert states[name]["Catch"] == [
-            {"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": "Record"}
-        ]
+    # A lapsed clock is not retried blindly: the admission marker says whether any worker
+    # took the job (a lost sandbox, counted) or none did (sent again, uncounted).
+    assert "Retry" not in execute
+    to_record = {"ErrorEquals": ["States.ALL"], "ResultPath": "$.error", "Next": "Record"}
+    lost = ["States.HeartbeatTimeout", "States.Timeout", "Sandbox.Interrupted"]
+    assert execute["Catch"] == [
+        {"ErrorEquals": lost, "ResultPath": "$.error", "Next": "WasItTaken"},
+        to_record,
+    ]
+    for name in ("Prepare", "Score"):
+        assert states[name]["Catch"] == [to_record]
+    check = states["WasItTaken"]
+    assert check["Resource"].endswith(":states:::dynamodb:getItem")
+    assert check["Parameters"]["ConsistentRead"] is True
+    assert check["Parameters"]["Key"] == {
+        "part": {"S.$": "$.job.admission_part"},
+        "id": {"S.$": "$.request_id"},
+    }
+    [waiting] = states["Taken"]["Choices"]
+    assert waiting["Next"] == "WaitedTooLong" and states["Taken"]["Default"] == "RetriesLeft"
+    [retry] = states["RetriesLeft"]["Choices"]
+    assert retry == {"Variable": "$.job.attempt", "NumericLessThan": 2, "Next": "CountLost"}
+    assert states["RetriesLeft"]["Default"] == "Record"
+    for count in ("CountLost", "CountWait"):
+        assert states[count]["Next"] == "Execute"
     assert states["Record"]["End"] is True
     # Even a failing Record leaves a terminal result: a conditional put of a sandbox_error.
     assert states["Record"]["Catch"] == [

@@ -116,32 +116,37 @@ def keep_failure_causes() -> None:
 
 
 def new_token_per_attempt() -> None:
-    """Defect: moto makes a waitForTaskToken state's token once, when the state starts, and
-    every Retry attempt sends that same token again. So an attempt that timed out (States.Timeout
-    or States.HeartbeatTimeout) can still be answered by its worker after its deadline: the
-    answer completes the retry, and a job that outlived its Execute step scores as if it had
-    not. On AWS each attempt has a token of its own, and the token of an attempt that timed out
-    answers TaskTimedOut. Give each retry a new token and time out the previous one (whose
-    answers then get TaskDoesNotExist: gone, to the worker, as TaskTimedOut is). Its test,
-    needed and working: tests/e2e/test_execute_budget.py."""
+    """Defects: moto makes a waitForTaskToken state's token once, when the state starts, and
+    every Retry attempt sends that same token again; and the token of an attempt that timed out
+    or failed stays live. So an attempt that timed out (States.Timeout or
+    States.HeartbeatTimeout) could still be heartbeaten and answered by its worker after its
+    deadline: the answer completed the retry, and a job that outlived its Execute step scored
+    as if it had not; a job sent again after a lapse (the Rollout's Catch back into Execute)
+    ran once per lapsed message. On AWS each attempt has a token of its own, and the token of
+    an attempt that ended answers TaskTimedOut. Give each retry a new token, and time out an
+    attempt's token once the attempt ends unanswered (its answers then get TaskDoesNotExist,
+    its heartbeats TaskTimedOut: gone, to the worker, either way). Its tests, needed and
+    working: tests/e2e/test_execute_budget.py, and tests/e2e/test_burst.py (a job sent again
+    after lapses runs once)."""
     _SFN_ERRORS["TaskDoesNotExist"] = TaskDoesNotExist
-    latest: dict[str, str] = {}  # the state's first token -> its current attempt's
-    lock = threading.Lock()
 
     def patched(self: Any, env: Environment) -> Any:
-        context: dict[str, Any] = dict(env.states.context_object.context_object_data)
+        context: dict[str, Any] = env.states.context_object.context_object_data  # type: ignore[assignment]
         waits = self.resource.condition == ResourceCondition.WaitForTaskToken
-        retry = (context.get("State") or {}).get("RetryCount", 0)
-        if waits and retry and context.get("Task"):
-            first = context["Task"]["Token"]
-            with lock:
-                previous = env.callback_pool_manager.get(latest.get(first, first))
-                if previous is not None and previous.get_outcome() is None:
-                    previous.report(CallbackConsumerTimeout())
+        token = None
+        if waits and context.get("Task"):
+            if (context.get("State") or {}).get("RetryCount", 0):
                 token = env.states.context_object.update_task_token()
                 env.callback_pool_manager.add(token)
-                latest[first] = token
-        return _original_eval_execution(self, env)
+            else:
+                token = context["Task"]["Token"]
+        try:
+            return _original_eval_execution(self, env)
+        except Exception:
+            ended = env.callback_pool_manager.get(token) if token else None
+            if ended is not None and ended.get_outcome() is None:
+                ended.report(CallbackConsumerTimeout())
+            raise
 
     StateTaskServiceCallback._eval_execution = patched  # type: ignore[method-assign]
 

@@ -41,6 +41,8 @@ APP_IMPORTS = (
     "settings.py",
     "aws_retries.py",
     "pipeline/admission.py",
+    "models/jobs.py",
+    "models/result.py",
 )
 
 

@@ -61,6 +61,10 @@ class JobRef(StrictModel):
     job_uri: str
     timeout_s: int = Field(description="the Execute step's TimeoutSeconds")
     heartbeat_s: int = Field(description="the Execute step's HeartbeatSeconds")
+    admission_part: str = Field(description="the partition of the request's admission marker")
+    attempt: int = Field(default=0, description="lost sandboxes before this Execute attempt")
+    waited: int = Field(default=0, description="times its work message lapsed untaken")
+    max_waits: int = Field(description="lapses untaken before it ends Execute.NotTaken")
 
 
 class WorkMessage(StrictModel):

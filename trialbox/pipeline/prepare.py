@@ -12,11 +12,13 @@ from typing import Any
 from botocore.exceptions import ClientError
 from pydantic import ValidationError
 
+from trialbox.constants import NOT_TAKEN_AFTER_S
 from trialbox.errors import RequestRejected
 from trialbox.keys import checkpoint_key, job_key, taskset_key
 from trialbox.models import ExecutionRequest, Task, TaskRef
 from trialbox.models.jobs import JobRef, JobSpec, RolloutInput
 from trialbox.models.performance import copy_s
+from trialbox.pipeline.admission import shard
 from trialbox.pipeline.record import validation_message
 from trialbox.pipeline.stores import ObjectStore
 
@@ -55,7 +57,8 @@ class Preparer:
         uri = self.jobs.put_json(job_key(request.request_id, "job.json"), job)
         # The runner enforces each command's deadline itself; the token timeout only catches
         # a sandbox that vanished. Its clock starts when the job is queued, and a job may wait
-        # up to one heartbeat for a worker (longer, and the heartbeat lapses first), so it
+        # up to one heartbeat for a worker (longer, and the heartbeat lapses first: a job no
+        # worker took is sent again, max_waits times, never counted as a lost sandbox), so it
         # sits beyond that wait plus the runner's worst case plus a margin. The worst case is
         # every run the job can make, and every copy of its workspace, each at its deadline:
         # its commands, the grading (and the copies it grades) and the performance scorer's
@@ -67,11 +70,14 @@ class Preparer:
             if task.grading.performance is not None:
                 grading_s += task.grading.performance.runs_s(limits.timeout_s, limits.disk_mb)
         worst = len(request.commands) * limits.timeout_s + grading_s
+        timeout_s = self.heartbeat_s + math.ceil(worst) + self.margin_s
         return JobRef(
             request_id=request.request_id,
             job_uri=uri,
-            timeout_s=self.heartbeat_s + math.ceil(worst) + self.margin_s,
+            timeout_s=timeout_s,
             heartbeat_s=self.heartbeat_s,
+            admission_part=shard(request.request_id),
+            max_waits=math.ceil(max(NOT_TAKEN_AFTER_S, timeout_s) / self.heartbeat_s),
         )
 
     def _check_checkpoint(self, checkpoint: str) -> None:
