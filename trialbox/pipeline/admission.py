@@ -121,13 +121,14 @@ class Admission:
         return int(answer.get("Item", {}).get(COUNT, {}).get("N", 0))
 
     # The dispatcher's side --------------------------------------------------------------
-    def admit(self, request_id: str) -> bool:
+    def admit(self, request_id: str, again: bool = False) -> bool:
         """Admit the request if a slot is free; True as well when it was admitted before (a
         redelivered message: its execution may already run). A full pool is seen by a read,
-        not a write: a dispatcher waiting for a slot asks ten times a second."""
+        not a write: a dispatcher waiting for a slot asks ten times a second, `again`, and
+        only its first ask reads the marker too (a redelivery's is there from the start)."""
         capacity = self.capacity()
         if self.in_flight() >= capacity:
-            return self._marked(request_id)
+            return False if again else self._marked(request_id)
         update = {
             "TableName": self.table,
             "Key": self._key(POOL, COUNT),

@@ -107,10 +107,12 @@ class Dispatcher:
         return self._start(rollout, body)
 
     def _admitted(self, request_id: str, wait_until: float | None) -> bool:
-        while not self.admission.admit(request_id):
+        admitted = self.admission.admit(request_id)
+        while not admitted:
             if wait_until is None or time.monotonic() + ADMIT_POLL_S > wait_until:
                 return False
             time.sleep(ADMIT_POLL_S)
+            admitted = self.admission.admit(request_id, again=True)
         return True
 
     def _payload(self, pointer: RequestPointer) -> bytes:
