@@ -327,3 +327,4 @@ def test_a_waiting_dispatcher_reads_the_count_alone_after_its_first_ask(
     markers = [p for p in counted.parts if p.startswith(admission_module.MARKERS)]
     counts = [p for p in counted.parts if p == admission_module.POOL]
     assert len(markers) == 1 and len(counts) >= 4
+    assert len(requeued) == 1  # back to the requests queue once its wait ran out
