@@ -19,6 +19,7 @@ from moto.stepfunctions.parser.asl.eval.callback.callback import (
     CallbackEndpoint,
     CallbackOutcomeSuccess,
 )
+from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
 
 from trialbox.local import patches
 
@@ -140,3 +141,76 @@ def test_a_failure_cause_is_dropped_without_the_patch_and_kept_with_it() -> None
     assert failure_cause_seen() is None  # still needed
     patches.keep_failure_causes()
     assert failure_cause_seen() == "disk full"
+
+
+CHOOSE = {
+    "StartAt": "Choose",
+    "States": {
+        "Choose": {
+            "Type": "Choice",
+            "Choices": [{"Variable": "$.n", "NumericGreaterThan": 1, "Next": "Big"}],
+            "Default": "Small",
+        },
+        "Big": {"Type": "Pass", "Result": {"size": "big"}, "End": True},
+        "Small": {"Type": "Pass", "Result": {"size": "small"}, "End": True},
+    },
+}
+BRANCHES = {
+    "StartAt": "Both",
+    "States": {
+        "Both": {
+            "Type": "Parallel",
+            "Branches": [{"StartAt": "One", "States": {"One": {"Type": "Pass", "End": True}}}],
+            "End": True,
+        }
+    },
+}
+
+
+def parses_and_outputs(
+    definition: dict[str, Any], inputs: list[int], monkeypatch: pytest.MonkeyPatch
+) -> tuple[int, list[Any]]:
+    """Run one execution per input, a few at once; how many times moto parsed a definition
+    for an execution, and each execution's output."""
+    parsed = []
+    real = AmazonStateLanguageParser.parse
+
+    def counted(text: str) -> Any:
+        parsed.append(text)
+        return real(text)
+
+    config: Any = {"stepfunctions": {"execute_state_machine": True}}
+    with mock_aws(config=config):
+        sfn = boto3.client("stepfunctions", "us-east-1")
+        arn = sfn.create_state_machine(
+            name="m", definition=json.dumps(definition), roleArn="arn:aws:iam::123456789012:role/r"
+        )["stateMachineArn"]
+        monkeypatch.setattr(AmazonStateLanguageParser, "parse", staticmethod(counted))
+        executions = [
+            sfn.start_execution(stateMachineArn=arn, name=f"e{i}", input=json.dumps({"n": n}))[
+                "executionArn"
+            ]
+            for i, n in enumerate(inputs)
+        ]
+        outputs = []
+        for execution in executions:
+            deadline = time.monotonic() + 10
+            while (answer := sfn.describe_execution(executionArn=execution))["status"] == "RUNNING":
+                assert time.monotonic() < deadline
+                time.sleep(0.02)
+            assert answer["status"] == "SUCCEEDED", answer
+            outputs.append(json.loads(answer["output"]))
+        monkeypatch.undo()
+    return len(parsed), outputs
+
+
+def test_moto_parses_a_definition_per_execution_without_the_patch_and_once_with_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    inputs = [0, 5, 2, 1]
+    sizes = [{"size": s} for s in ("small", "big", "big", "small")]
+    assert parses_and_outputs(CHOOSE, inputs, monkeypatch) == (4, sizes)
+    patches.parse_each_definition_once()
+    assert parses_and_outputs(CHOOSE, inputs, monkeypatch) == (1, sizes)
+    # A Parallel's components hold a run's state: each execution parses its own.
+    assert parses_and_outputs(BRANCHES, [0, 1], monkeypatch)[0] == 2

@@ -3,7 +3,9 @@ around; tests/local/test_patches.py fails if a patch stops being needed or stops
 
 from __future__ import annotations
 
+import functools
 import inspect
+import json
 import sys
 import threading
 from collections.abc import Callable
@@ -13,6 +15,7 @@ from moto.awslambda_simple.models import LambdaSimpleBackend
 from moto.core.exceptions import AWSError
 from moto.core.responses import EmptyResult
 from moto.stepfunctions.parser import models as sfn_models
+from moto.stepfunctions.parser.asl.component.eval_component import EvalComponent
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.resource import (
     ResourceCondition,
 )
@@ -24,7 +27,9 @@ from moto.stepfunctions.parser.asl.eval.callback.callback import (
     CallbackEndpoint,
 )
 from moto.stepfunctions.parser.asl.eval.environment import Environment
+from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
 from moto.stepfunctions.parser.asl.utils import boto_client
+from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
 from moto.stepfunctions.responses import StepFunctionResponse
 
 Invoke = Callable[[str, bytes], tuple[bool, bytes]]
@@ -33,6 +38,7 @@ _original_invoke = LambdaSimpleBackend.invoke
 _original_setup_heartbeat = CallbackEndpoint.setup_heartbeat_endpoint
 _original_notify_heartbeat = CallbackEndpoint.notify_heartbeat
 _original_boto_client_for = boto_client.boto_client_for
+_original_entrypoint = ExecutionWorker._get_evaluation_entrypoint
 _original_send_task_failure = StepFunctionResponse.send_task_failure
 _original_eval_execution = StateTaskServiceCallback._eval_execution
 # The names moto's Step Functions backend raises its exceptions by.
@@ -170,6 +176,36 @@ def reuse_service_clients() -> None:
     _rebind(_original_boto_client_for, _reused_client)
 
 
+@functools.lru_cache(maxsize=32)
+def _parsed(definition: str) -> EvalComponent:
+    return AmazonStateLanguageParser.parse(definition)[0]
+
+
+def _kinds(value: Any) -> set[str]:
+    """Every state type a definition (its JSON, decoded) declares, nested ones too."""
+    if isinstance(value, list):
+        return set().union(*map(_kinds, value))
+    if not isinstance(value, dict):
+        return set()
+    found = {value["Type"]} if isinstance(value.get("Type"), str) else set()
+    return found.union(*map(_kinds, value.values()))
+
+
+def _entrypoint(self: Any) -> EvalComponent:
+    definition = self._evaluation_details.state_machine_details.definition
+    if {"Parallel", "Map"} & _kinds(json.loads(definition)):
+        return _original_entrypoint(self)  # their components hold a run's state: one each
+    return _parsed(definition)
+
+
+def parse_each_definition_once() -> None:
+    """Defect (cost): moto parses a state machine's definition (ANTLR, then its components)
+    again for every execution: a fifth of the services process's CPU under load. A parsed
+    definition's components keep no execution's state (that is the Environment's), except a
+    Parallel's or Map's: parse each other definition once and share its program."""
+    ExecutionWorker._get_evaluation_entrypoint = _entrypoint  # type: ignore[method-assign]
+
+
 def _rebind(old: Any, new: Any) -> None:
     import moto.stepfunctions.parser.asl.parse.asl_parser  # noqa: F401  (imports every call site)
 
@@ -189,3 +225,5 @@ def undo() -> None:
     StateTaskServiceCallback._eval_execution = _original_eval_execution  # type: ignore[method-assign]
     _SFN_ERRORS["TaskDoesNotExist"] = _original_task_does_not_exist
     _rebind(_reused_client, _original_boto_client_for)
+    ExecutionWorker._get_evaluation_entrypoint = _original_entrypoint  # type: ignore[method-assign]
+    _parsed.cache_clear()
