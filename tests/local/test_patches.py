@@ -9,8 +9,9 @@ from typing import Any
 
 import boto3
 import pytest
-from moto import mock_aws
+from moto import backends, mock_aws
 from moto.awslambda_simple.models import LambdaSimpleBackend
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import (
     state_task_service_sqs,
@@ -214,3 +215,25 @@ def test_moto_parses_a_definition_per_execution_without_the_patch_and_once_with_
     assert parses_and_outputs(CHOOSE, inputs, monkeypatch) == (1, sizes)
     # A Parallel's components hold a run's state: each execution parses its own.
     assert parses_and_outputs(BRANCHES, [0, 1], monkeypatch)[0] == 2
+
+
+def test_the_moto_server_lists_its_package_per_request_without_the_patch_and_once_with_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    listed = []
+    real = backends.list_of_moto_modules
+
+    def counted() -> Any:
+        listed.append(1)
+        return real()
+
+    monkeypatch.setattr(backends, "list_of_moto_modules", counted)
+    app = DomainDispatcherApplication(create_backend_app)
+    hosts = ["dynamodb", "sqs", "dynamodb", "s3.amazonaws.com", "sqs", "dynamodb"]
+    answers = [app.get_backend_for_host(host) for host in hosts]
+    assert len(listed) == len(hosts)  # still needed: a directory listing per request
+    patches.route_each_host_once()
+    listed.clear()
+    assert [app.get_backend_for_host(host) for host in hosts] == answers
+    assert answers[:3] == ["dynamodb", "sqs", "dynamodb"] and answers[3] == "s3"
+    assert len(listed) == 3  # once for each host

@@ -14,6 +14,7 @@ from typing import Any
 from moto.awslambda_simple.models import LambdaSimpleBackend
 from moto.core.exceptions import AWSError
 from moto.core.responses import EmptyResult
+from moto.moto_server.werkzeug_app import DomainDispatcherApplication
 from moto.stepfunctions.parser import models as sfn_models
 from moto.stepfunctions.parser.asl.component.eval_component import EvalComponent
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.resource import (
@@ -39,6 +40,7 @@ _original_setup_heartbeat = CallbackEndpoint.setup_heartbeat_endpoint
 _original_notify_heartbeat = CallbackEndpoint.notify_heartbeat
 _original_boto_client_for = boto_client.boto_client_for
 _original_entrypoint = ExecutionWorker._get_evaluation_entrypoint
+_original_backend_for_host = DomainDispatcherApplication.get_backend_for_host
 _original_send_task_failure = StepFunctionResponse.send_task_failure
 _original_eval_execution = StateTaskServiceCallback._eval_execution
 # The names moto's Step Functions backend raises its exceptions by.
@@ -206,6 +208,23 @@ def parse_each_definition_once() -> None:
     ExecutionWorker._get_evaluation_entrypoint = _entrypoint  # type: ignore[method-assign]
 
 
+_hosts: dict[str | None, Any] = {}
+
+
+def _backend_for_host(self: Any, host: str | None) -> Any:
+    if host not in _hosts:
+        _hosts[host] = _original_backend_for_host(self, host)
+    return _hosts[host]
+
+
+def route_each_host_once() -> None:
+    """Defect (cost): the moto server finds a request's backend by listing its own package
+    directory (a stat of each of ~150 entries) and then matching its URL patterns, on every
+    request: about a tenth of the services process's CPU. The answer for a host never
+    changes: find it once per host."""
+    DomainDispatcherApplication.get_backend_for_host = _backend_for_host  # type: ignore[method-assign]
+
+
 def _rebind(old: Any, new: Any) -> None:
     import moto.stepfunctions.parser.asl.parse.asl_parser  # noqa: F401  (imports every call site)
 
@@ -227,3 +246,5 @@ def undo() -> None:
     _rebind(_reused_client, _original_boto_client_for)
     ExecutionWorker._get_evaluation_entrypoint = _original_entrypoint  # type: ignore[method-assign]
     _parsed.cache_clear()
+    DomainDispatcherApplication.get_backend_for_host = _original_backend_for_host  # type: ignore[method-assign]
+    _hosts.clear()
