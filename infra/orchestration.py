@@ -148,7 +148,8 @@ class Orchestration(Construct):
     ) -> sfn.IChainable:
         """Execute failed with a lost sandbox's error: was its job ever taken? A marker with
         no taker is a job that waited (sent again, uncounted, up to max_waits); one taken, or
-        none left (the reaper gave a dead worker's slot back), a lost sandbox."""
+        none left (the reaper gave a dead worker's slot back), or one that cannot be read, a
+        lost sandbox."""
         taken = tasks.DynamoGetItem(
             self,
             "WasItTaken",
@@ -164,7 +165,6 @@ class Orchestration(Construct):
             result_path="$.admission",
         )
         taken.add_retry(errors=["States.ALL"], max_attempts=4, interval=Duration.seconds(1))
-        taken.add_catch(record, errors=["States.ALL"], result_path="$.admission_error")
 
         def count(name: str, field: str) -> sfn.Pass:
             job = {
@@ -214,6 +214,8 @@ class Orchestration(Construct):
             )
             .otherwise(record)
         )
+        # A marker that cannot be read (past its retries) proves no wait: a lost sandbox.
+        taken.add_catch(lost, errors=["States.ALL"], result_path="$.admission_error")
         return taken.next(
             sfn.Choice(self, "Taken")
             .when(

@@ -84,6 +84,10 @@ def test_rollout_shape_retries_and_catches(template: Template) -> None:
         "part": {"S.$": "$.job.admission_part"},
         "id": {"S.$": "$.request_id"},
     }
+    # A marker it cannot read is a lost sandbox's retry, never a result with no retry.
+    assert check["Catch"] == [
+        {"ErrorEquals": ["States.ALL"], "ResultPath": "$.admission_error", "Next": "RetriesLeft"}
+    ]
     [waiting] = states["Taken"]["Choices"]
     assert waiting["Next"] == "WaitedTooLong" and states["Taken"]["Default"] == "RetriesLeft"
     [retry] = states["RetriesLeft"]["Choices"]

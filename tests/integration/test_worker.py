@@ -168,6 +168,48 @@ def test_a_job_whose_execution_moved_on_is_dropped_unreported(aws: Aws) -> None:
     assert not ran.is_set()
 
 
+class SlowTake:
+    """An admission table whose `take` outlasts the Execute step's heartbeat (a throttled
+    table under the client's retries, a stalled gateway), noting what is given back."""
+
+    def __init__(self, arn: str, aws: Aws) -> None:
+        self.arn, self.aws, self.given_back = arn, aws, []
+
+    def take(self, request_id: str, worker: str) -> bool:
+        assert wait_for(self.aws, self.arn)["status"] == "FAILED"  # its heartbeat lapsed
+        return True
+
+    def release(self, request_id: str, *, worker: str | None = None) -> bool:
+        self.given_back.append(request_id)
+        return True
+
+
+def test_a_job_whose_execution_moved_on_while_its_slot_was_taken_is_dropped(aws: Aws) -> None:
+    """Was a break (red team 24, R1): the worker beat once, then took its admission slot,
+    and only then started beating. A take slower than the heartbeat let the Execute step
+    lapse (and, no worker having taken it, send the job again): the job ran twice. It beats
+    again once it holds the slot, and drops a job whose execution moved on."""
+    machine = waiting_machine(aws, heartbeat_s=1)
+    arn = start(aws, machine, "w-slow", job(aws, "w-slow"))
+    deadline = time.monotonic() + 10
+    messages: list[dict[str, Any]] = []
+    while not messages:
+        assert time.monotonic() < deadline
+        messages = aws.messages(aws.work_queue)
+    ran = threading.Event()
+
+    def run(_: JobSpec) -> RunReport:
+        ran.set()
+        raise AssertionError("must not run")
+
+    the_worker = worker(aws, run)
+    the_worker.admission = slow = SlowTake(arn, aws)  # type: ignore[assignment]
+    the_worker.handle(messages[0])
+    assert not ran.is_set()
+    assert slow.given_back == ["w-slow"]  # its slot, given back at once
+    assert aws.messages(aws.work_queue) == []  # the stale message is gone
+
+
 def test_a_stop_request_finishes_the_current_job_and_loses_nothing(aws: Aws) -> None:
     machine = waiting_machine(aws)
     uri = job(aws, "w-4")

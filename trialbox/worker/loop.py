@@ -193,6 +193,11 @@ class Worker:
             return False
         self._hold(work.request_id)
         try:
+            # Taking the slot may outlast the heartbeat (a throttled table under the client's
+            # retries): the execution may have moved on, and sent the job again, meanwhile.
+            if not self._beat(work.task_token):
+                self._delete(receipt)
+                return False
             self._work(work, receipt)
         finally:
             self._give_back(work.request_id)
