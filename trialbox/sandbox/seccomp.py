@@ -13,6 +13,11 @@ to hold kernel resources outside its limits is denied with an errno, never a kil
   add between two samples small.
 - The kernel keyrings (`add_key`, `request_key`, `keyctl`): keys outlive the process and would
   linger into the next job on the slot (EPERM).
+- Namespaces: `clone` and `unshare` with a namespace flag, and `setns` (EPERM); `clone3`,
+  whose flags sit behind a pointer the filter cannot read, answers ENOSYS, and glibc falls back
+  to `clone` for threads and processes. A user namespace's own mount namespace holds a tmpfs
+  no mount list outside shows: 512 MiB under a 256 MiB limit on the rlimit backend, unseen
+  by its watchdog (bwrap's sandbox already has no user namespace left to make: ENOSPC).
 - Every system call of another ABI (i386 `int 0x80`, x32): the filter reads the native table
   only (ENOSYS).
 
@@ -32,6 +37,7 @@ LD_W_ABS = 0x20
 JEQ_K = 0x15
 JGE_K = 0x35
 JGT_K = 0x25
+JSET_K = 0x45
 RET_K = 0x06
 RET_ALLOW = 0x7FFF0000
 RET_ERRNO = 0x00050000
@@ -40,10 +46,15 @@ AF_UNIX = 1
 SEMMSL = 250
 X32_BIT = 0x40000000
 
-# machine: (audit arch, socket, semget, add_key, request_key, keyctl)
+# CLONE_NEWNS, NEWCGROUP, NEWUTS, NEWIPC, NEWUSER, NEWPID, NEWNET (not NEWTIME, 0x80: in
+# clone's flags that bit is part of the exit signal).
+NAMESPACE_FLAGS = 0x7E020000
+
+# machine: (audit arch, socket, semget, add_key, request_key, keyctl, clone, unshare, setns,
+# clone3)
 ARCHES = {
-    "x86_64": (0xC000003E, 41, 64, 248, 249, 250),
-    "aarch64": (0xC00000B7, 198, 190, 217, 218, 219),
+    "x86_64": (0xC000003E, 41, 64, 248, 249, 250, 56, 272, 308, 435),
+    "aarch64": (0xC00000B7, 198, 190, 217, 218, 219, 220, 97, 268, 435),
 }
 
 
@@ -53,33 +64,73 @@ def _insn(code: int, jt: int, jf: int, k: int) -> bytes:
 
 def program(machine: str | None = None) -> bytes:
     """The filter as an array of `struct sock_filter`."""
-    arch, socket_nr, semget_nr, *keyring = ARCHES[machine or platform.machine()]
+    arch, socket_nr, semget_nr, *keyring, clone_nr, unshare_nr, setns_nr, clone3_nr = ARCHES[
+        machine or platform.machine()
+    ]
     deny_abi = RET_ERRNO | errno.ENOSYS
     deny_keys = RET_ERRNO | errno.EPERM
     deny_family = RET_ERRNO | errno.EAFNOSUPPORT
     deny_size = RET_ERRNO | errno.EINVAL
-    body = [
-        _insn(LD_W_ABS, 0, 0, 4),  # 0: arch
-        _insn(JEQ_K, 1, 0, arch),  # 1: native -> 3
-        _insn(RET_K, 0, 0, deny_abi),  # 2
-        _insn(LD_W_ABS, 0, 0, 0),  # 3: nr
-        _insn(JGE_K, 0, 1, X32_BIT),  # 4: x32 -> 5, else 6
-        _insn(RET_K, 0, 0, deny_abi),  # 5
-        _insn(JEQ_K, 5, 0, socket_nr),  # 6: socket -> 12
-        _insn(JEQ_K, 6, 0, semget_nr),  # 7: semget -> 14
-        _insn(JEQ_K, 2, 0, keyring[0]),  # 8: add_key -> 11
-        _insn(JEQ_K, 1, 0, keyring[1]),  # 9: request_key -> 11
-        _insn(JEQ_K, 0, 6, keyring[2]),  # 10: keyctl -> 11, else 17
-        _insn(RET_K, 0, 0, deny_keys),  # 11
-        _insn(LD_W_ABS, 0, 0, 16),  # 12: args[0], the family (low 32 bits)
-        _insn(JEQ_K, 3, 2, AF_UNIX),  # 13: -> 17, else 16
-        _insn(LD_W_ABS, 0, 0, 24),  # 14: args[1], nsems (low 32 bits: a negative is large)
-        _insn(JGT_K, 2, 1, SEMMSL),  # 15: -> 18, else 17
-        _insn(RET_K, 0, 0, deny_family),  # 16
-        _insn(RET_K, 0, 0, RET_ALLOW),  # 17
-        _insn(RET_K, 0, 0, deny_size),  # 18
+    # (opcode, jump if true, jump if false, k): a jump names the label it goes to.
+    body: list[tuple[int, str | None, str | None, int] | str] = [
+        (LD_W_ABS, None, None, 4),  # arch
+        (JEQ_K, "native", None, arch),
+        (RET_K, None, None, deny_abi),
+        "native",
+        (LD_W_ABS, None, None, 0),  # nr
+        (JGE_K, "other_abi", None, X32_BIT),
+        (JEQ_K, "socket", None, socket_nr),
+        (JEQ_K, "semget", None, semget_nr),
+        (JEQ_K, "keys", None, keyring[0]),
+        (JEQ_K, "keys", None, keyring[1]),
+        (JEQ_K, "keys", None, keyring[2]),
+        (JEQ_K, "flags", None, clone_nr),
+        (JEQ_K, "flags", None, unshare_nr),
+        (JEQ_K, "deny", None, setns_nr),
+        (JEQ_K, "other_abi", "allow", clone3_nr),
+        "flags",
+        (LD_W_ABS, None, None, 16),  # args[0], the flags (low 32 bits)
+        (JSET_K, "deny", "allow", NAMESPACE_FLAGS),
+        "socket",
+        (LD_W_ABS, None, None, 16),  # args[0], the family (low 32 bits)
+        (JEQ_K, "allow", "deny_family", AF_UNIX),
+        "semget",
+        (LD_W_ABS, None, None, 24),  # args[1], nsems (low 32 bits: a negative is large)
+        (JGT_K, "deny_size", "allow", SEMMSL),
+        "other_abi",
+        (RET_K, None, None, deny_abi),
+        "keys",
+        "deny",
+        (RET_K, None, None, deny_keys),
+        "deny_family",
+        (RET_K, None, None, deny_family),
+        "deny_size",
+        (RET_K, None, None, deny_size),
+        "allow",
+        (RET_K, None, None, RET_ALLOW),
     ]
-    return b"".join(body)
+    return _assemble(body)
+
+
+def _assemble(body: list[tuple[int, str | None, str | None, int] | str]) -> bytes:
+    """Classic BPF from instructions whose jumps name labels (a jump is relative to the next
+    instruction, and only forward)."""
+    labels: dict[str, int] = {}
+    for item in body:
+        if isinstance(item, str):
+            labels[item] = sum(not isinstance(i, str) for i in body[: body.index(item)])
+    code: list[bytes] = []
+    for item in body:
+        if isinstance(item, str):
+            continue
+        op, if_true, if_false, k = item
+        here = len(code) + 1
+
+        def offset(label: str | None, here: int = here) -> int:
+            return 0 if label is None else labels[label] - here
+
+        code.append(_insn(op, offset(if_true), offset(if_false), k))
+    return b"".join(code)
 
 
 class _SockFprog(ctypes.Structure):
