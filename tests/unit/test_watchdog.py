@@ -186,68 +186,6 @@ def test_shared_memory_grown_since_the_last_walk_counts_until_the_next(
     machine["shmem"] = 150 << 20  # another's: a walk finds nothing of the sandbox's
     assert dog._sample_kernel() < 100 << 20
     dog._next_walk = time.monotonic() + 3600  # the walk is slow: the next one is far
-    dog._walk_cost = watchdog.CONFIRM_WALK_S * 2  # so no second look either
     machine["shmem"] = 400 << 20  # grown since the walk, and no walk looks
     assert dog._sample_kernel() > 100 << 20
     assert dog._total() > 100 << 20  # the processes' thread sees it too
-    assert dog._confirmed(dog._total()) > 100 << 20
-
-
-def test_a_neighbours_shared_memory_is_never_the_sandboxs() -> None:
-    """Was a break (CI, the red-team corpus): the machine's shared memory grown since the
-    last walk counted as the sandbox's, so another slot's (or any process's) burst into
-    /dev/shm pushed a sandbox holding 225 of its 256 MiB over: its sample ended `oom`, a
-    performance reference's run a masked `sandbox_error`. What the machine's growth alone
-    puts over is walked again at once; files that are not the slot's are never its."""
-    uid = 2**31 - 9
-    held = subprocess.Popen(
-        ["/usr/bin/python3", "-c", "import time; b = b'x' * (225 << 20); time.sleep(60)"],
-        user=uid,
-    )
-    neighbour = Path(f"/dev/shm/trialbox-test-neighbour-{os.getpid()}")
-    places = tmpfs_places(Path("/proc/self/mountinfo").read_text())
-    dog = watchdog.MemoryWatchdog((uid,), 256, places)
-    try:
-        time.sleep(1)  # its 200 MiB resident
-        dog.start()
-        chunk = b"y" * (1 << 20)
-        started = time.monotonic()
-        while time.monotonic() - started < 3 and not dog.exceeded:
-            with neighbour.open("wb") as ballast:  # 300 MiB, written as fast as a core can
-                for _ in range(300):
-                    ballast.write(chunk)
-            neighbour.unlink()
-    finally:
-        dog.stop()
-        held.kill()
-        held.wait()
-        neighbour.unlink(missing_ok=True)
-    assert not dog.exceeded
-    assert 215 < dog.peak_mb < 256
-
-
-def test_what_only_a_neighbours_growth_put_over_is_walked_again_before_a_kill(
-    monkeypatch: pytest.MonkeyPatch,
-) -> None:
-    """The same break, deterministic: the machine's shared memory grows by another's 300 MiB
-    between two cheap walks of a sandbox holding 60 of its 100 MiB. The watch loop walks again
-    (finding nothing of the slot's) instead of killing."""
-    machine = {"shmem": 0}
-    monkeypatch.setattr(watchdog, "_shmem", lambda: machine["shmem"])
-    monkeypatch.setattr(watchdog, "_slab", lambda: 0)
-    monkeypatch.setattr(watchdog, "_unmapped_files", lambda *args: 0)
-    dog = watchdog.MemoryWatchdog((2**31 - 7,), 100, [])
-    dog._processes = 60 << 20
-    machine["shmem"] = 50 << 20
-    assert dog._sample_kernel() < 100 << 20  # near: a walk, which finds nothing
-    machine["shmem"] = 350 << 20  # a neighbour's burst, before the next walk
-
-    def sample() -> int:
-        dog._done.set()  # one turn of the loop
-        return dog._total()
-
-    assert sample() > 100 << 20
-    dog._done.clear()
-    dog._watch(sample)
-    assert not dog.exceeded
-    assert dog.peak_mb == 60

@@ -31,11 +31,6 @@ What a sample counts, over-counting rather than missing:
   the last one's CPU time: a fifth of a CPU at most. In between, the last walk's result
   stands in, plus all the machine's Shmem grew by since that walk began (both threads count
   it): however slow the sandbox makes its walks, growth between two is never unseen.
-  That growth may be a neighbour's (another slot's /dev/shm, the worker's): when it alone is
-  what puts a sandbox over, and the walks are cheap (CONFIRM_WALK_S), the sample walks again
-  at once, up to CONFIRMS times, and the sandbox is killed only if it is still over. A
-  neighbour's burst of 300 MiB into /dev/shm killed a sandbox holding 200 of its 256 MiB.
-  A sandbox that made its walks slow is charged the growth, as before: its own doing.
   A process that made itself undumpable, whose descriptors cannot be looked at, is charged
   all of that growth instead.
 
@@ -74,13 +69,6 @@ IDLE_S = 0.05
 # A walk of the tmpfs files costs what the sandbox put there: WALK_IDLE times its CPU time
 # passes before the next one, so the walks take at most a fifth of a CPU.
 WALK_IDLE = 4
-# What the machine's unwalked growth alone put over the limit is walked again at once, up to
-# CONFIRMS times, when the last walk cost at most CONFIRM_WALK_S of CPU (a slot with a few
-# tmpfs files: ~0.1 ms); each walk counts the growth during it, so a neighbour's burst must
-# outrun every one of them to be charged.
-CONFIRMS = 3
-CONFIRM_WALK_S = 0.01
-CONFIRM_WAIT_S = 0.1  # for the other thread's walk to end (as slow a walk: no second look)
 ALLOC_RATE = 8 * 1024**3
 KiB = 1024
 # An entry of a tmpfs holds an inode and a dentry (slab) besides its pages: an empty file or
@@ -366,10 +354,7 @@ class MemoryWatchdog:
         self._kernel = 0  # bytes of the last sockets-and-files sample
         self._unwalked = 0  # the machine's shared-memory growth that sample did not walk
         self._files = 0  # bytes the last walk found
-        self._walk_cost = 0.0  # CPU seconds the last walk took
         self._next_walk = 0.0  # monotonic time before which no walk starts
-        self._sockets_bytes = 0  # of the last kernel sample
-        self._walking = threading.Lock()  # one walk at a time, from either thread
         self._sockets = UnixSocketMemory()
         self._threads = [
             threading.Thread(target=self._watch_processes, name="memory-watchdog", daemon=True),
@@ -396,7 +381,9 @@ class MemoryWatchdog:
         return 0 if walked is None else max(_shmem() - walked, 0)
 
     def _total(self) -> int:
-        return self._processes + self._kernel + self._standing()
+        total = self._processes + self._kernel + self._standing()
+        self.peak = max(self.peak, total)
+        return total
 
     def _sample_processes(self) -> int:
         pids = _pids(self.uids)
@@ -421,47 +408,21 @@ class MemoryWatchdog:
         if not self._processes + sockets <= self.limit < near:
             self._kernel, self._unwalked, self._walk_shmem = sockets, grown, None
             return self._total()
-        self._sockets_bytes = sockets
         if time.monotonic() >= self._next_walk:
-            with self._walking:
-                self._walk(grown)
+            if self._walk_shmem is None:  # the growth during the first walk counts
+                self._walk_shmem = shmem
+            started = time.thread_time()
+            self._files = _unmapped_files(self.uids, self._pids, self.places, grown)
+            # The walk's cost is the sandbox's to raise (its files): at most a share of a CPU
+            # goes to it, its result standing in until the next, with what the machine's
+            # shared memory grew by since it began (_standing).
+            cost = time.thread_time() - started
+            self._next_walk = time.monotonic() + cost * WALK_IDLE
+            self._kernel, self._walk_shmem = sockets + self._files, shmem
         else:
             self._kernel = sockets + self._files
         self._unwalked = 0
         return self._total()
-
-    def _walk(self, grown: int) -> None:
-        """Walk the uids' tmpfs files and open descriptors (with `self._walking` held)."""
-        shmem = _shmem()
-        if self._walk_shmem is None:  # the growth during the first walk counts
-            self._walk_shmem = shmem
-        started = time.thread_time()
-        self._files = _unmapped_files(self.uids, self._pids, self.places, grown)
-        # The walk's cost is the sandbox's to raise (its files): at most a share of a CPU
-        # goes to it, its result standing in until the next, with what the machine's
-        # shared memory grew by since it began (_standing).
-        self._walk_cost = time.thread_time() - started
-        self._next_walk = time.monotonic() + self._walk_cost * WALK_IDLE
-        self._kernel, self._walk_shmem = self._sockets_bytes + self._files, shmem
-
-    def _confirmed(self, total: int) -> int:
-        """An over-limit total that only the machine's unwalked growth put over, walked again
-        (CONFIRMS): the total once a walk accounts for it, or the last total over the limit.
-        No second look when the sandbox is over on its own figures, when its walks are slow
-        (its files), or while the other thread's walk runs past CONFIRM_WAIT_S."""
-        for _ in range(CONFIRMS):
-            if self._processes + self._kernel > self.limit or self._walk_cost > CONFIRM_WALK_S:
-                return total
-            if not self._walking.acquire(timeout=CONFIRM_WAIT_S):
-                return total
-            try:
-                self._walk(max(_shmem() - self._shmem_low, 0))
-            finally:
-                self._walking.release()
-            total = self._total()
-            if total <= self.limit:
-                return total
-        return total
 
     def _next_wait(self, total: int) -> float:
         """Until the sandbox could have filled what is left of its limit, within bounds."""
@@ -475,12 +436,9 @@ class MemoryWatchdog:
         while not self._done.wait(wait):
             try:
                 total = sample()
-                if total > self.limit:
-                    total = self._confirmed(total)
             except Exception:
                 log.exception("a memory sample of uids %s failed: counted as over", self.uids)
                 return self._over()
-            self.peak = max(self.peak, total)
             if total > self.limit:
                 return self._over()
             wait = self._next_wait(total)
