@@ -250,10 +250,13 @@ def test_memory_spread_over_processes_is_oom(rlimit: Runner, kind: str) -> None:
 @pytest.mark.alone
 def test_an_honest_program_of_many_processes_still_succeeds(rlimit: Runner) -> None:
     limits = Limits(memory_mb=512, timeout_s=20)
-    result, peak = _sampled(rlimit, memory_spread(8, 512 // 10), limits)
+    # 320 MiB of data and eight interpreters: about 400 MiB, under 512 with room for what a
+    # loaded suite's neighbours add to the machine's shared memory (a peak of 516 was seen
+    # with 408 MiB of data).
+    result, peak = _sampled(rlimit, memory_spread(8, 40), limits)
     assert (result.status, result.stdout) == (Status.SUCCEEDED, "held 8\n"), result.stderr
-    assert 8 * 51 * 2**20 < peak < 512 * 2**20
-    assert 8 * 51 < result.peak_memory_mb < 512  # the whole sandbox's, not one process's
+    assert 8 * 40 * 2**20 < peak < 512 * 2**20
+    assert 8 * 40 < result.peak_memory_mb < 512  # the whole sandbox's, not one process's
 
 
 def test_socket_buffers_count_as_the_sandboxs_memory(rlimit: Runner, runner: Runner) -> None:
