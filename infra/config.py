@@ -9,6 +9,11 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_valida
 from trialbox.settings import EXECUTE_MARGIN_S, HEARTBEAT_S, RECYCLE_AFTER_JOBS, RESULT_TTL_DAYS
 
 CONTEXT_KEY = "trialbox"
+# Amazon ECS service quotas: "Tasks per service", 5,000 (not adjustable).
+MAX_TASKS_PER_SERVICE = 5000
+# Lambda keeps this much of an account's concurrency unreserved (Lambda quotas): a reservation
+# that leaves less fails the deploy.
+LAMBDA_UNRESERVED = 100
 
 # Fargate's valid (cpu units -> memory MiB) pairs for ARM64 tasks.
 FARGATE_MEMORY = {
@@ -24,7 +29,7 @@ class PoolConfig(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
     min_workers: int = Field(default=0, ge=0, le=1000)
-    max_workers: int = Field(default=10, ge=1, le=5000)
+    max_workers: int = Field(default=10, ge=1)
     cpu: int = 1024
     memory_mb: int = 2048
     spot: bool = True
@@ -35,6 +40,12 @@ class PoolConfig(BaseModel):
 
     @model_validator(mode="after")
     def _valid(self) -> PoolConfig:
+        if self.max_workers > MAX_TASKS_PER_SERVICE:
+            raise ValueError(
+                f"pool.max_workers {self.max_workers} is over {MAX_TASKS_PER_SERVICE:,}, the most "
+                "tasks one ECS service runs (Amazon ECS service quotas: tasks per service); "
+                "deploy a second stack for more"
+            )
         if self.min_workers > self.max_workers:
             raise ValueError("pool.min_workers must not exceed pool.max_workers")
         if self.cpu not in FARGATE_MEMORY:
@@ -62,11 +73,29 @@ class StackConfig(BaseModel):
     result_ttl_days: int = Field(default=RESULT_TTL_DAYS, ge=1)
     log_retention_days: Literal[1, 7, 30, 90, 180, 365] = 30
     dispatcher_batch_size: int = Field(default=10, ge=1, le=10)
+    # POST /run_code calls answered at once (RunCode's reserved concurrency; Lambda answers the
+    # next 429). Not tied to the pool's size: admission holds the pool's load server-side.
+    run_code_concurrency: int = Field(default=100, ge=1, description="/run_code calls at once")
+    lambda_concurrency_quota: int = Field(
+        default=1000, ge=LAMBDA_UNRESERVED + 1, description="the account's Lambda concurrency"
+    )
     # Alarms go to an SNS topic; with an address, the topic also emails it (confirm the
     # subscription from the first message). None: the topic has no subscriber.
     alarm_email: str | None = Field(
         default=None, pattern=r"^[^@\s]+@[^@\s]+\.[^@\s]+$", description="who is paged"
     )
+
+    @model_validator(mode="after")
+    def _fits_the_account(self) -> StackConfig:
+        room = self.lambda_concurrency_quota - LAMBDA_UNRESERVED
+        if self.run_code_concurrency > room:
+            raise ValueError(
+                f"run_code_concurrency {self.run_code_concurrency} leaves Lambda less than the "
+                f"{LAMBDA_UNRESERVED} unreserved it keeps of lambda_concurrency_quota "
+                f"{self.lambda_concurrency_quota}: at most {room}, or raise the quota "
+                "(Service Quotas) and lambda_concurrency_quota with it"
+            )
+        return self
 
     @classmethod
     def from_context(cls, context: dict[str, Any] | None) -> StackConfig:
@@ -74,7 +103,8 @@ class StackConfig(BaseModel):
             return cls.model_validate(context or {})
         except ValidationError as exc:
             lines = [
-                f"  {CONTEXT_KEY}.{'.'.join(str(p) for p in e['loc'])}: {e['msg']}"
+                f"  {'.'.join([CONTEXT_KEY, *map(str, e['loc'])])}: "
+                + e["msg"].removeprefix("Value error, ")
                 for e in exc.errors()
             ]
             raise SystemExit("invalid cdk.json context:\n" + "\n".join(lines)) from None

@@ -39,7 +39,9 @@ class RunCode(Construct):
         super().__init__(scope, construct_id)
         self.function = function.function
         # At most this many calls at once (Lambda answers more with 429, which the proxy
-        # turns into the 504 verl retries): the pool's admission, as the SDK's concurrency.
+        # turns into the 504 verl retries). The pool's own load is held by the dispatcher's
+        # admission, so this is the account's Lambda budget (run_code_concurrency), not 4 x
+        # the pool: a pool of 1,000 would otherwise reserve 4,000 and fail the deploy.
         cfn = self.function.node.default_child
         assert isinstance(cfn, lambda_.CfnFunction)
         cfn.reserved_concurrent_executions = max_concurrency

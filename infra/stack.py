@@ -207,7 +207,7 @@ class TrialboxStack(Stack):
             table=storage.executions,
             rollout=orchestration.rollout,
             traces=storage.traces,
-            max_concurrency=4 * config.pool.max_workers,
+            max_concurrency=config.run_code_concurrency,
         )
         client_policy = ClientPolicy(
             self,

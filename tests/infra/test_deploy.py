@@ -198,6 +198,61 @@ def test_a_bad_alarm_email_fails_synth_with_its_name() -> None:
     )
 
 
+def test_a_pool_of_a_thousand_fits_a_default_accounts_lambda_concurrency() -> None:
+    """Was a break (the scale audit): RunCode reserved 4 x max_workers, so max_workers 1,000
+    reserved 4,000 of a default account's 1,000 and the deploy failed. Its reservation is the
+    stack's own setting now, within the account's quota less Lambda's unreserved 100."""
+    from app import build_app
+    from infra.config import LAMBDA_UNRESERVED, StackConfig
+
+    context = {"pool": {"max_workers": 1000}}
+    app = build_app(context={"aws:cdk:bundling-stacks": [], "trialbox": context})
+    template = Template.from_stack(app.node.find_child("Trialbox"))  # type: ignore[arg-type]
+    reserved = [
+        props["Properties"]["ReservedConcurrentExecutions"]
+        for props in template.find_resources("AWS::Lambda::Function").values()
+        if "ReservedConcurrentExecutions" in props["Properties"]
+    ]
+    config = StackConfig.from_context(context)
+    assert reserved == [config.run_code_concurrency]
+    assert sum(reserved) <= config.lambda_concurrency_quota - LAMBDA_UNRESERVED
+
+
+@pytest.mark.parametrize(
+    ("context", "says"),
+    [
+        (
+            {"pool": {"max_workers": 5001}},
+            "  trialbox.pool: pool.max_workers 5001 is over 5,000, the most tasks "
+            "one ECS service runs (Amazon ECS service quotas: tasks per service); deploy a "
+            "second stack for more",
+        ),
+        (
+            {"run_code_concurrency": 901},
+            "  trialbox: run_code_concurrency 901 leaves Lambda less than the 100 "
+            "unreserved it keeps of lambda_concurrency_quota 1000: at most 900, or raise the "
+            "quota (Service Quotas) and lambda_concurrency_quota with it",
+        ),
+    ],
+)
+def test_what_an_account_cannot_run_fails_synth_and_says_why(
+    context: dict[str, object], says: str
+) -> None:
+    from infra.config import StackConfig
+
+    with pytest.raises(SystemExit) as failed:
+        StackConfig.from_context(context)
+    assert str(failed.value) == "invalid cdk.json context:\n" + says
+
+
+def test_a_raised_quota_takes_a_larger_run_code_reservation() -> None:
+    from infra.config import StackConfig
+
+    raised = {"run_code_concurrency": 2000, "lambda_concurrency_quota": 5000}
+    config = StackConfig.from_context(raised)
+    assert config.run_code_concurrency == 2000
+
+
 # --- the version output ----------------------------------------------------------------------
 
 
