@@ -8,6 +8,7 @@ from tests.support.tasks import CORRECT
 from tests.support.twin import request
 from trialbox import constants as c
 from trialbox import keys
+from trialbox.metering import execution_transitions
 from trialbox.models import Status
 from trialbox.sdk import Client
 
@@ -53,6 +54,17 @@ def test_a_duplicate_request_id_executes_once(client: Client) -> None:
     sfn = twin.client("stepfunctions")
     executions = sfn.list_executions(stateMachineArn=twin.output(c.OUTPUT_ROLLOUT_ARN))
     assert [e["name"] for e in executions["executions"]].count("e-dup") == 1
+
+
+def test_a_sample_sent_alone_costs_four_billed_transitions(client: Client) -> None:
+    """Prepare, Execute, Score, Record: counted from its history as Step Functions bills it
+    (trialbox.metering), the figure the scale audit prices at $100 per million samples."""
+    (result,) = client.run([request("e-alone", CORRECT)], timeout=120)
+    assert result.status == Status.SUCCEEDED
+    twin = client.aio._twin
+    assert twin is not None
+    arn = keys.execution_arn(twin.output(c.OUTPUT_ROLLOUT_ARN), "e-alone")
+    assert execution_transitions(twin.client("stepfunctions"), arn) == 4
 
 
 def test_fifty_concurrent_samples_all_reach_terminal_results(client: Client) -> None:
