@@ -241,6 +241,7 @@ class TrialboxStack(Stack):
             c.OUTPUT_ADMISSION_TABLE: storage.admission.table_name,
             c.OUTPUT_ROLLOUT_ARN: orchestration.rollout.state_machine_arn,
             c.OUTPUT_POOL_CAPACITY: str(config.pool.max_workers),
+            c.OUTPUT_RESULT_TTL_DAYS: str(config.result_ttl_days),
             c.OUTPUT_CLUSTER: pool.cluster.cluster_name,
             c.OUTPUT_CLIENT_POLICY_ARN: client_policy.policy.managed_policy_arn,
             c.OUTPUT_RUN_CODE_URL: run_code.url.url,

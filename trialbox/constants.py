@@ -12,6 +12,7 @@ ENV_EXECUTE_MARGIN_S = "TRIALBOX_EXECUTE_MARGIN_S"
 ENV_REQUESTS_DLQ_URL = "TRIALBOX_REQUESTS_DLQ_URL"
 ENV_ADMISSION_TABLE = "TRIALBOX_ADMISSION_TABLE"  # the pool's slots and the requests admitted
 ENV_RESULT_TTL_DAYS = "TRIALBOX_RESULT_TTL_DAYS"
+ENV_STACK = "TRIALBOX_STACK"  # the deployed stack a client reaches, when no resources are given
 ENV_STOP_GRACE_S = "TRIALBOX_STOP_GRACE_S"
 ENV_RECYCLE_AFTER_JOBS = "TRIALBOX_RECYCLE_AFTER_JOBS"
 ENV_WORKER_NAME = "TRIALBOX_WORKER_NAME"  # optional: the host name otherwise
@@ -34,6 +35,7 @@ OUTPUT_EXECUTIONS_TABLE = "ExecutionsTableName"
 OUTPUT_ADMISSION_TABLE = "AdmissionTableName"  # the workers' leases (trialbox.worker.lease)
 OUTPUT_ROLLOUT_ARN = "RolloutStateMachineArn"
 OUTPUT_POOL_CAPACITY = "PoolMaxWorkers"  # jobs the pool runs at once, at most
+OUTPUT_RESULT_TTL_DAYS = "ResultTtlDays"  # how long results are kept (a cancel's too)
 OUTPUT_CLUSTER = "PoolClusterName"  # the pool's ECS cluster: a lost worker's stop reason
 # The customer managed policy with what the SDK and `trialbox run --stack` call (a trainer's).
 OUTPUT_CLIENT_POLICY_ARN = "TrialboxClientPolicyArn"

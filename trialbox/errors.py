@@ -78,8 +78,8 @@ class MissingResources(TrialboxError):
     def __init__(self, missing: list[str]) -> None:
         self.missing = missing
         super().__init__(
-            f"no Trialbox resources given: set {', '.join(missing)}, use "
-            "Client.from_stack(NAME), or Client.local()"
+            f"no Trialbox resources given: set {', '.join(missing)}, or TRIALBOX_STACK=NAME, "
+            "use Client.from_stack(NAME), or Client.local()"
         )
 
 

@@ -99,6 +99,7 @@ class ClientSettings(EnvSettings):
     """The SDK's, when no stack name is given: where the deployment's resources are."""
 
     endpoint_url: str | None = Field(default=None, alias=c.ENV_ENDPOINT_URL)
+    stack: str | None = Field(default=None, alias=c.ENV_STACK)  # instead of the names below
     requests_queue_url: str | None = Field(default=None, alias=c.ENV_REQUESTS_QUEUE_URL)
     executions_table: str | None = Field(default=None, alias=c.ENV_EXECUTIONS_TABLE)
     traces_bucket: str | None = Field(default=None, alias=c.ENV_TRACES_BUCKET)
@@ -108,3 +109,4 @@ class ClientSettings(EnvSettings):
     work_queue_url: str | None = Field(default=None, alias=c.ENV_WORK_QUEUE_URL)  # sessions
     session_queue_prefix: str | None = Field(default=None, alias=c.ENV_SESSION_QUEUE_PREFIX)
     cluster: str | None = Field(default=None, alias=c.ENV_CLUSTER)  # a lost worker's fate
+    result_ttl_days: int = Field(default=RESULT_TTL_DAYS, ge=1, alias=c.ENV_RESULT_TTL_DAYS)

@@ -35,7 +35,7 @@ from trialbox import constants as c
 from trialbox.errors import InputError, SessionError
 from trialbox.integrations import sandbox_fusion as sf
 from trialbox.integrations import verl
-from trialbox.integrations.common import STACK_ENV, Connection
+from trialbox.integrations.common import Connection
 from trialbox.integrations.skyrl import ENV_ID
 from trialbox.integrations.trl import TrialboxReward, environment_factory
 from trialbox.models import Task
@@ -68,7 +68,7 @@ def twin_env(client: Client, monkeypatch: pytest.MonkeyPatch) -> None:
     assert twin is not None
     for name, value in twin.sdk_env().items():
         monkeypatch.setenv(name, value)
-    monkeypatch.delenv(STACK_ENV, raising=False)
+    monkeypatch.delenv(c.ENV_STACK, raising=False)
 
 
 def trl_call(reward: Any, completions: list[Any], cells: list[Any], **extra: Any) -> Any:

@@ -78,6 +78,19 @@ def test_from_stack_reads_the_outputs(aws: Aws) -> None:
     assert inner.resources == Resources.from_outputs(OUTPUTS)
 
 
+def test_trialbox_stack_names_the_stack_for_a_client_made_from_the_environment(
+    aws: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    deploy("Named", OUTPUTS | {c.OUTPUT_RESULT_TTL_DAYS: "7"})
+    for name in ENVIRONMENT:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(c.ENV_STACK, "Named")
+    with Client() as client:
+        assert client.aio.resources.rollout_arn == ROLLOUT_ARN
+        assert client.aio.resources.result_ttl_days == 7
+    assert Resources.from_outputs(OUTPUTS).result_ttl_days == 30  # an older stack's: the default
+
+
 def test_the_stack_pool_size_sets_the_default_concurrency(aws: Aws) -> None:
     deploy("Sized", OUTPUTS | {c.OUTPUT_POOL_CAPACITY: "10"})
     with Client.from_stack("Sized") as client:
@@ -124,7 +137,8 @@ def test_missing_resource_names_are_listed(aws: Aws, monkeypatch: pytest.MonkeyP
         Client()
     assert str(raised.value) == (
         "no Trialbox resources given: set TRIALBOX_REQUESTS_QUEUE_URL, TRIALBOX_TRACES_BUCKET, "
-        "TRIALBOX_TASKSETS_BUCKET, use Client.from_stack(NAME), or Client.local()"
+        "TRIALBOX_TASKSETS_BUCKET, or TRIALBOX_STACK=NAME, use Client.from_stack(NAME), or "
+        "Client.local()"
     )
 
 

@@ -22,7 +22,6 @@ from tests.support.tasks import ADD_TASK
 from trialbox import constants as c
 from trialbox.errors import InputError, SessionError
 from trialbox.integrations import common, verl
-from trialbox.integrations.common import STACK_ENV
 from trialbox.integrations.trl import environment_factory
 from trialbox.models import Status, Task
 from trialbox.sdk import Client, Resources, sessions
@@ -82,7 +81,7 @@ def env(
         c.ENV_SESSION_QUEUE_PREFIX: r.session_queue_prefix or "",
     }.items():
         monkeypatch.setenv(name, value)
-    monkeypatch.delenv(STACK_ENV, raising=False)
+    monkeypatch.delenv(c.ENV_STACK, raising=False)
     monkeypatch.delenv(c.ENV_ENDPOINT_URL, raising=False)
     yield
     with common._lock:

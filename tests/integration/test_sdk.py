@@ -426,7 +426,9 @@ ROLLOUT = "arn:aws:states:us-east-1:123456789012:stateMachine:Rollout"
 def test_cancelling_an_in_flight_request_records_it_and_stops_its_execution(
     aws: Aws, resources: Resources, fake: FakePipeline
 ) -> None:
-    with Client(dataclasses.replace(resources, rollout_arn=ROLLOUT)) as client:
+    # The stack keeps results 7 days: a cancel's result too (it took 30 from a constant).
+    kept = dataclasses.replace(resources, rollout_arn=ROLLOUT, result_ttl_days=7)
+    with Client(kept) as client:
         stops = StopRecorder(running={"f0"})
         client.aio._aws.sfn = stops
         running, not_started = client.submit([req("f0", delay="hold"), req("f1", delay="hold")])
@@ -443,6 +445,7 @@ def test_cancelling_an_in_flight_request_records_it_and_stops_its_execution(
             assert item is not None and item["status"]["S"] == "cancelled"
             assert item[CONTENT_ATTRIBUTE]["S"] == req(rid, delay="hold").content_sha256()
             assert json.loads(item["result"]["S"])["error"] == "cancelled by the client"
+            assert abs(float(item["expires_at"]["N"]) - (time.time() + 7 * 86400)) < 60
         fake.finish("f0", "f1")  # the pipeline's own results come too late
         assert fake.written == {"f0": False, "f1": False}
         assert stored_status(aws, "f0") == "cancelled"

@@ -35,7 +35,6 @@ from trialbox.sdk.inputs import TaskInput, located, task_or_ref
 from trialbox.settings import ClientSettings
 
 log = logging.getLogger("trialbox.integrations")
-STACK_ENV = "TRIALBOX_STACK"  # the deployed stack an adapter reaches, when no client is given
 
 TaskCell = TaskInput
 """A dataset's task cell: a pushed task's ref (`name@version/task_id`), a Task, or its JSON (a
@@ -107,10 +106,9 @@ class Connection:
     def from_env(cls) -> Connection:
         """The process's environment: a stack named by TRIALBOX_STACK, else the TRIALBOX_*
         resource names (`trialbox local up` prints them)."""
-        stack = os.environ.get(STACK_ENV)
-        if stack:
-            return cls(stack=stack)
         settings = ClientSettings.from_env()
+        if settings.stack:
+            return cls(stack=settings.stack)
         return cls(resources=Resources.from_settings(settings), endpoint_url=settings.endpoint_url)
 
     def connect(self) -> Client:

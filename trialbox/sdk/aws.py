@@ -21,7 +21,6 @@ from trialbox.models import ExecutionRequest, ExecutionResult
 from trialbox.pipeline.record import record
 from trialbox.pipeline.stores import ResultTable
 from trialbox.sdk.resources import Resources
-from trialbox.settings import RESULT_TTL_DAYS
 
 # SendMessageBatch's caps: 10 entries, and 256 KiB for all the bodies together.
 MAX_BATCH_ENTRIES = 10
@@ -185,7 +184,9 @@ class Aws:
     def cancel(self, result: ExecutionResult, content_sha256: str) -> bool:
         """Record a `cancelled` result (first writer wins: False when a result existed), then
         stop the execution so that its sandbox is freed."""
-        table = ResultTable(self.dynamodb, self.resources.executions_table, RESULT_TTL_DAYS)
+        table = ResultTable(
+            self.dynamodb, self.resources.executions_table, self.resources.result_ttl_days
+        )
         try:
             written = record(result, table, None, content_sha256=content_sha256)
         except (ClientError, BotoCoreError) as exc:

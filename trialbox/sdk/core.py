@@ -125,9 +125,12 @@ class AsyncClient:
         twin: LocalTwin | None = None,
     ) -> None:
         arguments(ClientArguments, concurrency=concurrency, endpoint_url=endpoint_url)
-        if resources is None:  # the environment form
+        if resources is None:  # the environment form: a stack's name, or its resources' names
             settings = ClientSettings.from_env()
-            resources = Resources.from_settings(settings)
+            if settings.stack:
+                resources, session = stack_resources(settings.stack, None, session)
+            else:
+                resources = Resources.from_settings(settings)
             endpoint_url = endpoint_url or settings.endpoint_url
         self.endpoint_url = endpoint_url
         self.resources = resources

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 
 from trialbox import constants as c
 from trialbox.errors import MissingResources, TrialboxError
-from trialbox.settings import ClientSettings
+from trialbox.settings import RESULT_TTL_DAYS, ClientSettings
 
 PER_WORKER = 4  # requests in flight per known pool worker: enough to keep each one busy
 # When the pool's size is unknown (resource names given by hand without
@@ -32,6 +32,7 @@ class Resources:
     session_queue_prefix: str | None = None  # sessions' own queues are named with it
     cluster: str | None = None  # the pool's ECS cluster: why a session's worker stopped
     run_code_url: str | None = None  # SandboxFusion's /run_code: a function URL, IAM auth
+    result_ttl_days: int = RESULT_TTL_DAYS  # the stack's: how long a cancel's result is kept
 
     @classmethod
     def from_outputs(cls, outputs: dict[str, str]) -> Resources:
@@ -44,10 +45,13 @@ class Resources:
                 "(deploy this version's stack, or pass the resource names)"
             )
         capacity = outputs.get(c.OUTPUT_POOL_CAPACITY)
-        if capacity is not None and not (capacity.isdigit() and int(capacity) > 0):
-            raise TrialboxError(
-                f"stack output {c.OUTPUT_POOL_CAPACITY} is not a count: {capacity!r}"
-            )
+        ttl_days = outputs.get(c.OUTPUT_RESULT_TTL_DAYS, str(RESULT_TTL_DAYS))
+        for name, value in (
+            (c.OUTPUT_POOL_CAPACITY, capacity),
+            (c.OUTPUT_RESULT_TTL_DAYS, ttl_days),
+        ):
+            if value is not None and not (value.isdigit() and int(value) > 0):
+                raise TrialboxError(f"stack output {name} is not a count: {value!r}")
         return cls(
             requests_queue_url=outputs[c.OUTPUT_REQUESTS_QUEUE_URL],
             executions_table=outputs[c.OUTPUT_EXECUTIONS_TABLE],
@@ -59,6 +63,7 @@ class Resources:
             session_queue_prefix=outputs.get(c.OUTPUT_SESSION_QUEUE_PREFIX),
             cluster=outputs.get(c.OUTPUT_CLUSTER),
             run_code_url=outputs.get(c.OUTPUT_RUN_CODE_URL),
+            result_ttl_days=int(ttl_days),
         )
 
     @classmethod
@@ -82,4 +87,5 @@ class Resources:
             work_queue_url=settings.work_queue_url,
             session_queue_prefix=settings.session_queue_prefix,
             cluster=settings.cluster,
+            result_ttl_days=settings.result_ttl_days,
         )
