@@ -33,6 +33,11 @@ def work_visibility_s(heartbeat_s: int) -> int:
     return heartbeat_s * WORK_VISIBILITY_HEARTBEATS
 
 
+# The only variables read that are not TRIALBOX_*: ECS sets them in a task's container.
+ECS_METADATA_URI = "ECS_CONTAINER_METADATA_URI_V4"
+ECS_AGENT_URI = "ECS_AGENT_URI"
+
+
 class EnvSettings(BaseModel):
     """A process's settings: fields named by their environment variables (aliases); unset or
     empty variables take the defaults. A bad value is an error naming the variable."""
@@ -93,6 +98,10 @@ class WorkerSettings(EnvSettings):
     admission_table: str = Field(alias=c.ENV_ADMISSION_TABLE)  # its lease: the pool's slots
     # The pool's name in its metrics (HeldSessions); unset (the twin): no metrics.
     pool_name: str | None = Field(default=None, alias=c.ENV_POOL_NAME)
+    # Set by ECS in the container; unset outside ECS (the twin): the task metadata endpoint
+    # (its task's ARN names it) and the agent's (task protection while it hosts a session).
+    ecs_metadata_uri: str | None = Field(default=None, alias=ECS_METADATA_URI)
+    ecs_agent_uri: str | None = Field(default=None, alias=ECS_AGENT_URI)
 
 
 class ClientSettings(EnvSettings):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 from pathlib import Path
 
 import pytest
@@ -116,10 +117,12 @@ def test_a_missing_required_variable_is_named() -> None:
     )
 
 
-def test_every_field_is_read_from_a_trialbox_variable() -> None:
+def test_every_field_is_read_from_a_trialbox_variable_or_one_ecs_sets() -> None:
     for model in (FunctionSettings, WorkerSettings, ClientSettings):
         for name, field in model.model_fields.items():
-            assert field.alias and field.alias.startswith("TRIALBOX_"), (model, name)
+            assert field.alias, (model, name)
+            ecs = field.alias in (s.ECS_METADATA_URI, s.ECS_AGENT_URI)
+            assert field.alias.startswith("TRIALBOX_") or ecs, (model, name)
 
 
 def test_sandbox_config_reads_its_prefixed_variables() -> None:
@@ -180,3 +183,32 @@ def test_the_defaults_fit_together() -> None:
     assert s.work_visibility_s(s.HEARTBEAT_S) == s.HEARTBEAT_S * s.WORK_VISIBILITY_HEARTBEATS
     assert s.work_visibility_s(s.HEARTBEAT_S) > s.HEARTBEAT_S
     assert s.work_visibility_s(s.HEARTBEAT_S) <= 12 * 3600  # SQS's most
+
+
+def test_the_worker_reads_ecs_endpoints_through_its_settings() -> None:
+    ecs = {
+        "ECS_CONTAINER_METADATA_URI_V4": "http://169.254.170.2/v4/abc",
+        "ECS_AGENT_URI": "http://169.254.170.2/api/abc",
+    }
+    settings = WorkerSettings.from_env(WORKER | ecs)
+    assert (settings.ecs_metadata_uri, settings.ecs_agent_uri) == tuple(ecs.values())
+    outside = WorkerSettings.from_env(WORKER)
+    assert (outside.ecs_metadata_uri, outside.ecs_agent_uri) == (None, None)
+
+
+def test_what_runs_on_aws_reads_its_environment_only_through_the_settings() -> None:
+    """Was a gap: the worker read ECS's endpoints from os.environ itself. The settings are the
+    one reader, so each variable has one name, one default and one error when it is bad."""
+    root = Path(__file__).resolve().parents[2]
+    places = ["trialbox/worker", "trialbox/pipeline", "trialbox/sdk", "trialbox/integrations"]
+    readers = []
+    for place in [*places, "functions"]:
+        for path in sorted((root / place).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if (
+                    isinstance(node, ast.Attribute)
+                    and isinstance(node.value, ast.Name)
+                    and (node.value.id, node.attr) in (("os", "environ"), ("os", "getenv"))
+                ):
+                    readers.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert readers == []

@@ -6,7 +6,6 @@ exits 0 and ECS starts a fresh task. Settings: `trialbox.settings.WorkerSettings
 from __future__ import annotations
 
 import logging
-import os
 import signal
 import sys
 
@@ -32,7 +31,7 @@ def main() -> int:
     retries = aws_retries.config()  # a throttled callback must not become a lost sandbox
     jobs = ObjectStore(boto3.client("s3", config=retries), settings.traces_bucket)
     sqs = boto3.client("sqs", config=retries)
-    name = worker_name(settings.name)
+    name = worker_name(settings.name, settings.ecs_metadata_uri)
     worker = Worker(
         sqs=sqs,
         sfn=boto3.client("stepfunctions", config=retries),
@@ -43,9 +42,7 @@ def main() -> int:
         name=name,
         recycle_after_jobs=settings.recycle_after_jobs,
         residue=runner.residue,
-        sessions=SessionHost(
-            runner, sqs, jobs, name, TaskProtection(os.environ.get("ECS_AGENT_URI"))
-        ),
+        sessions=SessionHost(runner, sqs, jobs, name, TaskProtection(settings.ecs_agent_uri)),
         admission=Admission(boto3.client("dynamodb", config=retries), settings.admission_table),
     )
     # ECS sends SIGTERM, then SIGKILL after the container's stop timeout: finish the job in

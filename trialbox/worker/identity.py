@@ -7,19 +7,17 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 import socket
 import urllib.request
 
 log = logging.getLogger("trialbox.worker")
 
-METADATA_ENV = "ECS_CONTAINER_METADATA_URI_V4"
 
-
-def worker_name(configured: str | None) -> str:
+def worker_name(configured: str | None, metadata_uri: str | None) -> str:
+    """`metadata_uri`: ECS's task metadata endpoint (WorkerSettings.ecs_metadata_uri)."""
     if configured:
         return configured
-    uri = os.environ.get(METADATA_ENV)
+    uri = metadata_uri
     if uri:
         try:
             with urllib.request.urlopen(f"{uri.rstrip('/')}/task", timeout=5) as answer:
