@@ -9,6 +9,7 @@ on the twin only what the worker process itself holds (a checkpoint it builds, s
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import signal
 from dataclasses import dataclass
@@ -17,6 +18,8 @@ from typing import Any
 
 from trialbox.sandbox.cgroups import Cgroup, cgroup_class
 from trialbox.sandbox.config import SandboxConfig
+
+log = logging.getLogger("trialbox.local")
 
 OOM_REASON = "OutOfMemoryError: Container killed due to memory usage"  # ECS's words
 PIDS = 1 << 20  # no pids cap on the worker itself: its sandboxes have their own
@@ -87,10 +90,14 @@ class TwinTasks:
         else:
             code = 128 - returncode if returncode is not None and returncode < 0 else returncode
             reason = f"Essential container in task exited (exit code {code})"
-        with contextlib.suppress(Exception):  # the services may be stopping with the twin
+        try:
             self.ecs.stop_task(cluster=self.shape.cluster, task=task.arn, reason=reason)
-        with contextlib.suppress(Exception):
+        except Exception:  # the services may be stopping with the twin
+            log.warning("%s: recording its stop in ECS failed", task.arn, exc_info=True)
+        try:
             task.cgroup.remove()
+        except Exception:  # a cgroup that still holds processes: the next twin sweeps it
+            log.warning("%s: removing its cgroup failed", task.arn, exc_info=True)
         return reason
 
     def close(self) -> None:

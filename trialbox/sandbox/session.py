@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import contextlib
 import errno
+import logging
 import os
 import stat
 from pathlib import Path, PurePosixPath
@@ -18,6 +19,8 @@ from trialbox.models.report import CommandResult
 from trialbox.sandbox import checkpoint_child, checkpoints, fs, processes
 from trialbox.sandbox.runner import DISK_FULL, MiB, Runner, command_result
 from trialbox.sandbox.slots import Slot
+
+log = logging.getLogger("trialbox.sandbox")
 
 MAX_READ_BYTES = 4 * MiB
 
@@ -154,8 +157,10 @@ class SessionWorkspace:
 
     def release(self) -> None:
         """Kill what runs, give the slot back (idempotent)."""
-        with contextlib.suppress(Exception):
+        try:
             processes.kill_all((self.slot.agent_uid,))
+        except Exception:  # the slot's wipe check finds what survived, and quarantines it
+            log.exception("session slot %d: killing the agent's processes failed", self.slot.index)
         self._hold.close()
         self.runner.slots.used.add(self.slot.index)  # the next wipe check inspects it
 

@@ -239,8 +239,10 @@ class HostedSession:
 
     def _alive(self, seq: int, done: threading.Event) -> None:
         while not done.wait(ALIVE_S):
-            with contextlib.suppress(Exception):
+            try:
                 self._tell("alive", seq=seq, others=self.host.others())
+            except Exception:  # the next one may get through; the client waits ALIVE_S more
+                log.warning("%s: an alive message failed", self.spec.session_id, exc_info=True)
 
     # --- one call -------------------------------------------------------------------------
 
@@ -384,8 +386,10 @@ class HostedSession:
         log.info("%s: TTL reached; ending it", self.spec.session_id)
         self._release()
         for url in (self.spec.inbox_url, self.spec.outbox_url):
-            with contextlib.suppress(Exception):
+            try:
                 self.host.sqs.delete_queue(QueueUrl=url)
+            except Exception:  # the reaper deletes an expired session's queues
+                log.warning("%s: deleting %s failed", self.spec.session_id, url, exc_info=True)
 
     def _reply(self, result: CallResult, trace: str | None = None) -> None:
         fields: dict[str, Any] = {"seq": result.seq, "checkpoint": result.checkpoint}
