@@ -17,13 +17,14 @@ from pydantic import ValidationError
 
 from trialbox.constants import ERROR_INTERRUPTED, ERROR_SANDBOX
 from trialbox.keys import job_key
-from trialbox.models import RunReport, Status
+from trialbox.models import Status
 from trialbox.models.jobs import ExecutionDone, JobSpec, WorkMessage
 from trialbox.models.sessions import SessionOpen
 from trialbox.pipeline.admission import Admission
 from trialbox.pipeline.stores import ObjectStore
 from trialbox.settings import work_visibility_s
 from trialbox.worker.lease import hold_lease
+from trialbox.worker.run import RunJob
 
 if TYPE_CHECKING:
     from trialbox.worker.sessions import SessionHost
@@ -32,7 +33,6 @@ log = logging.getLogger("trialbox.worker")
 # The execution moved on (timed out, retried elsewhere, or ended): this token is dead.
 GONE = ("TaskTimedOut", "InvalidToken", "TaskDoesNotExist")
 
-RunJob = Callable[[JobSpec], RunReport]
 RETRY_PAUSE_S = 1.0
 MAX_ANSWER_PAUSE_S = 8.0  # between sends of a refused callback (each after botocore's retries)
 FULL_RETRY_S = 2  # a session open this worker has no room for waits this long for another

@@ -4,30 +4,17 @@ checkpoint if it names one, saving the workspace after the commands if it asks."
 from __future__ import annotations
 
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
 
-from trialbox.errors import SandboxError
-from trialbox.keys import checkpoint_key, sha256_hex
 from trialbox.models import RunReport, Status
 from trialbox.models.jobs import JobSpec
 from trialbox.pipeline.stores import ObjectStore
 from trialbox.sandbox.runner import Runner
-from trialbox.worker.loop import RunJob
+from trialbox.worker.checkpoint_io import load_checkpoint, save_checkpoint
 
-
-def load_checkpoint(store: ObjectStore, checkpoint: str) -> bytes:
-    """A checkpoint's archive, checked against its content address."""
-    data = store.get_bytes(store.uri(checkpoint_key(checkpoint)))
-    if sha256_hex(data) != checkpoint:
-        raise SandboxError(f"checkpoint {checkpoint} does not match its sha256: it is corrupt")
-    return data
-
-
-def save_checkpoint(store: ObjectStore, data: bytes) -> str:
-    """Store an archive under its content address; its id."""
-    checkpoint = sha256_hex(data)
-    store.put_bytes(checkpoint_key(checkpoint), data, "application/gzip")
-    return checkpoint
+# How a worker runs one job (the runner, with its checkpoints): what the loop is given.
+RunJob = Callable[[JobSpec], RunReport]
 
 
 def job_runner(runner: Runner, store: ObjectStore) -> RunJob:

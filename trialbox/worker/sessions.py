@@ -32,8 +32,8 @@ from trialbox.pipeline.stores import ObjectStore
 from trialbox.sandbox.runner import MiB, Runner
 from trialbox.sandbox.session import SessionWorkspace, WorkspaceError
 from trialbox.scoring.feedback import command_feedback
+from trialbox.worker.checkpoint_io import load_checkpoint, save_checkpoint
 from trialbox.worker.protection import TaskProtection
-from trialbox.worker.run import load_checkpoint, save_checkpoint
 
 log = logging.getLogger("trialbox.worker.sessions")
 
