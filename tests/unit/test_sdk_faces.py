@@ -25,9 +25,13 @@ SYNC_NAMES = {
 RENAMED = {"aclose": "close", "__aenter__": "__enter__", "__aexit__": "__exit__"}
 # Async members with no blocking twin, each with its reason. A stale entry fails the test.
 ASYNC_ONLY = {
+    AsyncClient: {
+        "sessions": "what its sessions share with it (a SessionContext); a blocking Client's "
+        "sessions run on its AsyncClient's",
+    },
     AsyncSession: {
         "open": "a blocking Session is open when it is made (Client.session opens it)",
-        "client": "the AsyncClient it runs on; a blocking Session's is the Client that made it",
+        "context": "what it shares with its client's other sessions (a SessionContext)",
         "io": "the client's session I/O executor, shared by its sessions",
         "on_close": "the client's hook that forgets a closed session",
     },

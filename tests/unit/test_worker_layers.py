@@ -41,3 +41,23 @@ def test_nothing_below_the_loop_imports_it_and_sessions_do_not_import_the_job_ru
     graph = imports()
     assert sorted(name for name, uses in graph.items() if "loop" in uses) == ["__main__"]
     assert "run" not in graph["sessions"]
+
+
+def test_sessions_and_adapters_use_the_clients_context_not_its_private_parts() -> None:
+    """Was a gap (issue 24's review): sessions read `client._aws`, `_session_io()` and
+    `_open_sessions`, and the adapters `aio._aws`. They have `client.sessions` (a
+    SessionContext) and `client.region` now."""
+    root = WORKER.parents[1]
+    reached = []
+    for path in [
+        root / "trialbox/sdk/sessions.py",
+        *sorted((root / "trialbox/integrations").glob("*.py")),
+    ]:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Attribute) and node.attr in (
+                "_aws",
+                "_session_io",
+                "_open_sessions",
+            ):
+                reached.append(f"{path.name}:{node.lineno} .{node.attr}")
+    assert reached == []

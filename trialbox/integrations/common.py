@@ -92,7 +92,7 @@ class Connection:
         connection = cls(
             resources=aio.resources,
             endpoint_url=aio.endpoint_url,
-            region=aio._aws.session.region_name,
+            region=aio.region,
             concurrency=aio.concurrency,
         )
         if live is not None and not live.closed:

@@ -50,7 +50,7 @@ from trialbox.sdk.inputs import (
     task_or_ref,
 )
 from trialbox.sdk.resources import Resources, default_concurrency
-from trialbox.sdk.sessions import AsyncSession, SessionIO
+from trialbox.sdk.sessions import AsyncSession, SessionContext
 from trialbox.sdk.tasksets import TaskSetRef, tasks_body, taskset_ref
 from trialbox.settings import ClientSettings
 from trialbox.stack_version import check_stack_version
@@ -147,8 +147,7 @@ class AsyncClient:
         self._poll_failures = 0
         self._send_failures = 0
         self._loop: asyncio.AbstractEventLoop | None = None
-        self._sessions: SessionIO | None = None
-        self._open_sessions: set[AsyncSession] = set()
+        self.sessions = SessionContext(self._aws, self._grade)
 
     # --- construction ------------------------------------------------------------------------
 
@@ -372,7 +371,7 @@ class AsyncClient:
         self._check_open()
         read = task_or_ref(task)
         if isinstance(read, str):
-            return await self._session_io().task(read), read
+            return await self.sessions.io.task(read), read
         ref = await self.push_tasks([read], name=f"group-{read.task_id}")
         return read, ref.task(read.task_id)
 
@@ -400,14 +399,18 @@ class AsyncClient:
             ttl_s=ttl_s, idle_release_s=idle_release_s, files=files,
         )  # fmt: skip
         return SessionOpening(
-            self, read, args.run_id, args.episode_id, args.tags or {},
+            self.sessions, read, args.run_id, args.episode_id, args.tags or {},
             args.limits or LimitOverrides(), args.ttl_s, args.idle_release_s, args.files,
         )  # fmt: skip
 
-    def _session_io(self) -> SessionIO:
-        if self._sessions is None:
-            self._sessions = SessionIO(self)
-        return self._sessions
+    async def _grade(self, request: ExecutionRequest, timeout: float | None) -> ExecutionResult:
+        (result,) = await self.run([request], timeout)
+        return result
+
+    @property
+    def region(self) -> str:
+        """The AWS region the client calls."""
+        return str(self._aws.session.region_name)
 
     async def read_object(self, uri: str) -> bytes:
         """An `s3://bucket/key` object: a trace or a report."""
@@ -554,10 +557,9 @@ class AsyncClient:
         """Stop the pump; unresolved handles raise ClientClosed (a sent request still runs);
         a local twin stops."""
         self._closed = True
-        for session in list(self._open_sessions):  # their workers free the slots at once
+        for session in list(self.sessions.open):  # their workers free the slots at once
             await session.close()
-        if self._sessions is not None:
-            self._sessions.close()
+        self.sessions.close()
         if self._pump is not None:
             self._pump.cancel()
             await asyncio.gather(self._pump, return_exceptions=True)
@@ -611,7 +613,7 @@ class SessionOpening:
 
     def __init__(
         self,
-        client: AsyncClient,
+        context: SessionContext,
         task: Task | str,
         run_id: str | None,
         episode_id: str | None,
@@ -621,24 +623,23 @@ class SessionOpening:
         idle_release_s: float,
         files: dict[str, FileContent] | None,
     ) -> None:
-        self._args = (client, task, run_id, episode_id, tags, limits, ttl_s, idle_release_s, files)
+        self._args = (context, task, run_id, episode_id, tags, limits, ttl_s, idle_release_s, files)
         self._session: AsyncSession | None = None
 
     async def open(self) -> AsyncSession:
-        client, task, run_id, episode_id, tags, limits, ttl_s, idle_release_s, files = self._args
+        context, task, run_id, episode_id, tags, limits, ttl_s, idle_release_s, files = self._args
         if isinstance(task, str):
             task_ref: str | None = task
-            resolved = await client._session_io().task(task)
+            resolved = await context.io.task(task)
         else:
             task_ref, resolved = None, task
         session = AsyncSession(
-            client, resolved, task_ref, limits=limits, ttl_s=ttl_s,
+            context, resolved, task_ref, limits=limits, ttl_s=ttl_s,
             idle_release_s=idle_release_s, run_id=run_id, episode_id=episode_id, tags=tags,
             files=files,
         )  # fmt: skip
         await session.open()
-        client._open_sessions.add(session)
-        session.on_close = client._open_sessions.discard
+        context.track(session)
         self._session = session
         return session
 

@@ -21,7 +21,7 @@ import json
 import math
 import time
 import uuid
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from typing import TYPE_CHECKING, Any
 
@@ -51,7 +51,8 @@ from trialbox.sdk.inputs import located
 from trialbox.sdk.tasksets import taskset_rows
 
 if TYPE_CHECKING:
-    from trialbox.sdk.core import AsyncClient
+    from trialbox.sdk.aws import Aws
+    from trialbox.sdk.resources import Resources
 
 OPEN_TIMEOUT_S = 300.0  # a worker takes the open (a pool scaling out from zero takes minutes)
 REPLY_WAIT_S = 1  # the outbox's long poll: short, so that silence is noticed
@@ -91,12 +92,46 @@ def _fits(body: str, what: str) -> str:
     return body
 
 
+class SessionContext:
+    """What a client's sessions share with it, and all they use of it: its AWS calls (and so
+    where the stack is), a way to grade, their I/O threads, and the sessions still open (the
+    client closes them with itself)."""
+
+    def __init__(
+        self,
+        aws: Aws,
+        grade: Callable[[ExecutionRequest, float | None], Awaitable[ExecutionResult]],
+    ) -> None:
+        self.aws = aws
+        self.grade = grade
+        self.open: set[AsyncSession] = set()
+        self._io: SessionIO | None = None
+
+    @property
+    def resources(self) -> Resources:
+        return self.aws.resources
+
+    @property
+    def io(self) -> SessionIO:
+        if self._io is None:
+            self._io = SessionIO(self.aws)
+        return self._io
+
+    def track(self, session: AsyncSession) -> None:
+        """Open until it closes, or until the client does."""
+        self.open.add(session)
+        session.on_close = self.open.discard
+
+    def close(self) -> None:
+        if self._io is not None:
+            self._io.close()
+
+
 class SessionIO:
     """The blocking calls a session makes, on one executor shared by a client's sessions."""
 
-    def __init__(self, client: AsyncClient) -> None:
-        self.client = client
-        self.aws = client._aws
+    def __init__(self, aws: Aws) -> None:
+        self.aws = aws
         self.executor = ThreadPoolExecutor(IO_THREADS, thread_name_prefix="trialbox-session")
         self._tasks: dict[str, dict[str, tuple[int, Any]]] = {}  # task set -> (line, row) by id
 
@@ -148,7 +183,7 @@ class AsyncSession:
 
     def __init__(
         self,
-        client: AsyncClient,
+        context: SessionContext,
         task: Task,
         task_ref: str | None,
         *,
@@ -165,8 +200,8 @@ class AsyncSession:
             raise SessionError(f"ttl_s must be between 1 and {MAX_TTL_S} s, got {ttl_s}")
         if not (idle_release_s > 0 and math.isfinite(idle_release_s)):
             raise SessionError(f"idle_release_s must be a positive number, got {idle_release_s}")
-        self.client = client
-        self.io: SessionIO = client._session_io()
+        self.context = context
+        self.io: SessionIO = context.io
         self.task = task
         self.task_ref = task_ref
         self.overrides = limits
@@ -187,7 +222,7 @@ class AsyncSession:
     # --- lifetime -------------------------------------------------------------------------
 
     async def open(self) -> AsyncSession:
-        resources = self.client.resources
+        resources = self.context.resources
         if not (resources.work_queue_url and resources.session_queue_prefix):
             raise SessionError(
                 "this deployment names no work queue or session queue prefix: deploy this "
@@ -287,8 +322,7 @@ class AsyncSession:
             await asyncio.gather(*(f.close() for f in forks if f._inbox))
             raise failed[0]
         for fork in forks:
-            self.client._open_sessions.add(fork)
-            fork.on_close = self.client._open_sessions.discard
+            self.context.track(fork)
         return forks
 
     async def grade(self, timeout: float | None = None) -> ExecutionResult:
@@ -304,14 +338,13 @@ class AsyncSession:
             limits=self.overrides,
             tags=self.tags,
         )
-        (result,) = await self.client.run([request], timeout)
-        return result
+        return await self.context.grade(request, timeout)
 
     # --- the protocol -----------------------------------------------------------------------
 
     def _child(self) -> AsyncSession:
         return AsyncSession(
-            self.client,
+            self.context,
             self.task,
             self.task_ref,
             limits=self.overrides,
@@ -402,7 +435,7 @@ class AsyncSession:
 
     async def _stop_reason(self, worker: str | None) -> str | None:
         """Why the lost worker's ECS task stopped, once ECS says (None: unknown)."""
-        if worker is None or ":task/" not in worker or not self.client.resources.cluster:
+        if worker is None or ":task/" not in worker or not self.context.resources.cluster:
             return None
         deadline = time.monotonic() + FATE_WAIT_S
         while True:
@@ -464,7 +497,7 @@ class AsyncSession:
         body = _fits(opening, "the task's starter files and the session's files")
         await self.io.run(
             self.io.aws.sqs.send_message,
-            QueueUrl=self.client.resources.work_queue_url,
+            QueueUrl=self.context.resources.work_queue_url,
             MessageBody=body,
         )
         deadline = time.monotonic() + min(OPEN_TIMEOUT_S, max(1.0, self.ttl_left()))

@@ -180,6 +180,11 @@ class Client:
         return self._async.capacity
 
     @property
+    def region(self) -> str:
+        """The AWS region the client calls."""
+        return self._async.region
+
+    @property
     def concurrency(self) -> int:
         return self._async.concurrency
 
