@@ -424,3 +424,26 @@ def test_a_checkpoint_is_stored_by_its_hash_and_a_corrupt_one_is_a_sandbox_failu
     aws.traces.put_bytes(keys.checkpoint_key(checkpoint), stored[:-1], "application/gzip")
     with pytest.raises(SandboxError, match="does not match its sha256"):
         run(second)
+
+
+def test_a_work_message_is_read_by_its_type_not_by_its_first_characters(aws: Aws) -> None:
+    """Was a gap (issue 24's review): the worker routed a message by '"session"' in its first
+    20 characters, so a session open with leading whitespace was taken for a job and
+    dropped. Now the message is parsed as one of the two types; what is neither is dropped."""
+    limits = Task.model_validate(ADD_TASK).limits.model_dump()
+    spec = {
+        "session_id": "a" * 32, "task_id": "add", "limits": limits,
+        "expires_at": time.time() + 60, "idle_release_s": 30.0,
+        "inbox_url": "https://sqs/in", "outbox_url": "https://sqs/out",
+    }  # fmt: skip
+    opening = " " * 30 + json.dumps({"session": spec})
+    the_worker = worker(aws, job_runner(Runner(), aws.traces))  # it hosts no session
+    for body in (opening, '{"neither": 1}'):
+        aws.sqs.send_message(QueueUrl=aws.work_queue, MessageBody=body)
+        assert the_worker.poll_once()
+    # The open went back for a worker that hosts sessions; the message of neither type went.
+    deadline = time.monotonic() + 10
+    seen: list[str] = []
+    while not seen and time.monotonic() < deadline:
+        seen = [m["Body"] for m in aws.messages(aws.work_queue)]
+    assert seen == [opening]

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from botocore.exceptions import BotoCoreError, ClientError
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from trialbox.constants import ERROR_INTERRUPTED, ERROR_SANDBOX
 from trialbox.keys import job_key
@@ -33,6 +33,9 @@ log = logging.getLogger("trialbox.worker")
 # The execution moved on (timed out, retried elsewhere, or ended): this token is dead.
 GONE = ("TaskTimedOut", "InvalidToken", "TaskDoesNotExist")
 
+# What a work-queue message is: a job's, or a session's open (each model forbids the other's
+# fields, so exactly one parses).
+WORK_ITEM: TypeAdapter[WorkMessage | SessionOpen] = TypeAdapter(WorkMessage | SessionOpen)
 RETRY_PAUSE_S = 1.0
 MAX_ANSWER_PAUSE_S = 8.0  # between sends of a refused callback (each after botocore's retries)
 FULL_RETRY_S = 2  # a session open this worker has no room for waits this long for another
@@ -179,14 +182,17 @@ class Worker:
     def handle(self, message: dict[str, Any]) -> bool:
         """One work message; whether it was a job this worker ran (a session open is not)."""
         receipt = message["ReceiptHandle"]
-        if '"session"' in message["Body"][:20]:
-            self._open_session(message["Body"], receipt)
-            return False
         try:
-            work = WorkMessage.model_validate_json(message["Body"])
+            work = WORK_ITEM.validate_json(message["Body"])
         except ValidationError:
-            log.error("dropping a work message that is not a job: %.200s", message["Body"])
+            log.error(
+                "dropping a work message that is neither a job nor a session open: %.200s",
+                message["Body"],
+            )
             self._delete(receipt)
+            return False
+        if isinstance(work, SessionOpen):
+            self._open_session(work, receipt)
             return False
         if not self._beat(work.task_token):  # a stale redelivery: its execution moved on
             self._delete(receipt)
@@ -244,18 +250,13 @@ class Worker:
             log.warning("%s: the execution moved on; dropping the result", work.request_id)
         self._delete(receipt)
 
-    def _open_session(self, body: str, receipt: str) -> None:
+    def _open_session(self, opening: SessionOpen, receipt: str) -> None:
         if self.sessions is None or self.sessions.full():  # for another worker
             self.sqs.change_message_visibility(
                 QueueUrl=self.queue_url, ReceiptHandle=receipt, VisibilityTimeout=FULL_RETRY_S
             )
             return
         self._delete(receipt)
-        try:
-            opening = SessionOpen.model_validate_json(body)
-        except ValidationError:
-            log.error("dropping a session message that does not open one: %.200s", body)
-            return
         self.sessions.open(opening.session)
         self.slots_changed.set()  # an exclusive host has no slot now: the lease says so at once
 
