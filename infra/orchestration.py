@@ -27,7 +27,7 @@ from infra.nag import acknowledge, logical_id
 from trialbox import constants as c
 from trialbox.models import Status, result_for
 from trialbox.models.jobs import JobRef
-from trialbox.pipeline.admission import ID, PART, TAKEN_BY
+from trialbox.pipeline.admission import ID, LOST, PART, TAKEN_BY
 
 RECORD_FAILED = "the result could not be recorded (Record failed; see the execution's history)"
 # CDK's LambdaInvoke retries Lambda's service errors already; a throttle at scale is one more
@@ -147,21 +147,25 @@ class Orchestration(Construct):
         self, execute: sfn.State, record: sfn.State, admission: dynamodb.ITable
     ) -> sfn.IChainable:
         """Execute failed with a lost sandbox's error: was its job ever taken? A marker with
-        no taker is a job that waited (sent again, uncounted, up to max_waits); one taken, or
-        none left (the reaper gave a dead worker's slot back), or one that cannot be read, a
-        lost sandbox."""
+        no taker is a job that waited (sent again, uncounted, up to max_waits); one taken, one
+        the reaper found lost (its taker's lease lapsed), none left, or one that cannot be
+        read, a lost sandbox, whose retry's marker then names no taker."""
+        key = {
+            PART: tasks.DynamoAttributeValue.from_string(
+                sfn.JsonPath.string_at("$.job.admission_part")
+            ),
+            ID: tasks.DynamoAttributeValue.from_string(sfn.JsonPath.string_at("$.request_id")),
+        }
         taken = tasks.DynamoGetItem(
             self,
             "WasItTaken",
             table=admission,
-            key={
-                PART: tasks.DynamoAttributeValue.from_string(
-                    sfn.JsonPath.string_at("$.job.admission_part")
-                ),
-                ID: tasks.DynamoAttributeValue.from_string(sfn.JsonPath.string_at("$.request_id")),
-            },
+            key=key,
             consistent_read=True,
-            projection_expression=[tasks.DynamoProjectionExpression().with_attribute(TAKEN_BY)],
+            projection_expression=[
+                tasks.DynamoProjectionExpression().with_attribute(TAKEN_BY),
+                tasks.DynamoProjectionExpression().with_attribute(LOST),
+            ],
             result_path="$.admission",
         )
         taken.add_retry(errors=["States.ALL"], max_attempts=4, interval=Duration.seconds(1))
@@ -206,11 +210,26 @@ class Orchestration(Construct):
             )
             .otherwise(count("CountWait", "waited").next(execute))
         )
+        # The lost sandbox is counted once: its retry's marker names no taker, so a wait of
+        # the retry for a busy pool is a wait (red team 25: the dead worker's name on it made
+        # each lapse of the retry's wait another lost sandbox).
+        count_lost = count("CountLost", "attempt").next(execute)
+        clear = tasks.DynamoUpdateItem(
+            self,
+            "ClearTaker",
+            table=admission,
+            key=key,
+            update_expression=f"REMOVE {TAKEN_BY}, {LOST}",
+            condition_expression=f"attribute_exists({ID})",
+            result_path=sfn.JsonPath.DISCARD,
+        )
+        clear.add_retry(errors=["States.ALL"], max_attempts=4, interval=Duration.seconds(1))
+        clear.add_catch(count_lost, errors=["States.ALL"], result_path="$.admission_error")
         lost = (
             sfn.Choice(self, "RetriesLeft")
             .when(
                 sfn.Condition.number_less_than("$.job.attempt", c.LOST_SANDBOX_RETRIES),
-                count("CountLost", "attempt").next(execute),
+                clear.next(count_lost),
             )
             .otherwise(record)
         )
@@ -222,6 +241,7 @@ class Orchestration(Construct):
                 sfn.Condition.and_(
                     sfn.Condition.is_present("$.admission.Item"),
                     sfn.Condition.is_not_present(f"$.admission.Item.{TAKEN_BY}"),
+                    sfn.Condition.is_not_present(f"$.admission.Item.{LOST}"),
                 ),
                 waited,
             )

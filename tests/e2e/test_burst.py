@@ -119,7 +119,32 @@ def test_a_job_admitted_on_capacity_that_is_then_lost_waits_without_a_lost_sandb
     assert len(runs) == 1
 
 
-def _running(command: str, workers: tuple[int, int]) -> int:
+def test_a_killed_workers_job_counts_one_lost_sandbox_however_long_its_retry_waits() -> None:
+    """Was a break (red team 25): a worker SIGKILLed mid-job left its name on the job's
+    admission marker. The job's retry then waited for a busy pool, and each lapse of its
+    heartbeat read that dead worker's name and counted another lost sandbox: after three, a
+    masked `sandbox_error` for a job that never ran again. The lost-sandbox branch now clears
+    the marker's taker, so the retry's waits are waits: one lost sandbox, then it runs."""
+    long_s = 4 * HEARTBEAT_S + 5
+    with LocalTwin(workers=2, heartbeat_s=HEARTBEAT_S) as twin:
+        assert twin.pool is not None
+        client = _client(twin)
+        limits = {"timeout_s": long_s + 20, "memory_mb": 512}
+        jobs = [
+            request(f"lost-{n}", CORRECT, task=ADD_TASK | {"limits": limits},
+                    commands=[["sleep", str(long_s + n)]])
+            for n in range(3)
+        ]  # fmt: skip
+        handles = client.submit(jobs)
+        victim = _running(f"sleep {long_s}", tuple(twin.pool.pids()))
+        _running(f"sleep {long_s + 1}", tuple(twin.pool.pids()))
+        os.kill(victim, signal.SIGKILL)
+        results = [handle.result(timeout=8 * long_s) for handle in handles]
+    assert [(r.status, r.reward) for r in results] == [(Status.SUCCEEDED, 1.0)] * 3
+    assert [r.attempts for r in results] == [2, 1, 1]
+
+
+def _running(command: str, workers: tuple[int, ...]) -> int:
     """The worker whose sandbox runs `command`."""
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:

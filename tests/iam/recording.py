@@ -47,7 +47,7 @@ from trialbox.worker.run import job_runner
 from trialbox.worker.sessions import SessionHost
 
 WRONG = "def add(a, b):\n    return 3\n"
-GHOST = "iam-ghost"  # admitted for a worker that never takes it, then cancelled
+GHOST = "iam-ghost"  # admitted for a worker that takes it and dies, then cancelled
 DEAD_LETTERED = "iam-deadletter"  # left in the requests DLQ as SQS's redrive does
 HARNESS = "iam-harness"  # the test's own calls: setting scenes up, no principal's
 # The worker beats every 2 s: a 5 s job beats and extends its visibility. With no worker, a
@@ -254,11 +254,11 @@ def _entered(twin: LocalTwin, name: str, state: str) -> bool:
 
 
 def _cancelled_before_a_worker_took_it(twin: LocalTwin, sdk: Client) -> ExecutionResult:
-    """A slot leased by a worker that never takes the job (a lease written by hand), the
-    request admitted; its Execute heartbeat lapses (the state machine reads the marker: no
-    worker took it, so it sends the job again), and then it is cancelled: Record never runs, no
-    worker holds the slot, so the reaper gives it back (it sees the request's result), and
-    deletes the lapsed lease."""
+    """A slot leased by a worker that marks the job taken and dies with it (a lease and a take
+    written by hand, never a run), the request admitted; its Execute heartbeat lapses (the
+    state machine reads the marker: taken, so a lost sandbox, and it clears the taker for the
+    retry), and then it is cancelled: Record never runs, no worker holds the slot, so the
+    reaper gives it back (it sees the request's result), and deletes the lapsed lease."""
     table = twin_client(twin.endpoint_url, "dynamodb", HARNESS)
     admission = Admission(table, twin.output(c.OUTPUT_ADMISSION_TABLE))
     admission.lease("iam-ghost-worker", 1, term_s=5)
@@ -267,7 +267,8 @@ def _cancelled_before_a_worker_took_it(twin: LocalTwin, sdk: Client) -> Executio
     while not _running(twin, GHOST):
         assert time.monotonic() < deadline, "the ghost worker's request was never admitted"
         time.sleep(0.2)
-    while not _entered(twin, GHOST, "CountWait"):
+    assert admission.take(GHOST, "iam-ghost-worker")
+    while not _entered(twin, GHOST, "CountLost"):
         assert time.monotonic() < deadline + HEARTBEAT_S, "its heartbeat never lapsed"
         time.sleep(0.5)
     sdk.cancel([handle])

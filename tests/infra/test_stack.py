@@ -48,6 +48,7 @@ def test_rollout_shape_retries_and_catches(template: Template) -> None:
         "CountWait",
         "NeverTaken",
         "RetriesLeft",
+        "ClearTaker",
         "CountLost",
     }
     assert [states[s].get("Next") for s in ("Prepare", "Execute", "Score")] == [
@@ -88,11 +89,30 @@ def test_rollout_shape_retries_and_catches(template: Template) -> None:
     assert check["Catch"] == [
         {"ErrorEquals": ["States.ALL"], "ResultPath": "$.admission_error", "Next": "RetriesLeft"}
     ]
+    assert check["Parameters"]["ProjectionExpression"] == "taken_by,lost"
     [waiting] = states["Taken"]["Choices"]
-    assert waiting["Next"] == "WaitedTooLong" and states["Taken"]["Default"] == "RetriesLeft"
+    # Only a marker no worker took, and that the reaper did not find lost, is a wait.
+    assert waiting == {
+        "And": [
+            {"Variable": "$.admission.Item", "IsPresent": True},
+            {"Variable": "$.admission.Item.taken_by", "IsPresent": False},
+            {"Variable": "$.admission.Item.lost", "IsPresent": False},
+        ],
+        "Next": "WaitedTooLong",
+    }
+    assert states["Taken"]["Default"] == "RetriesLeft"
     [retry] = states["RetriesLeft"]["Choices"]
-    assert retry == {"Variable": "$.job.attempt", "NumericLessThan": 2, "Next": "CountLost"}
+    assert retry == {"Variable": "$.job.attempt", "NumericLessThan": 2, "Next": "ClearTaker"}
     assert states["RetriesLeft"]["Default"] == "Record"
+    # A lost sandbox is counted once: its retry's marker names no taker (red team 25).
+    clear = states["ClearTaker"]
+    assert clear["Resource"].endswith(":states:::dynamodb:updateItem")
+    assert clear["Parameters"]["UpdateExpression"] == "REMOVE taken_by, lost"
+    assert clear["Parameters"]["ConditionExpression"] == "attribute_exists(id)"
+    assert clear["Next"] == "CountLost"
+    assert clear["Catch"] == [
+        {"ErrorEquals": ["States.ALL"], "ResultPath": "$.admission_error", "Next": "CountLost"}
+    ]
     for count in ("CountLost", "CountWait"):
         assert states[count]["Next"] == "Execute"
     assert states["Record"]["End"] is True

@@ -17,7 +17,7 @@ from tests.support.moto import Aws, admission_table
 from trialbox.keys import execution_arn
 from trialbox.models import Status
 from trialbox.pipeline import admission as admission_module
-from trialbox.pipeline.admission import Admission
+from trialbox.pipeline.admission import Admission, shard
 from trialbox.pipeline.dead_letters import DeadLetter, DeadLetters, EndedWithoutResult
 from trialbox.pipeline.dispatch import Dispatched, Dispatcher
 from trialbox.pipeline.recorder import Recorder, RecordInput, StepError
@@ -136,6 +136,31 @@ def test_a_slot_whose_sandbox_still_runs_is_the_workers_to_give_back(
     assert pool.reconcile(aws.table.table, never_ended) == ["r-2"]
     assert pool.release("r-1", worker="w-dead") is False  # not its slot
     assert pool.release("r-1", worker="w-1") and pool.in_flight() == 0
+
+
+def test_a_dead_workers_job_keeps_its_slot_for_its_retry_and_names_no_taker(
+    aws: Aws, pool: Admission, dispatcher: tuple[Dispatcher, list[str]]
+) -> None:
+    """Was a break (red team 25): the reaper gave a dead worker's slot back, so the job's
+    retry held none, and each lapse of the retry's wait was counted as a lost sandbox. Now
+    the marker says the job was lost and names no taker: the state machine counts that lost
+    sandbox once (and clears the flag), and the retry keeps the slot it runs on."""
+    dispatch, _ = dispatcher
+    pool.lease("w-dead", 1, term_s=60)
+    assert dispatch(request("r-lost")) == Dispatched.STARTED
+    assert pool.take("r-lost", "w-dead")
+    pool.lease("w-dead", 1, term_s=-1)  # its lease lapses: it died with the job
+    assert pool.reconcile(aws.table.table, never_ended) == []
+    assert pool.in_flight() == 1
+    marker = aws.dynamodb.get_item(
+        TableName=pool.table, Key={"part": {"S": shard("r-lost")}, "id": {"S": "r-lost"}}
+    )["Item"]
+    assert (marker.get("taken_by"), marker["lost"]) == (None, {"BOOL": True})
+    assert pool.take("r-lost", "w-2")  # the retry's worker: the flag goes with its take
+    marker = aws.dynamodb.get_item(
+        TableName=pool.table, Key={"part": {"S": shard("r-lost")}, "id": {"S": "r-lost"}}
+    )["Item"]
+    assert (marker["taken_by"], marker.get("lost")) == ({"S": "w-2"}, None)
 
 
 def test_an_execution_that_ended_without_a_result_gets_one_and_its_slot_back(

@@ -40,6 +40,9 @@ POOL = "pool"
 COUNT = "in_flight"
 WORKERS = "workers"
 TAKEN_BY = "taken_by"  # on a marker: the worker whose sandbox holds the slot
+# On a marker: its taker died with the job (its lease lapsed), and the state machine has not
+# yet counted that lost sandbox. The slot stays, for the job's retry.
+LOST = "lost"
 # An untaken marker older than this has its execution looked at (the reaper): a job may wait
 # for a worker that long only if capacity fell after it was admitted.
 STALE_S = 600
@@ -172,9 +175,9 @@ class Admission:
             self.dynamodb.update_item(
                 TableName=self.table,
                 Key=self._key(shard(request_id), request_id),
-                UpdateExpression="SET #t = :w",
+                UpdateExpression="SET #t = :w REMOVE #l",
                 ConditionExpression="attribute_exists(#i)",
-                ExpressionAttributeNames={"#t": TAKEN_BY, "#i": ID},
+                ExpressionAttributeNames={"#t": TAKEN_BY, "#i": ID, "#l": LOST},
                 ExpressionAttributeValues={":w": {"S": worker}},
             )
         except ClientError as exc:
@@ -252,8 +255,10 @@ class Admission:
 
     def reconcile(self, results_table: str, ended: EndedCheck) -> list[str]:
         """Give back the slots nobody else will (the reaper, each minute); the released ids.
-        - a slot a worker took is its own to give back, unless that worker's lease lapsed
-          (it died with the job): then here;
+        - a slot a worker took is its own to give back. If that worker's lease lapsed (it
+          died with the job), the marker says the job was lost and no longer names it: the
+          slot stays for the job's retry (the state machine counts the lost sandbox once,
+          and the retry's waits are waits), and is then as any slot no worker holds:
         - a slot no worker holds, of a request with its terminal result (an execution that
           ended without Record's release: a cancel stops it);
         - a slot no worker holds, admitted over STALE_S ago, whose execution `ended` says is
@@ -264,6 +269,10 @@ class Admission:
         now = time.time()
         leases = self._leases()
         live = {item[ID]["S"] for item in leases if float(item["expires_at"]["N"]) > now}
+        for request_id, marker in list(markers.items()):
+            dead = marker.taken_by is not None and marker.taken_by not in live
+            if dead and self._lost(request_id, str(marker.taken_by)):
+                markers[request_id] = Marker(marker.at, None)
         untaken = [rid for rid, m in markers.items() if m.taken_by is None]
         recorded: set[str] = set()
         for start in range(0, len(untaken), BATCH_GET):
@@ -272,17 +281,34 @@ class Admission:
         released = []
         for request_id, marker in markers.items():
             if marker.taken_by is not None:
-                stale = marker.taken_by not in live
-            else:
-                stale = request_id in recorded
-                if not stale and now - marker.at > STALE_S:
-                    stale = ended(request_id)
+                continue  # its live worker gives it back
+            stale = request_id in recorded
+            if not stale and now - marker.at > STALE_S:
+                stale = ended(request_id)
             if stale and self.release(request_id, force=True):
                 released.append(request_id)
         for item in leases:
             if float(item["expires_at"]["N"]) <= now:
                 _delete_lapsed(self.dynamodb, self.table, item, now)
         return released
+
+    def _lost(self, request_id: str, worker: str) -> bool:
+        """The marker's taker died with the job: say so, and name it no longer (unless
+        another worker took the job meanwhile)."""
+        try:
+            self.dynamodb.update_item(
+                TableName=self.table,
+                Key=self._key(shard(request_id), request_id),
+                UpdateExpression="SET #l = :yes REMOVE #t",
+                ConditionExpression="#t = :w",
+                ExpressionAttributeNames={"#t": TAKEN_BY, "#l": LOST},
+                ExpressionAttributeValues={":w": {"S": worker}, ":yes": {"BOOL": True}},
+            )
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True
 
 
 @dataclass(frozen=True)
