@@ -171,14 +171,31 @@ class Admission:
         """A worker took the request's job: from now its slot is the worker's to give back,
         once its sandbox is done (not when the request's result exists: a cancelled
         request's sandbox may run on). False when the request holds no slot."""
+        return self._mark(
+            request_id,
+            "SET #t = :w REMOVE #l",
+            "attribute_exists(#i)",
+            {"#t": TAKEN_BY, "#i": ID, "#l": LOST},
+            {":w": {"S": worker}},
+        )
+
+    def _mark(
+        self,
+        request_id: str,
+        expression: str,
+        condition: str,
+        names: dict[str, str],
+        values: dict[str, Any],
+    ) -> bool:
+        """A conditional update of the request's marker; False when its condition failed."""
         try:
             self.dynamodb.update_item(
                 TableName=self.table,
                 Key=self._key(shard(request_id), request_id),
-                UpdateExpression="SET #t = :w REMOVE #l",
-                ConditionExpression="attribute_exists(#i)",
-                ExpressionAttributeNames={"#t": TAKEN_BY, "#i": ID, "#l": LOST},
-                ExpressionAttributeValues={":w": {"S": worker}},
+                UpdateExpression=expression,
+                ConditionExpression=condition,
+                ExpressionAttributeNames=names,
+                ExpressionAttributeValues=values,
             )
         except ClientError as exc:
             if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
@@ -295,20 +312,13 @@ class Admission:
     def _lost(self, request_id: str, worker: str) -> bool:
         """The marker's taker died with the job: say so, and name it no longer (unless
         another worker took the job meanwhile)."""
-        try:
-            self.dynamodb.update_item(
-                TableName=self.table,
-                Key=self._key(shard(request_id), request_id),
-                UpdateExpression="SET #l = :yes REMOVE #t",
-                ConditionExpression="#t = :w",
-                ExpressionAttributeNames={"#t": TAKEN_BY, "#l": LOST},
-                ExpressionAttributeValues={":w": {"S": worker}, ":yes": {"BOOL": True}},
-            )
-        except ClientError as exc:
-            if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
-                return False
-            raise
-        return True
+        return self._mark(
+            request_id,
+            "SET #l = :yes REMOVE #t",
+            "#t = :w",
+            {"#t": TAKEN_BY, "#l": LOST},
+            {":w": {"S": worker}, ":yes": {"BOOL": True}},
+        )
 
 
 @dataclass(frozen=True)
