@@ -179,7 +179,11 @@ def reuse_service_clients() -> None:
 
 
 @functools.lru_cache(maxsize=32)
-def _parsed(definition: str) -> EvalComponent:
+def _parsed(definition: str) -> EvalComponent | None:
+    """The definition's program, parsed once; None for one with a Parallel or Map, whose
+    components hold a run's state (each execution parses its own)."""
+    if {"Parallel", "Map"} & _kinds(json.loads(definition)):
+        return None
     return AmazonStateLanguageParser.parse(definition)[0]
 
 
@@ -194,10 +198,8 @@ def _kinds(value: Any) -> set[str]:
 
 
 def _entrypoint(self: Any) -> EvalComponent:
-    definition = self._evaluation_details.state_machine_details.definition
-    if {"Parallel", "Map"} & _kinds(json.loads(definition)):
-        return _original_entrypoint(self)  # their components hold a run's state: one each
-    return _parsed(definition)
+    shared = _parsed(self._evaluation_details.state_machine_details.definition)
+    return _original_entrypoint(self) if shared is None else shared
 
 
 def parse_each_definition_once() -> None:

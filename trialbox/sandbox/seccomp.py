@@ -116,9 +116,12 @@ def _assemble(body: list[tuple[int, str | None, str | None, int] | str]) -> byte
     """Classic BPF from instructions whose jumps name labels (a jump is relative to the next
     instruction, and only forward)."""
     labels: dict[str, int] = {}
+    count = 0
     for item in body:
         if isinstance(item, str):
-            labels[item] = sum(not isinstance(i, str) for i in body[: body.index(item)])
+            labels[item] = count  # the index of the instruction that follows it
+        else:
+            count += 1
     code: list[bytes] = []
     for item in body:
         if isinstance(item, str):
