@@ -12,7 +12,9 @@ import pytest
 
 from tests.fargate.harness import Service
 from tests.support.tasks import ADD_TASK
+from trialbox import constants as c
 from trialbox.models import ExecutionRequest, ExecutionResult, Status, Task
+from trialbox.pipeline.admission import Admission
 from trialbox.sdk import Client
 
 JOB_TIMEOUT_S = 90
@@ -62,11 +64,39 @@ def run_jobs(
         if crashed:
             raise WorkerCrashed("a worker container crashed:\n" + "\n".join(crashed))
         if time.monotonic() > deadline:
+            pending = [h.request_id for h in handles if not h.done()]
             pytest.fail(
-                f"{sum(not h.done() for h in handles)} job(s) had no result after {timeout} s\n"
+                f"{len(pending)} job(s) had no result after {timeout} s\n"
+                + pipeline_state(service, pending)
                 + service.logs()
             )
         time.sleep(0.2)
+
+
+def pipeline_state(service: Service, pending: list[str]) -> str:
+    """Where unfinished jobs are: the pool's admission (live slots, the in-flight count, the
+    markers) and the queues' depths, for a timeout's message."""
+    twin = service.harness.twin
+    outputs = twin.outputs
+    admission = Admission(twin.client("dynamodb"), outputs[c.OUTPUT_ADMISSION_TABLE])
+    sqs = twin.client("sqs")
+    depths = {
+        name: sqs.get_queue_attributes(QueueUrl=outputs[key], AttributeNames=["All"])["Attributes"]
+        for name, key in (
+            ("requests", c.OUTPUT_REQUESTS_QUEUE_URL),
+            ("work", c.OUTPUT_WORK_QUEUE_URL),
+        )
+    }
+    counts = {
+        name: {k: v for k, v in attrs.items() if k.startswith("ApproximateNumberOfMessages")}
+        for name, attrs in depths.items()
+    }
+    markers = admission.admitted()
+    return (
+        f"admission: {admission.capacity()} live slot(s), {admission.in_flight()} in flight, "
+        f"markers {json.dumps({k: str(v) for k, v in markers.items()})[:2000]}\n"
+        f"pending {pending[:5]}, queues {json.dumps(counts)}\n"
+    )
 
 
 def run_in_window(

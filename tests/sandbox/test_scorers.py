@@ -57,24 +57,23 @@ PERF_TASK: dict[str, Any] = {
     "grading": {
         "command": ["python", "-m", "pytest", "-q", "tests"],
         "scorer": "performance",
-        # A wide tolerance: this test checks the mechanism, not this machine's noise (that is
-        # benchmarks/performance_noise.py's). The slow solution is about 6x the reference, so
-        # its factor (about 0.25) stays under 0.7 even if noise halves the gap.
+        # A wide tolerance and 7 runs a side: this test checks the mechanism, not this
+        # machine's noise (that is benchmarks/performance_noise.py's). The workload takes
+        # well over the interpreter's start, as PerformanceSpec asks: at 4,000,000 (about
+        # 30 ms over a start of 20) a loaded CI machine once timed the reference's own code
+        # at 1.6x the reference. The slow solution is about 6x the reference, so its factor
+        # (about 0.25) stays under 0.7 even if noise halves the gap.
         "performance": {
-            "workload": "from solution import total\nprint(total(4_000_000))\n",
+            "workload": "from solution import total\nprint(total(12_000_000))\n",
             "tolerance": 0.5,
+            "repeats": 7,
         },
     },
     "limits": {"timeout_s": 20, "memory_mb": 512},
 }
-# The same answers, computed three times over by a Python loop: several times the CPU.
+# The same answers, computed by a Python while loop: several times the CPU of sum(range(n)).
 SLOW = (
-    "def total(n):\n"
-    "    for _ in range(3):\n"
-    "        t = 0\n"
-    "        for i in range(n):\n"
-    "            t += i\n"
-    "    return t\n"
+    "def total(n):\n    t = i = 0\n    while i < n:\n        t += i\n        i += 1\n    return t\n"
 )
 
 
