@@ -116,8 +116,10 @@ def _in_moto(name: str) -> tuple[list[str], str | None, str, str | None]:
 
 def test_an_attempt_answered_past_its_timeout_fails_as_on_aws() -> None:
     tokens, late, status, error = _in_moto("unpatched")
-    # Without the patch: the retry reuses the first token, and the late answer completes it.
-    assert tokens[0] == tokens[1] and (late, status) == (None, "SUCCEEDED")
+    # Without the patch: the retry reuses the first token, and the late answer is taken (it
+    # completes the retry, unless the retry's own 1 s heartbeat lapsed first on a loaded
+    # machine: a CI run once saw that, so the status is not asserted).
+    assert tokens[0] == tokens[1] and late is None
     patches.new_token_per_attempt()
     tokens, late, status, error = _in_moto("patched")
     # With it, as on AWS: each attempt has its own token, a timed-out one is gone to the worker
