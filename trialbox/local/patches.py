@@ -14,6 +14,7 @@ from typing import Any
 from moto.awslambda_simple.models import LambdaSimpleBackend
 from moto.core.exceptions import AWSError
 from moto.core.responses import EmptyResult
+from moto.dynamodb.models import DynamoDBBackend
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication
 from moto.stepfunctions.parser import models as sfn_models
 from moto.stepfunctions.parser.asl.component.eval_component import EvalComponent
@@ -46,6 +47,12 @@ _original_eval_execution = StateTaskServiceCallback._eval_execution
 # The names moto's Step Functions backend raises its exceptions by.
 _SFN_ERRORS: dict[str, Any] = vars(sfn_models)
 _original_task_does_not_exist = _SFN_ERRORS["TaskDoesNotExist"]
+# DynamoDB's table operations, each run whole under one lock (isolate_dynamodb_transactions).
+_DYNAMODB_OPERATIONS = (
+    "put_item", "get_item", "query", "scan", "update_item", "delete_item", "transact_write_items",
+)  # fmt: skip
+_original_dynamodb = {name: getattr(DynamoDBBackend, name) for name in _DYNAMODB_OPERATIONS}
+_dynamodb_lock = threading.RLock()  # a transaction's own puts and deletes take it again
 
 
 class TaskDoesNotExist(AWSError):
@@ -238,6 +245,26 @@ def _rebind(old: Any, new: Any) -> None:
             module.boto_client_for = new  # type: ignore[attr-defined]
 
 
+def isolate_dynamodb_transactions() -> None:
+    """Defect: moto's TransactWriteItems is neither atomic nor isolated under concurrent
+    requests. It copies every table it touches before it starts, and a cancelled transaction
+    puts the copies back, undoing what other requests wrote meanwhile (a release's marker
+    delete and count decrement, say); a request in between sees half a transaction. The
+    twin serves requests on threads, so under load the admission table's in-flight count
+    drifted from its markers: a count of 1 with no marker left a one-slot pool full for good
+    (a CI run's fargate tests: every job after it waited in the requests queue). On AWS a
+    transaction is all or nothing, and serializable with single-item reads and writes. Run
+    each table operation whole, under one lock (the services process is one interpreter: the
+    GIL serializes them anyway). Its test: tests/local/test_patches.py."""
+    for name, original in _original_dynamodb.items():
+
+        def locked(self: Any, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
+            with _dynamodb_lock:
+                return _original(self, *args, **kwargs)
+
+        setattr(DynamoDBBackend, name, locked)
+
+
 def undo() -> None:
     LambdaSimpleBackend.invoke = _original_invoke  # type: ignore[method-assign]
     CallbackEndpoint.setup_heartbeat_endpoint = _original_setup_heartbeat  # type: ignore[method-assign]
@@ -250,3 +277,5 @@ def undo() -> None:
     _parsed.cache_clear()
     DomainDispatcherApplication.get_backend_for_host = _original_backend_for_host  # type: ignore[method-assign]
     _hosts.clear()
+    for name, original in _original_dynamodb.items():
+        setattr(DynamoDBBackend, name, original)

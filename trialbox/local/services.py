@@ -102,6 +102,7 @@ def serve(port: int, heartbeat_s: int, log_dir: Path, ready: IO[str], until: IO[
     patches.reuse_service_clients()
     patches.parse_each_definition_once()
     patches.route_each_host_once()
+    patches.isolate_dynamodb_transactions()
     limit_patches.enforce()  # AWS's limits, after route_lambda_invocations (docs/twin-fidelity.md)
     # Lambda polls a mapping's queue with the function's own role.
     pollers = [
