@@ -1,0 +1,59 @@
+"""A batch's ledger under moto, against a real waitForTaskToken state: its execution ends when
+the last of its samples has its result, once, however often a sample is reported or its Run is
+retried."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import pytest
+
+from tests.integration.test_worker import wait_for
+from tests.support.moto import Aws
+from trialbox.pipeline.batches import Ledger
+
+
+def run_state(aws: Aws) -> str:
+    run: dict[str, Any] = {
+        "Type": "Task",
+        "Resource": "arn:aws:states:::sqs:sendMessage.waitForTaskToken",
+        "TimeoutSeconds": 60,
+        "Parameters": {"QueueUrl": aws.work_queue, "MessageBody": {"token.$": "$$.Task.Token"}},
+        "End": True,
+    }
+    return aws.state_machine("batch", {"StartAt": "Run", "States": {"Run": run}})
+
+
+def started(aws: Aws, name: str) -> tuple[str, str]:
+    """(the execution, the task token its Run step waits on)."""
+    arn = aws.sfn.start_execution(stateMachineArn=run_state(aws), name=name, input="{}")
+    for _ in range(100):
+        messages = aws.messages(aws.work_queue)
+        if messages:
+            return arn["executionArn"], json.loads(messages[0]["Body"])["token"]
+    raise AssertionError("Run sent no message")
+
+
+@pytest.fixture
+def ledger(aws: Aws) -> Ledger:
+    return Ledger(aws.dynamodb, aws.sfn, aws.admission.table)
+
+
+def test_the_last_result_ends_the_batch_once(aws: Aws, ledger: Ledger) -> None:
+    execution, token = started(aws, "b-1")
+    ledger.open("b-1", 3, token)
+    assert [ledger.finish("b-1", rid) for rid in ("r-1", "r-2", "r-2")] == [False] * 3
+    assert aws.sfn.describe_execution(executionArn=execution)["status"] == "RUNNING"
+    assert ledger.finish("b-1", "r-3")
+    assert wait_for(aws, execution)["status"] == "SUCCEEDED"
+    assert ledger.finish("b-1", "r-3")  # reported again: its token is gone, nothing raised
+
+
+def test_a_run_opened_after_its_samples_finished_is_answered_at_once(
+    aws: Aws, ledger: Ledger
+) -> None:
+    execution, token = started(aws, "b-late")
+    assert not ledger.finish("b-late", "r-1")  # not opened yet: nothing to answer
+    ledger.open("b-late", 1, token)
+    assert wait_for(aws, execution)["status"] == "SUCCEEDED"

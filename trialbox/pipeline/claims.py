@@ -1,0 +1,169 @@
+"""A sample's own liveness and idempotency inside a batch: a claim with a lease, kept on the
+sample's admission marker (trialbox.pipeline.admission), so that one execution can carry many
+samples and each still has what Step Functions gave it alone (docs/batches.md).
+
+- `claim`: a worker takes the sample's job. It wins only a marker no one holds, or one whose
+  holder's lease lapsed (it died: the job's message came back into view), and then the attempt
+  counts one more lost sandbox. A sample cancelled, already finished (no marker: its slot went
+  back after its result), or lost past its retries is never run.
+- `renew`: the holder keeps its lease while its sandbox runs. It fails once the sample moved
+  on: taken over, cancelled, or past the job's own deadline (what Execute's TimeoutSeconds
+  was): the worker then drops the run.
+- `cancel`: the client's flag on the marker.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from dataclasses import dataclass
+from typing import Any
+
+from botocore.exceptions import ClientError
+
+from trialbox.constants import LOST_SANDBOX_RETRIES
+from trialbox.pipeline.admission import ID, PART, TAKEN_BY, shard
+
+ATTEMPT = "attempt"  # lost sandboxes before the current claim
+LEASE_UNTIL = "lease_until"  # epoch s: the holder is alive until then, unless it renews
+DEADLINE = "deadline"  # epoch s: the current attempt's budget, as Execute's TimeoutSeconds
+CANCELLED = "cancelled"
+CLAIM_TRIES = 4  # claims lost to another worker's claim, in a row, before giving up
+
+
+class Refused(enum.Enum):
+    GONE = "gone"  # no marker: the sample finished (or was never admitted)
+    CANCELLED = "cancelled"
+    HELD = "held"  # another worker holds a live lease on it
+    EXHAUSTED = "exhausted"  # its sandbox was lost LOST_SANDBOX_RETRIES + 1 times
+
+
+@dataclass(frozen=True)
+class Claim:
+    request_id: str
+    worker: str
+    attempt: int  # lost sandboxes before this one
+
+
+@dataclass
+class Claims:
+    dynamodb: Any
+    table: str
+    lease_s: float  # how long a claim or a renewal keeps the holder alive
+
+    def _key(self, request_id: str) -> dict[str, Any]:
+        return {PART: {"S": shard(request_id)}, ID: {"S": request_id}}
+
+    def claim(
+        self, request_id: str, worker: str, budget_s: float, now: float | None = None
+    ) -> Claim | Refused:
+        """The job is this worker's to run, or why not."""
+        for _ in range(CLAIM_TRIES):
+            now = time.time() if now is None else now
+            item = self._read(request_id)
+            if item is None:
+                return Refused.GONE
+            if CANCELLED in item:
+                return Refused.CANCELLED
+            holder = item.get(TAKEN_BY, {}).get("S")
+            attempt = int(item.get(ATTEMPT, {}).get("N", "0"))
+            if holder is not None:
+                if float(item[LEASE_UNTIL]["N"]) > now:
+                    return Refused.HELD
+                attempt += 1  # its holder died with it: a lost sandbox
+                if attempt > LOST_SANDBOX_RETRIES:
+                    return Refused.EXHAUSTED
+            if self._take(request_id, worker, holder, attempt, budget_s, now):
+                return Claim(request_id, worker, attempt)
+            now = None  # another worker's claim won the race: read it again
+        return Refused.HELD
+
+    def _read(self, request_id: str) -> dict[str, Any] | None:
+        answer = self.dynamodb.get_item(
+            TableName=self.table, Key=self._key(request_id), ConsistentRead=True
+        )
+        item: dict[str, Any] | None = answer.get("Item")
+        return item
+
+    def _take(
+        self,
+        request_id: str,
+        worker: str,
+        holder: str | None,
+        attempt: int,
+        budget_s: float,
+        now: float,
+    ) -> bool:
+        """The conditional write: the marker as it was read (its holder, or none), not
+        cancelled meanwhile."""
+        names = {"#t": TAKEN_BY, "#a": ATTEMPT, "#l": LEASE_UNTIL, "#d": DEADLINE, "#c": CANCELLED}
+        values: dict[str, Any] = {
+            ":w": {"S": worker},
+            ":a": {"N": str(attempt)},
+            ":l": {"N": repr(now + self.lease_s)},
+            ":d": {"N": repr(now + budget_s)},
+        }
+        if holder is None:
+            held = "attribute_not_exists(#t)"
+        else:
+            held, values[":h"] = "#t = :h AND #a = :was", {"S": holder}
+            values[":was"] = {"N": str(attempt - 1)}
+        return self._update(
+            request_id,
+            "SET #t = :w, #a = :a, #l = :l, #d = :d",
+            f"attribute_exists({ID}) AND attribute_not_exists(#c) AND {held}",
+            names,
+            values,
+        )
+
+    def renew(self, claim: Claim, now: float | None = None) -> bool:
+        """Keep the lease; False when the sample moved on (taken over, cancelled, finished, or
+        past its deadline): the holder drops its run."""
+        now = time.time() if now is None else now
+        return self._update(
+            claim.request_id,
+            "SET #l = :l",
+            "#t = :w AND #a = :a AND attribute_not_exists(#c) AND #d > :now",
+            {"#t": TAKEN_BY, "#a": ATTEMPT, "#l": LEASE_UNTIL, "#d": DEADLINE, "#c": CANCELLED},
+            {
+                ":w": {"S": claim.worker},
+                ":a": {"N": str(claim.attempt)},
+                ":l": {"N": repr(now + self.lease_s)},
+                ":now": {"N": repr(now)},
+            },
+        )
+
+    def cancel(self, request_id: str) -> bool:
+        """Flag the sample cancelled; False when it holds no marker (not admitted yet, or
+        finished)."""
+        return self._update(
+            request_id,
+            "SET #c = :yes",
+            f"attribute_exists({ID})",
+            {"#c": CANCELLED},
+            {":yes": {"BOOL": True}},
+        )
+
+    def _update(
+        self,
+        request_id: str,
+        expression: str,
+        condition: str,
+        names: dict[str, str],
+        values: dict[str, Any],
+    ) -> bool:
+        used = {name: attr for name, attr in names.items() if name in expression + condition}
+        try:
+            self.dynamodb.update_item(
+                TableName=self.table,
+                Key=self._key(request_id),
+                UpdateExpression=expression,
+                ConditionExpression=condition,
+                ExpressionAttributeNames=used,
+                ExpressionAttributeValues=values,
+            )
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
+                return False
+            raise
+        return True
