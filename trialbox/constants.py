@@ -53,7 +53,9 @@ ERROR_SANDBOX = "Sandbox.Error"  # the runner itself failed: a `sandbox_error` r
 ERROR_INTERRUPTED = "Sandbox.Interrupted"
 # A lost sandbox: the Execute step retries it LOST_SANDBOX_RETRIES times (so a request that
 # still failed with one of these took LOST_SANDBOX_RETRIES + 1 attempts). Nothing else is retried.
-LOST_SANDBOX_ERRORS = ("States.HeartbeatTimeout", "States.Timeout", ERROR_INTERRUPTED)
+# A batched sample's claim lapsed past its retries (trialbox.pipeline.claims): its lost sandbox.
+ERROR_LOST = "Sandbox.Lost"
+LOST_SANDBOX_ERRORS = ("States.HeartbeatTimeout", "States.Timeout", ERROR_INTERRUPTED, ERROR_LOST)
 LOST_SANDBOX_RETRIES = 2
 # A job whose work message no worker took (its admission marker says so) when the Execute
 # step's clock lapsed is sent again without counting as a lost sandbox: waiting for a worker

@@ -11,6 +11,7 @@ from moto.core.botocore_stubber import BotocoreStubber
 
 from tests.support.moto import MOTO_CONFIG, REGION, Aws, admission_table, one_at_a_time
 from trialbox import constants as c
+from trialbox.pipeline.prepare import Preparer
 from trialbox.pipeline.stores import ObjectStore, ResultTable
 from trialbox.sdk import Resources, core
 
@@ -50,6 +51,11 @@ def aws(monkeypatch: pytest.MonkeyPatch) -> Iterator[Aws]:
             dlq=sqs.create_queue(QueueName="requests-dlq")["QueueUrl"],
             admission=admission_table(dynamodb),
         )
+
+
+@pytest.fixture
+def preparer(aws: Aws) -> Preparer:
+    return Preparer(aws.tasksets, aws.traces, heartbeat_s=30, margin_s=60)
 
 
 @pytest.fixture

@@ -20,11 +20,6 @@ from trialbox.pipeline.score import Scorer
 from trialbox.sandbox.runner import Runner
 
 
-@pytest.fixture
-def preparer(aws: Aws) -> Preparer:
-    return Preparer(aws.tasksets, aws.traces, heartbeat_s=30, margin_s=60)
-
-
 def rollout(**fields: object) -> RolloutInput:
     body = {"request_id": "r-1", "task": ADD_TASK, "files": {"solution.py": CORRECT}} | fields
     request = ExecutionRequest.model_validate(body)

@@ -38,9 +38,15 @@ class Finished(StrictModel):
 
     batch_id: BatchId
     request_id: RequestId
+    job_uri: str
     outcome: Literal["report", "failure", "not_run"]
     report_uri: str | None = Field(default=None, description="outcome report: the run report")
-    cause: str | None = Field(default=None, description="outcome failure or not_run: why")
+    error: str | None = Field(
+        default=None,
+        description="the error class (failure: Sandbox.Error; not_run: Sandbox.Lost); none "
+        "for a sample not run whose result is another's to write (cancelled, finished)",
+    )
+    cause: str | None = Field(default=None, description="why, in words")
     worker: str | None = None
     attempt: int = Field(default=0, ge=0, description="lost sandboxes before this run")
     started_at: float | None = Field(default=None, description="epoch s: a worker took the job")

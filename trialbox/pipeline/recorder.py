@@ -49,7 +49,9 @@ class Recorder:
     traces: ObjectStore
     admission: Admission
 
-    def __call__(self, state: RecordInput) -> Recorded:
+    def __call__(self, state: RecordInput, holder: str | None = None) -> Recorded:
+        """`holder`: the worker whose sandbox held the request's slot, which it gives back
+        with the result (a batch's finisher); None: only a slot no worker took (Record)."""
         if state.score is not None:
             result = ExecutionResult.model_validate_json(
                 self.traces.get_bytes(state.score.result_uri)
@@ -64,5 +66,5 @@ class Recorder:
             result, self.table, self.traces, trace, content_sha256=state.content_sha256
         )
         # Its slot goes back once its one result is there (a retry of Record releases nothing).
-        self.admission.release(state.request_id)
+        self.admission.release(state.request_id, worker=holder)
         return Recorded(written, result.status)

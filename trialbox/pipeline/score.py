@@ -17,7 +17,10 @@ class Scorer:
     jobs: ObjectStore
 
     def __call__(self, job_ref: JobRef, done: ExecutionDone) -> ScoreRef:
-        job = JobSpec.model_validate_json(self.jobs.get_bytes(job_ref.job_uri))
+        return self.score(job_ref.job_uri, done)
+
+    def score(self, job_uri: str, done: ExecutionDone) -> ScoreRef:
+        job = JobSpec.model_validate_json(self.jobs.get_bytes(job_uri))
         report = RunReport.model_validate_json(self.jobs.get_bytes(done.report_uri))
         result = score(job.task.grading, report, request_id=job.request_id)
         timings = Timings(
