@@ -5,6 +5,7 @@ retried."""
 from __future__ import annotations
 
 import json
+import time
 from typing import Any
 
 import pytest
@@ -14,24 +15,25 @@ from tests.support.moto import Aws
 from trialbox.pipeline.batches import Ledger
 
 
-def run_state(aws: Aws) -> str:
+def started(aws: Aws, name: str) -> tuple[str, str]:
+    """(the execution, the task token its Run step waits on): a waitForTaskToken state that
+    sends its token to a queue of its own."""
+    queue = aws.sqs.create_queue(QueueName=f"tokens-{name}")["QueueUrl"]
     run: dict[str, Any] = {
         "Type": "Task",
         "Resource": "arn:aws:states:::sqs:sendMessage.waitForTaskToken",
         "TimeoutSeconds": 60,
-        "Parameters": {"QueueUrl": aws.work_queue, "MessageBody": {"token.$": "$$.Task.Token"}},
+        "Parameters": {"QueueUrl": queue, "MessageBody": {"token.$": "$$.Task.Token"}},
         "End": True,
     }
-    return aws.state_machine("batch", {"StartAt": "Run", "States": {"Run": run}})
-
-
-def started(aws: Aws, name: str) -> tuple[str, str]:
-    """(the execution, the task token its Run step waits on)."""
-    arn = aws.sfn.start_execution(stateMachineArn=run_state(aws), name=name, input="{}")
-    for _ in range(100):
-        messages = aws.messages(aws.work_queue)
+    machine = aws.state_machine(f"batch-{name}", {"StartAt": "Run", "States": {"Run": run}})
+    arn = aws.sfn.start_execution(stateMachineArn=machine, name=name, input="{}")
+    deadline = time.monotonic() + 10  # moto's execution thread sends it a moment later
+    while time.monotonic() < deadline:
+        messages = aws.messages(queue)
         if messages:
             return arn["executionArn"], json.loads(messages[0]["Body"])["token"]
+        time.sleep(0.05)
     raise AssertionError("Run sent no message")
 
 
