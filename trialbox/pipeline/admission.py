@@ -294,7 +294,7 @@ class Admission:
         recorded: set[str] = set()
         for start in range(0, len(untaken), BATCH_GET):
             batch = untaken[start : start + BATCH_GET]
-            recorded |= set(_recorded(self.dynamodb, results_table, batch))
+            recorded |= set(with_results(self.dynamodb, results_table, batch))
         released = []
         for request_id, marker in markers.items():
             if marker.taken_by is not None:
@@ -345,7 +345,7 @@ def _delete_lapsed(dynamodb: Any, table: str, item: dict[str, Any], now: float) 
             raise
 
 
-def _recorded(dynamodb: Any, table: str, request_ids: list[str]) -> list[str]:
+def with_results(dynamodb: Any, table: str, request_ids: list[str]) -> list[str]:
     """The ids among `request_ids` (at most 100) that have a terminal result."""
     keys: list[dict[str, Any]] = [{TABLE_KEY: {"S": rid}} for rid in request_ids]
     found: list[str] = []
