@@ -18,11 +18,13 @@ from pydantic import TypeAdapter, ValidationError
 from trialbox.constants import ERROR_INTERRUPTED, ERROR_SANDBOX
 from trialbox.keys import job_key
 from trialbox.models import Status
+from trialbox.models.batches import BatchWork
 from trialbox.models.jobs import ExecutionDone, JobSpec, WorkMessage
 from trialbox.models.sessions import SessionOpen
 from trialbox.pipeline.admission import Admission
 from trialbox.pipeline.stores import ObjectStore
 from trialbox.settings import work_visibility_s
+from trialbox.worker.batched import BatchedJobs
 from trialbox.worker.lease import hold_lease
 from trialbox.worker.run import RunJob
 
@@ -33,9 +35,11 @@ log = logging.getLogger("trialbox.worker")
 # The execution moved on (timed out, retried elsewhere, or ended): this token is dead.
 GONE = ("TaskTimedOut", "InvalidToken", "TaskDoesNotExist")
 
-# What a work-queue message is: a job's, or a session's open (each model forbids the other's
-# fields, so exactly one parses).
-WORK_ITEM: TypeAdapter[WorkMessage | SessionOpen] = TypeAdapter(WorkMessage | SessionOpen)
+# What a work-queue message is: a job's, a session's open, or a batched sample's (each model
+# forbids the others' fields, so exactly one parses).
+WORK_ITEM: TypeAdapter[WorkMessage | SessionOpen | BatchWork] = TypeAdapter(
+    WorkMessage | SessionOpen | BatchWork
+)
 RETRY_PAUSE_S = 1.0
 MAX_ANSWER_PAUSE_S = 8.0  # between sends of a refused callback (each after botocore's retries)
 FULL_RETRY_S = 2  # a session open this worker has no room for waits this long for another
@@ -77,6 +81,8 @@ class Worker:
     admission: Admission | None = None
     # Set when free_slots() changes: the lease is rewritten at once, not at its next renewal.
     slots_changed: threading.Event = field(default_factory=threading.Event)
+    # Runs the samples of batches (trialbox.worker.batched); None: token jobs only.
+    batched: BatchedJobs | None = None
     jobs_done: int = 0
     _hosted_exclusively: bool = False
 
@@ -194,6 +200,13 @@ class Worker:
         if isinstance(work, SessionOpen):
             self._open_session(work, receipt)
             return False
+        if isinstance(work, BatchWork):
+            if self.batched is None:
+                log.error("dropping a batched job: this worker runs none: %.200s", message["Body"])
+                self._delete(receipt)
+                return False
+            with self.sessions.working() if self.sessions else contextlib.nullcontext():
+                return self.batched.handle(work, receipt, self._run)
         if not self._beat(work.task_token):  # a stale redelivery: its execution moved on
             self._delete(receipt)
             return False
@@ -238,7 +251,7 @@ class Worker:
         started_at = time.time()
         try:
             with self.sessions.working() if self.sessions else contextlib.nullcontext():
-                outcome = self._run(work, lost)
+                outcome = self._run(work.job_uri, work.request_id, lost)
             # Answered while the heartbeat runs, so that the task lives for as long as its
             # answer is refused (throttled, a 5xx) instead of lapsing into a lost-sandbox retry.
             if not lost.is_set():
@@ -260,21 +273,21 @@ class Worker:
         self.sessions.open(opening.session)
         self.slots_changed.set()  # an exclusive host has no slot now: the lease says so at once
 
-    def _run(self, work: WorkMessage, lost: threading.Event) -> tuple[str, str]:
+    def _run(self, job_uri: str, request_id: str, lost: threading.Event) -> tuple[str, str]:
         """('success', report_uri) or ('failure', cause); nothing is uploaded for a job whose
         execution moved on while it ran."""
         try:
-            job = JobSpec.model_validate_json(self.jobs.get_bytes(work.job_uri))
+            job = JobSpec.model_validate_json(self.jobs.get_bytes(job_uri))
             report = self.run_job(job)
         except Exception as exc:  # the runner itself failed: a typed failure, never a reward
-            log.exception("%s: the runner failed", work.request_id)
+            log.exception("%s: the runner failed", request_id)
             return "failure", f"{type(exc).__name__}: {exc}"
         if lost.is_set():
             return "failure", "the execution moved on"
         try:
-            uri = self.jobs.put_json(job_key(work.request_id, "report.json"), report)
+            uri = self.jobs.put_json(job_key(request_id, "report.json"), report)
         except Exception as exc:  # botocore retried already: the run cannot be scored
-            log.exception("%s: the report could not be uploaded", work.request_id)
+            log.exception("%s: the report could not be uploaded", request_id)
             return "failure", f"the run report could not be uploaded ({type(exc).__name__}: {exc})"
         if report.status == Status.SANDBOX_ERROR:
             return "failure", report.error or "the sandbox failed"
