@@ -98,3 +98,16 @@ def test_of_two_workers_claiming_at_once_one_wins(aws: Aws, claims: Claims) -> N
         thread.join()
     assert sorted(isinstance(r, Claim) for r in results) == [False, True]
     assert Refused.HELD in results
+
+
+def test_a_sample_the_reaper_found_lost_is_taken_over_as_a_lost_sandbox(
+    aws: Aws, claims: Claims
+) -> None:
+    """The reaper marks the job of a worker whose lease lapsed `lost` and removes its name
+    (trialbox.pipeline.admission): the next claim counts that lost sandbox, once."""
+    rid = admitted(aws, "s-reaped")
+    assert claims.claim(rid, "w-dead", BUDGET_S) == Claim(rid, "w-dead", 0)
+    aws.admission.lease("w-dead", 1, term_s=-1)
+    aws.admission.reconcile(aws.table.table, lambda _: False)
+    assert claims.claim(rid, "w-2", BUDGET_S) == Claim(rid, "w-2", 1)
+    assert claims.claim(rid, "w-3", BUDGET_S) == Refused.HELD  # counted once, held alive

@@ -22,7 +22,7 @@ from typing import Any
 from botocore.exceptions import ClientError
 
 from trialbox.constants import LOST_SANDBOX_RETRIES
-from trialbox.pipeline.admission import ID, PART, TAKEN_BY, shard
+from trialbox.pipeline.admission import ID, LOST, PART, TAKEN_BY, shard
 
 ATTEMPT = "attempt"  # lost sandboxes before the current claim
 LEASE_UNTIL = "lease_until"  # epoch s: the holder is alive until then, unless it renews
@@ -67,13 +67,14 @@ class Claims:
                 return Refused.CANCELLED
             holder = item.get(TAKEN_BY, {}).get("S")
             attempt = int(item.get(ATTEMPT, {}).get("N", "0"))
-            if holder is not None:
-                if float(item[LEASE_UNTIL]["N"]) > now:
-                    return Refused.HELD
+            lost = LOST in item  # the reaper found its holder's worker dead
+            if holder is not None and float(item[LEASE_UNTIL]["N"]) > now:
+                return Refused.HELD
+            if holder is not None or lost:
                 attempt += 1  # its holder died with it: a lost sandbox
                 if attempt > LOST_SANDBOX_RETRIES:
                     return Refused.EXHAUSTED
-            if self._take(request_id, worker, holder, attempt, budget_s, now):
+            if self._take(request_id, worker, holder, lost, attempt, budget_s, now):
                 return Claim(request_id, worker, attempt)
             now = None  # another worker's claim won the race: read it again
         return Refused.HELD
@@ -90,13 +91,17 @@ class Claims:
         request_id: str,
         worker: str,
         holder: str | None,
+        lost: bool,
         attempt: int,
         budget_s: float,
         now: float,
     ) -> bool:
-        """The conditional write: the marker as it was read (its holder, or none), not
-        cancelled meanwhile."""
-        names = {"#t": TAKEN_BY, "#a": ATTEMPT, "#l": LEASE_UNTIL, "#d": DEADLINE, "#c": CANCELLED}
+        """The conditional write: the marker as it was read (its holder or none, lost or not),
+        not cancelled meanwhile. The lost flag goes: this claim counted it."""
+        names = {
+            "#t": TAKEN_BY, "#a": ATTEMPT, "#l": LEASE_UNTIL, "#d": DEADLINE, "#c": CANCELLED,
+            "#x": LOST,
+        }  # fmt: skip
         values: dict[str, Any] = {
             ":w": {"S": worker},
             ":a": {"N": str(attempt)},
@@ -108,9 +113,10 @@ class Claims:
         else:
             held, values[":h"] = "#t = :h AND #a = :was", {"S": holder}
             values[":was"] = {"N": str(attempt - 1)}
+        held += " AND attribute_exists(#x)" if lost else " AND attribute_not_exists(#x)"
         return self._update(
             request_id,
-            "SET #t = :w, #a = :a, #l = :l, #d = :d",
+            "SET #t = :w, #a = :a, #l = :l, #d = :d REMOVE #x",
             f"attribute_exists({ID}) AND attribute_not_exists(#c) AND {held}",
             names,
             values,
