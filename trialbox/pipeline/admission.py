@@ -171,7 +171,7 @@ class Admission:
         """A worker took the request's job: from now its slot is the worker's to give back,
         once its sandbox is done (not when the request's result exists: a cancelled
         request's sandbox may run on). False when the request holds no slot."""
-        return self._mark(
+        return self.update_marker(
             request_id,
             "SET #t = :w REMOVE #l",
             "attribute_exists(#i)",
@@ -179,7 +179,7 @@ class Admission:
             {":w": {"S": worker}},
         )
 
-    def _mark(
+    def update_marker(
         self,
         request_id: str,
         expression: str,
@@ -187,7 +187,9 @@ class Admission:
         names: dict[str, str],
         values: dict[str, Any],
     ) -> bool:
-        """A conditional update of the request's marker; False when its condition failed."""
+        """A conditional update of the request's marker; False when its condition failed.
+        `names` may hold more than the expressions use: only those used are sent."""
+        names = {name: attr for name, attr in names.items() if name in expression + condition}
         try:
             self.dynamodb.update_item(
                 TableName=self.table,
@@ -312,7 +314,7 @@ class Admission:
     def _lost(self, request_id: str, worker: str) -> bool:
         """The marker's taker died with the job: say so, and name it no longer (unless
         another worker took the job meanwhile)."""
-        return self._mark(
+        return self.update_marker(
             request_id,
             "SET #l = :yes REMOVE #t",
             "#t = :w",

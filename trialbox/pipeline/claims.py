@@ -19,10 +19,8 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from botocore.exceptions import ClientError
-
 from trialbox.constants import LOST_SANDBOX_RETRIES
-from trialbox.pipeline.admission import ID, LOST, PART, TAKEN_BY, shard
+from trialbox.pipeline.admission import ID, LOST, PART, TAKEN_BY, Admission, shard
 
 ATTEMPT = "attempt"  # lost sandboxes before the current claim
 LEASE_UNTIL = "lease_until"  # epoch s: the holder is alive until then, unless it renews
@@ -50,6 +48,9 @@ class Claims:
     dynamodb: Any
     table: str
     lease_s: float  # how long a claim or a renewal keeps the holder alive
+
+    def __post_init__(self) -> None:
+        self._markers = Admission(self.dynamodb, self.table)
 
     def _key(self, request_id: str) -> dict[str, Any]:
         return {PART: {"S": shard(request_id)}, ID: {"S": request_id}}
@@ -114,7 +115,7 @@ class Claims:
             held, values[":h"] = "#t = :h AND #a = :was", {"S": holder}
             values[":was"] = {"N": str(attempt - 1)}
         held += " AND attribute_exists(#x)" if lost else " AND attribute_not_exists(#x)"
-        return self._update(
+        return self._markers.update_marker(
             request_id,
             "SET #t = :w, #a = :a, #l = :l, #d = :d REMOVE #x",
             f"attribute_exists({ID}) AND attribute_not_exists(#c) AND {held}",
@@ -126,7 +127,7 @@ class Claims:
         """Keep the lease; False when the sample moved on (taken over, cancelled, finished, or
         past its deadline): the holder drops its run."""
         now = time.time() if now is None else now
-        return self._update(
+        return self._markers.update_marker(
             claim.request_id,
             "SET #l = :l",
             "#t = :w AND #a = :a AND attribute_not_exists(#c) AND #d > :now",
@@ -142,34 +143,10 @@ class Claims:
     def cancel(self, request_id: str) -> bool:
         """Flag the sample cancelled; False when it holds no marker (not admitted yet, or
         finished)."""
-        return self._update(
+        return self._markers.update_marker(
             request_id,
             "SET #c = :yes",
             f"attribute_exists({ID})",
             {"#c": CANCELLED},
             {":yes": {"BOOL": True}},
         )
-
-    def _update(
-        self,
-        request_id: str,
-        expression: str,
-        condition: str,
-        names: dict[str, str],
-        values: dict[str, Any],
-    ) -> bool:
-        used = {name: attr for name, attr in names.items() if name in expression + condition}
-        try:
-            self.dynamodb.update_item(
-                TableName=self.table,
-                Key=self._key(request_id),
-                UpdateExpression=expression,
-                ConditionExpression=condition,
-                ExpressionAttributeNames=used,
-                ExpressionAttributeValues=values,
-            )
-        except ClientError as exc:
-            if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
-                return False
-            raise
-        return True
