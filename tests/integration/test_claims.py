@@ -106,8 +106,39 @@ def test_a_sample_the_reaper_found_lost_is_taken_over_as_a_lost_sandbox(
     """The reaper marks the job of a worker whose lease lapsed `lost` and removes its name
     (trialbox.pipeline.admission): the next claim counts that lost sandbox, once."""
     rid = admitted(aws, "s-reaped")
-    assert claims.claim(rid, "w-dead", BUDGET_S) == Claim(rid, "w-dead", 0)
+    lapsed = time.time() - LEASE_S - 1  # its claim's lease lapsed with its worker's
+    assert claims.claim(rid, "w-dead", BUDGET_S, now=lapsed) == Claim(rid, "w-dead", 0)
     aws.admission.lease("w-dead", 1, term_s=-1)
     aws.admission.reconcile(aws.table.table, lambda _: False)
     assert claims.claim(rid, "w-2", BUDGET_S) == Claim(rid, "w-2", 1)
     assert claims.claim(rid, "w-3", BUDGET_S) == Refused.HELD  # counted once, held alive
+
+
+def test_a_takeover_loses_to_a_holder_that_renewed_after_it_read(aws: Aws, claims: Claims) -> None:
+    """Was a hole (review of this branch, H3): a takeover checked the holder and the attempt,
+    not the lease it saw lapse, so a renewal between its read and its write was overwritten
+    and two sandboxes ran the sample."""
+    rid = admitted(aws, "s-renewed")
+    first = claims.claim(rid, "w-1", BUDGET_S, now=time.time() - LEASE_S - 1)  # lapsed
+    assert isinstance(first, Claim)
+    other = Claims(aws.dynamodb, aws.admission.table, LEASE_S)
+    read = other._read
+
+    def read_then_the_holder_renews(request_id: str) -> dict[str, object] | None:
+        item = read(request_id)
+        assert claims.renew(first)
+        return item
+
+    other._read = read_then_the_holder_renews  # type: ignore[method-assign]
+    assert other.claim(rid, "w-2", BUDGET_S) == Refused.HELD
+    assert claims.renew(first)
+
+
+def test_the_reaper_leaves_a_sample_whose_claim_is_alive(aws: Aws, claims: Claims) -> None:
+    """Was a hole (H5): the reaper judged a batched sample's holder by its worker lease
+    alone (throttled past its term, say) and marked a live claim lost."""
+    rid = admitted(aws, "s-alive")
+    holder = claims.claim(rid, "w-no-worker-lease", BUDGET_S)
+    assert isinstance(holder, Claim)
+    aws.admission.reconcile(aws.table.table, lambda _: False)
+    assert claims.renew(holder)

@@ -43,6 +43,7 @@ TAKEN_BY = "taken_by"  # on a marker: the worker whose sandbox holds the slot
 # On a marker: its taker died with the job (its lease lapsed), and the state machine has not
 # yet counted that lost sandbox. The slot stays, for the job's retry.
 LOST = "lost"
+CLAIM_LEASE = "lease_until"  # on a batched sample's marker: its claim's lease (claims.py)
 # An untaken marker older than this has its execution looked at (the reaper): a job may wait
 # for a worker that long only if capacity fell after it was admitted.
 STALE_S = 600
@@ -313,13 +314,14 @@ class Admission:
 
     def _lost(self, request_id: str, worker: str) -> bool:
         """The marker's taker died with the job: say so, and name it no longer (unless
-        another worker took the job meanwhile)."""
+        another worker took the job meanwhile, or a batched sample's claim says its holder is
+        alive: its own lease, trialbox.pipeline.claims, is the word on it)."""
         return self.update_marker(
             request_id,
             "SET #l = :yes REMOVE #t",
-            "#t = :w",
-            {"#t": TAKEN_BY, "#l": LOST},
-            {":w": {"S": worker}, ":yes": {"BOOL": True}},
+            "#t = :w AND (attribute_not_exists(#u) OR #u < :now)",
+            {"#t": TAKEN_BY, "#l": LOST, "#u": CLAIM_LEASE},
+            {":w": {"S": worker}, ":yes": {"BOOL": True}, ":now": {"N": repr(time.time())}},
         )
 
 

@@ -20,10 +20,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from trialbox.constants import LOST_SANDBOX_RETRIES
-from trialbox.pipeline.admission import ID, LOST, PART, TAKEN_BY, Admission, shard
+from trialbox.pipeline.admission import CLAIM_LEASE, ID, LOST, PART, TAKEN_BY, Admission, shard
 
 ATTEMPT = "attempt"  # lost sandboxes before the current claim
-LEASE_UNTIL = "lease_until"  # epoch s: the holder is alive until then, unless it renews
+LEASE_UNTIL = CLAIM_LEASE  # epoch s: the holder is alive until then, unless it renews
 DEADLINE = "deadline"  # epoch s: the current attempt's budget, as Execute's TimeoutSeconds
 CANCELLED = "cancelled"
 CLAIM_TRIES = 4  # claims lost to another worker's claim, in a row, before giving up
@@ -75,7 +75,8 @@ class Claims:
                 attempt += 1  # its holder died with it: a lost sandbox
                 if attempt > LOST_SANDBOX_RETRIES:
                     return Refused.EXHAUSTED
-            if self._take(request_id, worker, holder, lost, attempt, budget_s, now):
+            seen = item.get(LEASE_UNTIL, {}).get("N")  # the lapsed lease it takes over
+            if self._take(request_id, worker, holder, lost, seen, attempt, budget_s, now):
                 return Claim(request_id, worker, attempt)
             now = None  # another worker's claim won the race: read it again
         return Refused.HELD
@@ -93,6 +94,7 @@ class Claims:
         worker: str,
         holder: str | None,
         lost: bool,
+        seen: str | None,
         attempt: int,
         budget_s: float,
         now: float,
@@ -112,8 +114,10 @@ class Claims:
         if holder is None:
             held = "attribute_not_exists(#t)"
         else:
-            held, values[":h"] = "#t = :h AND #a = :was", {"S": holder}
+            # The lease as it was read, lapsed: a holder that renewed meanwhile keeps it.
+            held, values[":h"] = "#t = :h AND #a = :was AND #l = :seen", {"S": holder}
             values[":was"] = {"N": str(attempt - 1)}
+            values[":seen"] = {"N": str(seen)}
         held += " AND attribute_exists(#x)" if lost else " AND attribute_not_exists(#x)"
         return self._markers.update_marker(
             request_id,
