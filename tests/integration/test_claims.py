@@ -142,3 +142,18 @@ def test_the_reaper_leaves_a_sample_whose_claim_is_alive(aws: Aws, claims: Claim
     assert isinstance(holder, Claim)
     aws.admission.reconcile(aws.table.table, lambda _: False)
     assert claims.renew(holder)
+
+
+def test_a_finished_sample_is_never_taken_over(aws: Aws, claims: Claims) -> None:
+    """Was a hole (H2): between the holder's report and the finisher's record, a copy of the
+    work message (a retried Run, two batches) found the holder's lease lapsed, took it over
+    and ran it again, counting a lost sandbox that never happened."""
+    rid = admitted(aws, "s-finished")
+    now = time.time()
+    holder = claims.claim(rid, "w-1", BUDGET_S, now=now)
+    assert isinstance(holder, Claim) and claims.finish(holder, now=now + 1)
+    assert claims.claim(rid, "w-2", BUDGET_S, now=now + 10 * LEASE_S) == Refused.FINISHED
+    taken_over = claims.claim(admitted(aws, "s-late"), "w-1", BUDGET_S, now=now - LEASE_S - 1)
+    assert isinstance(taken_over, Claim)
+    assert isinstance(claims.claim("s-late", "w-2", BUDGET_S), Claim)
+    assert not claims.finish(taken_over)  # its claim moved on: no report from it

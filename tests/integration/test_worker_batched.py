@@ -160,3 +160,23 @@ def test_a_cancelled_sample_is_never_run_and_its_batch_still_ends(
     )  # never run
     assert wait_for(aws, execution)["status"] == "SUCCEEDED"
     assert aws.admission.in_flight() == 0
+
+
+def test_a_copy_of_a_finished_samples_message_does_not_run_it_again(
+    aws: Aws, pipeline: Pipeline
+) -> None:
+    """Was a hole (H2): a Run retried (or two batches) sends a sample's message twice; the
+    copy, received after the holder finished but before the finisher recorded it, ran it
+    again. Its worker now tells the finisher the sample is accounted for instead."""
+    pipeline.start("b-twice", [sample("s-twice")])
+    (message,) = aws.messages(aws.work_queue)
+    aws.sqs.send_message(QueueUrl=aws.work_queue, MessageBody=message["Body"])
+    aws.sqs.change_message_visibility(
+        QueueUrl=aws.work_queue, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=0
+    )
+    assert pipeline.worker("w-1").poll_once()
+    time.sleep(LEASE_S + 1)  # the finisher is behind by more than a lease
+    assert pipeline.worker("w-2").poll_once()
+    outcomes = {(f.worker, f.outcome, f.cause) for f in pipeline.finish_all()}
+    assert outcomes == {(None, "not_run", "finished"), ("w-1", "report", None)}
+    assert reports(aws, "s-twice") == 1

@@ -26,6 +26,7 @@ ATTEMPT = "attempt"  # lost sandboxes before the current claim
 LEASE_UNTIL = CLAIM_LEASE  # epoch s: the holder is alive until then, unless it renews
 DEADLINE = "deadline"  # epoch s: the current attempt's budget, as Execute's TimeoutSeconds
 CANCELLED = "cancelled"
+FINISHED = "finished"  # the holder that ran it to the end, before the finisher records it
 CLAIM_TRIES = 4  # claims lost to another worker's claim, in a row, before giving up
 
 
@@ -34,6 +35,7 @@ class Refused(enum.Enum):
     CANCELLED = "cancelled"
     HELD = "held"  # another worker holds a live lease on it
     EXHAUSTED = "exhausted"  # its sandbox was lost LOST_SANDBOX_RETRIES + 1 times
+    FINISHED = "finished"  # run to its end; its result is on its way to the finisher
 
 
 @dataclass(frozen=True)
@@ -64,6 +66,8 @@ class Claims:
             item = self._read(request_id)
             if item is None:
                 return Refused.GONE
+            if FINISHED in item:
+                return Refused.FINISHED
             if CANCELLED in item:
                 return Refused.CANCELLED
             holder = item.get(TAKEN_BY, {}).get("S")
@@ -142,6 +146,19 @@ class Claims:
                 ":l": {"N": repr(now + self.lease_s)},
                 ":now": {"N": repr(now)},
             },
+        )
+
+    def finish(self, claim: Claim, now: float | None = None) -> bool:
+        """The holder ran the sample to its end: the last word on whose run it is (as a
+        renewal), and from now no claim takes it over, whatever copies of its message come
+        while the finisher has not recorded it yet. False: it moved on; drop the run."""
+        now = time.time() if now is None else now
+        return self._markers.update_marker(
+            claim.request_id,
+            "SET #f = :w",
+            "#t = :w AND #a = :a AND attribute_not_exists(#c) AND #d > :now",
+            {"#t": TAKEN_BY, "#a": ATTEMPT, "#d": DEADLINE, "#c": CANCELLED, "#f": FINISHED},
+            {":w": {"S": claim.worker}, ":a": {"N": str(claim.attempt)}, ":now": {"N": repr(now)}},
         )
 
     def cancel(self, request_id: str) -> bool:

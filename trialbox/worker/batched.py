@@ -61,7 +61,7 @@ class BatchedJobs:
             done.set()
             keeper.join()
         # The last word on whose run this is: a claim taken over meanwhile drops its report.
-        if lost.is_set() or not self.claims.renew(claim):
+        if lost.is_set() or not self.claims.finish(claim):
             log.warning("%s: its claim moved on; dropping the run", work.request_id)
         else:
             self._finish(
