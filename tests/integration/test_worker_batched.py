@@ -15,7 +15,7 @@ from tests.integration.test_worker import wait_for
 from tests.support.moto import Aws
 from tests.support.tasks import ADD_TASK, CORRECT
 from trialbox.models import ExecutionRequest, ExecutionResult, Status
-from trialbox.models.batches import Finished
+from trialbox.models.batches import BatchWork, Finished
 from trialbox.pipeline.batch_prepare import BatchPreparer
 from trialbox.pipeline.batches import Ledger
 from trialbox.pipeline.claims import Claim, Claims
@@ -180,3 +180,55 @@ def test_a_copy_of_a_finished_samples_message_does_not_run_it_again(
     outcomes = {(f.worker, f.outcome, f.cause) for f in pipeline.finish_all()}
     assert outcomes == {(None, "not_run", "finished"), ("w-1", "report", None)}
     assert reports(aws, "s-twice") == 1
+
+
+def test_a_sample_cancelled_mid_run_gives_its_slot_back_and_its_batch_ends(
+    aws: Aws, pipeline: Pipeline
+) -> None:
+    """Was a hole (H1): a run whose claim was cancelled was dropped with no word to the
+    finisher: its slot leaked and its batch waited for its Run's timeout."""
+    execution = pipeline.start("b-mid", [sample("s-mid")])
+    worker = pipeline.worker("w-1")
+    assert worker.batched is not None
+    original = worker._run
+
+    def cancelled_while_running(job_uri: str, request_id: str, lost: object) -> tuple[str, str]:
+        assert pipeline.claims.cancel(request_id)
+        return original(job_uri, request_id, lost)  # type: ignore[arg-type]
+
+    worker._run = cancelled_while_running  # type: ignore[method-assign]
+    assert worker.poll_once()
+    (finished,) = pipeline.finish_all()
+    assert (finished.outcome, finished.cause, finished.worker) == ("not_run", "cancelled", "w-1")
+    assert aws.admission.in_flight() == 0
+    assert wait_for(aws, execution)["status"] == "SUCCEEDED"
+
+
+def test_a_run_past_its_deadline_is_given_up_to_a_retry_at_once(
+    aws: Aws, pipeline: Pipeline
+) -> None:
+    """Was a hole (H1): a run past its deadline was dropped and its message deleted, so the
+    sample waited for its batch's timeout. It is given up now: the next worker takes it over
+    at once, as a lost sandbox (Execute's TimeoutSeconds did the same)."""
+    pipeline.start("b-late", [sample("s-late")])
+    (message,) = aws.messages(aws.work_queue)
+    work = BatchWork.model_validate_json(message["Body"])
+    aws.sqs.change_message_visibility(
+        QueueUrl=aws.work_queue, ReceiptHandle=message["ReceiptHandle"], VisibilityTimeout=0
+    )
+    late = work.model_copy(update={"budget_s": 1})
+    first = pipeline.worker("w-1")
+    assert first.batched is not None
+    original = first._run
+
+    def slow(job_uri: str, request_id: str, lost: object) -> tuple[str, str]:
+        time.sleep(1.5)  # past its 1 s budget
+        return original(job_uri, request_id, lost)  # type: ignore[arg-type]
+
+    received = aws.sqs.receive_message(QueueUrl=aws.work_queue, VisibilityTimeout=60)
+    (again,) = received["Messages"]
+    assert first.batched.handle(late, again["ReceiptHandle"], slow)
+    assert pipeline.finish_all() == []  # no report from the run past its deadline
+    assert pipeline.worker("w-2").poll_once()  # visible again at once, taken over
+    (finished,) = pipeline.finish_all()
+    assert (finished.worker, finished.outcome, finished.attempt) == ("w-2", "report", 1)

@@ -38,6 +38,15 @@ class Refused(enum.Enum):
     FINISHED = "finished"  # run to its end; its result is on its way to the finisher
 
 
+class Moved(enum.Enum):
+    """Why a holder's renewal (or finish) failed: what it does with its run."""
+
+    GONE = "gone"  # finished, by another copy: drop the run
+    CANCELLED = "cancelled"  # drop the run; tell the finisher, which gives the slot back
+    TAKEN_OVER = "taken_over"  # another holder runs it: drop the run, leave the message
+    LAPSED = "lapsed"  # still its own, past its deadline or lease: give it up to a retry
+
+
 @dataclass(frozen=True)
 class Claim:
     request_id: str
@@ -159,6 +168,28 @@ class Claims:
             "#t = :w AND #a = :a AND attribute_not_exists(#c) AND #d > :now",
             {"#t": TAKEN_BY, "#a": ATTEMPT, "#d": DEADLINE, "#c": CANCELLED, "#f": FINISHED},
             {":w": {"S": claim.worker}, ":a": {"N": str(claim.attempt)}, ":now": {"N": repr(now)}},
+        )
+
+    def why_not(self, claim: Claim) -> Moved:
+        """Why `claim` can no longer be renewed or finished, read from its marker."""
+        item = self._read(claim.request_id)
+        if item is None or FINISHED in item:
+            return Moved.GONE
+        if CANCELLED in item:
+            return Moved.CANCELLED
+        holder = item.get(TAKEN_BY, {}).get("S")
+        if holder != claim.worker or int(item.get(ATTEMPT, {}).get("N", "0")) != claim.attempt:
+            return Moved.TAKEN_OVER
+        return Moved.LAPSED
+
+    def give_up(self, claim: Claim) -> bool:
+        """Its lease ends now: the next claim takes the sample over, a lost sandbox."""
+        return self._markers.update_marker(
+            claim.request_id,
+            "SET #l = :zero",
+            "#t = :w AND #a = :a",
+            {"#t": TAKEN_BY, "#a": ATTEMPT, "#l": LEASE_UNTIL},
+            {":w": {"S": claim.worker}, ":a": {"N": str(claim.attempt)}, ":zero": {"N": "0"}},
         )
 
     def cancel(self, request_id: str) -> bool:

@@ -27,7 +27,8 @@ class Finisher:
         (cancelled before a worker took it, or finished already): only its untaken slot goes
         back, and its batch counts it."""
         if done.outcome == "not_run" and done.error is None:
-            self.recorder.admission.release(done.request_id)
+            # Untaken (cancelled before a claim), or its holder's (cancelled mid-run).
+            self.recorder.admission.release(done.request_id, worker=done.worker)
             self.ledger.finish(done.batch_id, done.request_id)
             return None
         score, error = self._score(done)

@@ -22,7 +22,7 @@ from botocore.exceptions import BotoCoreError, ClientError
 
 from trialbox.constants import ERROR_LOST, ERROR_SANDBOX, LOST_SANDBOX_RETRIES
 from trialbox.models.batches import BatchWork, Finished
-from trialbox.pipeline.claims import Claim, Claims, Refused
+from trialbox.pipeline.claims import Claim, Claims, Moved, Refused
 
 log = logging.getLogger("trialbox.worker")
 
@@ -60,22 +60,38 @@ class BatchedJobs:
         finally:
             done.set()
             keeper.join()
-        # The last word on whose run this is: a claim taken over meanwhile drops its report.
+        # The last word on whose run this is: a claim that moved on drops its report.
         if lost.is_set() or not self.claims.finish(claim):
-            log.warning("%s: its claim moved on; dropping the run", work.request_id)
-        else:
-            self._finish(
-                work,
-                outcome="report" if kind == "success" else "failure",
-                report_uri=value if kind == "success" else None,
-                error=None if kind == "success" else ERROR_SANDBOX,
-                cause=None if kind == "success" else value,
-                worker=self.name,
-                attempt=claim.attempt,
-                started_at=started_at,
-                finished_at=time.time(),
-            )
+            return self._dropped(work, claim, receipt)
+        self._finish(
+            work,
+            outcome="report" if kind == "success" else "failure",
+            report_uri=value if kind == "success" else None,
+            error=None if kind == "success" else ERROR_SANDBOX,
+            cause=None if kind == "success" else value,
+            worker=self.name,
+            attempt=claim.attempt,
+            started_at=started_at,
+            finished_at=time.time(),
+        )
         self._delete(receipt)
+        return True
+
+    def _dropped(self, work: BatchWork, claim: Claim, receipt: str) -> bool:
+        """The run is not the sample's any more. Whoever has it next is told: the finisher
+        (cancelled: its slot goes back, its batch counts it), the next claim (a run past its
+        deadline or lease gives it up: attempt + 1, at once), or nobody (taken over, or
+        finished by another copy: their message, their finish)."""
+        why = self.claims.why_not(claim)
+        log.warning("%s: its claim moved on (%s); dropping the run", work.request_id, why.value)
+        if why is Moved.CANCELLED:
+            self._finish(work, outcome="not_run", cause=why.value, worker=self.name)
+            self._delete(receipt)
+        elif why is Moved.LAPSED:
+            self.claims.give_up(claim)
+            self._visible_in(receipt, 0)
+        elif why is Moved.GONE:
+            self._delete(receipt)
         return True
 
     def _not_run(self, work: BatchWork, refused: Refused) -> None:
