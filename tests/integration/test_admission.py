@@ -97,7 +97,7 @@ def test_a_waiting_request_goes_back_when_its_wait_runs_out(
     assert 0.7 < time.monotonic() - started < 2.0 and len(requeued) == 1
 
 
-def never_ended(request_id: str) -> bool:
+def never_ended(request_id: str, execution: str) -> bool:
     return False
 
 

@@ -9,12 +9,16 @@ import json
 import pytest
 
 from tests.integration.test_dispatch import PASS_MACHINE
+from tests.integration.test_worker import wait_for
 from tests.support.moto import Aws
 from tests.support.tasks import ADD_TASK, CORRECT
-from trialbox.models import ExecutionRequest
+from trialbox.keys import execution_arn
+from trialbox.models import ExecutionRequest, Status
 from trialbox.models.batches import BatchInput
 from trialbox.models.jobs import RolloutInput
+from trialbox.pipeline import admission as admission_module
 from trialbox.pipeline.batching import BatchStarter, batch_id
+from trialbox.pipeline.dead_letters import EndedWithoutResult
 
 
 @pytest.fixture
@@ -72,3 +76,23 @@ def test_a_sample_named_by_a_batch_that_never_started_is_free(
     assert starter.carried_by("r-unnamed") is None
     name = starter.start()
     assert starter.carried_by("r-orphan") == name
+
+
+def test_a_sample_of_a_batch_stopped_by_hand_gets_its_result_from_the_reaper(
+    aws: Aws, starter: BatchStarter, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Was a hole (review H6): StopExecution skips a batch's Catch, so Settle never ran, and
+    the reaper looked for an execution named by the request id: the sample had no result,
+    and its slot stayed, forever. The reaper now looks at the batch its marker names."""
+    monkeypatch.setattr(admission_module, "STALE_S", 0.0)
+    starter.add(rollout(aws, "r-stopped"))
+    name = starter.start()
+    assert name is not None
+    stopped = execution_arn(starter.rollout_arn, name)
+    aws.sfn.stop_execution(executionArn=stopped)
+    wait_for(aws, stopped)
+    ended = EndedWithoutResult(aws.sfn, starter.rollout_arn, aws.table)
+    assert aws.admission.reconcile(aws.table.table, ended) == ["r-stopped"]
+    item = aws.item("r-stopped")
+    assert item is not None and item["status"] == {"S": Status.SANDBOX_ERROR.value}
+    assert aws.admission.in_flight() == 0

@@ -109,7 +109,7 @@ def test_a_sample_the_reaper_found_lost_is_taken_over_as_a_lost_sandbox(
     lapsed = time.time() - LEASE_S - 1  # its claim's lease lapsed with its worker's
     assert claims.claim(rid, "w-dead", BUDGET_S, now=lapsed) == Claim(rid, "w-dead", 0)
     aws.admission.lease("w-dead", 1, term_s=-1)
-    aws.admission.reconcile(aws.table.table, lambda _: False)
+    aws.admission.reconcile(aws.table.table, lambda *_: False)
     assert claims.claim(rid, "w-2", BUDGET_S) == Claim(rid, "w-2", 1)
     assert claims.claim(rid, "w-3", BUDGET_S) == Refused.HELD  # counted once, held alive
 
@@ -140,7 +140,7 @@ def test_the_reaper_leaves_a_sample_whose_claim_is_alive(aws: Aws, claims: Claim
     rid = admitted(aws, "s-alive")
     holder = claims.claim(rid, "w-no-worker-lease", BUDGET_S)
     assert isinstance(holder, Claim)
-    aws.admission.reconcile(aws.table.table, lambda _: False)
+    aws.admission.reconcile(aws.table.table, lambda *_: False)
     assert claims.renew(holder)
 
 

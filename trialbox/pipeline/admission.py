@@ -270,7 +270,8 @@ class Admission:
         for number in range(SHARDS):
             for item in self._partition(f"{MARKERS}{number}"):
                 taken = item.get(TAKEN_BY, {}).get("S")
-                found[item[ID]["S"]] = Marker(float(item["at"]["N"]), taken)
+                batch = item.get("batch", {}).get("S")  # a batched sample's (batching.BATCH)
+                found[item[ID]["S"]] = Marker(float(item["at"]["N"]), taken, batch)
         return found
 
     def reconcile(self, results_table: str, ended: EndedCheck) -> list[str]:
@@ -292,7 +293,7 @@ class Admission:
         for request_id, marker in list(markers.items()):
             dead = marker.taken_by is not None and marker.taken_by not in live
             if dead and self._lost(request_id, str(marker.taken_by)):
-                markers[request_id] = Marker(marker.at, None)
+                markers[request_id] = Marker(marker.at, None, marker.batch)
         untaken = [rid for rid, m in markers.items() if m.taken_by is None]
         recorded: set[str] = set()
         for start in range(0, len(untaken), BATCH_GET):
@@ -304,7 +305,7 @@ class Admission:
                 continue  # its live worker gives it back
             stale = request_id in recorded
             if not stale and now - marker.at > STALE_S:
-                stale = ended(request_id)
+                stale = ended(request_id, marker.batch or request_id)
             if stale and self.release(request_id, force=True):
                 released.append(request_id)
         for item in leases:
@@ -329,10 +330,12 @@ class Admission:
 class Marker:
     at: float  # when it was admitted (epoch s)
     taken_by: str | None  # the worker that took its job
+    batch: str | None = None  # the execution that carries it, when it is a batch's
 
 
-# (request id) -> whether its execution is over without a result (after writing one for it).
-EndedCheck = Callable[[str], bool]
+# (request id, its execution's name) -> whether that execution is over without the request's
+# result (after writing one for it).
+EndedCheck = Callable[[str, str], bool]
 
 
 def _delete_lapsed(dynamodb: Any, table: str, item: dict[str, Any], now: float) -> None:

@@ -63,8 +63,10 @@ class EndedWithoutResult:
     rollout_arn: str
     table: ResultTable
 
-    def __call__(self, request_id: str) -> bool:
-        status = execution_status(self.sfn, self.rollout_arn, request_id)
+    def __call__(self, request_id: str, execution: str | None = None) -> bool:
+        """`execution`: the name of the execution that carries it (its batch's), if not its
+        own."""
+        status = execution_status(self.sfn, self.rollout_arn, execution or request_id)
         if status in (None, "RUNNING", "PENDING_REDRIVE"):
             return False  # None: not started yet (its message comes back, or the DLQ's consumer)
         message = f"the request's execution ended ({status}) without writing its result"
