@@ -59,3 +59,20 @@ def test_a_run_opened_after_its_samples_finished_is_answered_at_once(
     assert not ledger.finish("b-late", "r-1")  # not opened yet: nothing to answer
     ledger.open("b-late", 1, token)
     assert wait_for(aws, execution)["status"] == "SUCCEEDED"
+
+
+def test_a_ledger_written_first_by_a_finish_expires_and_ledgers_spread_over_shards(
+    aws: Aws, ledger: Ledger
+) -> None:
+    """Was a hole (review H7): a sample finished before Run opened its ledger (or Run never
+    did) left an item with no TTL; and every ledger shared one partition key."""
+    ledger.finish("b-early", "r-1")
+    items = [
+        item
+        for page in aws.dynamodb.get_paginator("scan").paginate(TableName=aws.admission.table)
+        for item in page["Items"]
+        if item["id"]["S"].startswith("b-")
+    ]
+    assert [i["id"]["S"] for i in items] == ["b-early"] and "expires_at" in items[0]
+    parts = {ledger._key(f"b-{n}")["part"]["S"] for n in range(64)}
+    assert len(parts) > 1

@@ -1,5 +1,5 @@
 """A batch's ledger: which of its samples have their result, and the task token its execution
-waits on (docs/batches.md). One item in the admission table, (`batch`, batch id):
+waits on (docs/batches.md). One item in the admission table, (`batch#<shard>`, batch id):
 - `size`: how many samples the batch carries;
 - `token`: the Run step's current task token (a retried Run replaces it);
 - `done`: the ids whose result is written (a string set: adding one twice is adding it once).
@@ -9,13 +9,14 @@ last one finished.
 
 from __future__ import annotations
 
+import hashlib
 import time
 from dataclasses import dataclass
 from typing import Any
 
 from botocore.exceptions import ClientError
 
-from trialbox.pipeline.admission import ID, PART
+from trialbox.pipeline.admission import ID, PART, SHARDS
 
 BATCHES = "batch"
 SIZE = "size"
@@ -34,7 +35,9 @@ class Ledger:
     table: str
 
     def _key(self, batch_id: str) -> dict[str, Any]:
-        return {PART: {"S": BATCHES}, ID: {"S": batch_id}}
+        """Spread over SHARDS partitions, as the markers are: no hot key at scale."""
+        number = hashlib.sha256(batch_id.encode()).digest()[0] % SHARDS
+        return {PART: {"S": f"{BATCHES}#{number}"}, ID: {"S": batch_id}}
 
     def open(self, batch_id: str, size: int, token: str) -> None:
         """Run's attempt holds `token` now; answered at once if every sample already has its
@@ -59,9 +62,13 @@ class Ledger:
         answer = self.dynamodb.update_item(
             TableName=self.table,
             Key=self._key(batch_id),
-            UpdateExpression="ADD #d :id",
-            ExpressionAttributeNames={"#d": DONE},
-            ExpressionAttributeValues={":id": {"SS": [request_id]}},
+            # Its TTL too: a sample may finish before Run opens the ledger, or Run never does.
+            UpdateExpression="ADD #d :id SET #x = if_not_exists(#x, :x)",
+            ExpressionAttributeNames={"#d": DONE, "#x": TTL},
+            ExpressionAttributeValues={
+                ":id": {"SS": [request_id]},
+                ":x": {"N": str(int(time.time() + KEEP_S))},
+            },
             ReturnValues="ALL_NEW",
         )
         return self._answer_if_complete(answer["Attributes"])
