@@ -144,30 +144,38 @@ class Claims:
         """Keep the lease; False when the sample moved on (taken over, cancelled, finished, or
         past its deadline): the holder drops its run."""
         now = time.time() if now is None else now
-        return self._markers.update_marker(
-            claim.request_id,
-            "SET #l = :l",
-            "#t = :w AND #a = :a AND attribute_not_exists(#c) AND #d > :now",
-            {"#t": TAKEN_BY, "#a": ATTEMPT, "#l": LEASE_UNTIL, "#d": DEADLINE, "#c": CANCELLED},
-            {
-                ":w": {"S": claim.worker},
-                ":a": {"N": str(claim.attempt)},
-                ":l": {"N": repr(now + self.lease_s)},
-                ":now": {"N": repr(now)},
-            },
-        )
+        return self._still_held(claim, "SET #l = :l", {":l": {"N": repr(now + self.lease_s)}}, now)
 
     def finish(self, claim: Claim, now: float | None = None) -> bool:
         """The holder ran the sample to its end: the last word on whose run it is (as a
         renewal), and from now no claim takes it over, whatever copies of its message come
         while the finisher has not recorded it yet. False: it moved on; drop the run."""
         now = time.time() if now is None else now
+        return self._still_held(claim, "SET #f = :w", {}, now)
+
+    def _still_held(
+        self, claim: Claim, expression: str, values: dict[str, Any], now: float
+    ) -> bool:
+        """An update the holder makes while its claim is its own: not taken over, not
+        cancelled, within its deadline."""
         return self._markers.update_marker(
             claim.request_id,
-            "SET #f = :w",
+            expression,
             "#t = :w AND #a = :a AND attribute_not_exists(#c) AND #d > :now",
-            {"#t": TAKEN_BY, "#a": ATTEMPT, "#d": DEADLINE, "#c": CANCELLED, "#f": FINISHED},
-            {":w": {"S": claim.worker}, ":a": {"N": str(claim.attempt)}, ":now": {"N": repr(now)}},
+            {
+                "#t": TAKEN_BY,
+                "#a": ATTEMPT,
+                "#l": LEASE_UNTIL,
+                "#d": DEADLINE,
+                "#c": CANCELLED,
+                "#f": FINISHED,
+            },
+            values
+            | {
+                ":w": {"S": claim.worker},
+                ":a": {"N": str(claim.attempt)},
+                ":now": {"N": repr(now)},
+            },
         )
 
     def why_not(self, claim: Claim) -> Moved:
