@@ -41,6 +41,8 @@ def grant_admission(
     # consumer) or ended without one (the reaper).
     for role in (dead_letters, reaper):
         executions.grant(role, "dynamodb:PutItem")
+    # Is a dead-lettered request a batch's sample (its marker names the batch)?
+    table.grant(dead_letters, "dynamodb:GetItem")
     worker.add_to_principal_policy(
         iam.PolicyStatement(actions=list(WORKER_TABLE_ACTIONS), resources=[table.table_arn])
     )

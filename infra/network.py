@@ -44,7 +44,13 @@ ACCOUNT_RESOURCES = {
 HTTPS = ec2.Port.tcp(443)
 # A worker's only DynamoDB calls, on the admission table: its lease (trialbox.worker.lease),
 # and its job's slot, marked taken and given back (trialbox.worker.loop).
-WORKER_TABLE_ACTIONS = ("dynamodb:PutItem", "dynamodb:DeleteItem", "dynamodb:UpdateItem")
+# Its lease (Put, Delete), its slot (Update), and a batched sample's claim (Get, Update).
+WORKER_TABLE_ACTIONS = (
+    "dynamodb:PutItem",
+    "dynamodb:DeleteItem",
+    "dynamodb:UpdateItem",
+    "dynamodb:GetItem",
+)
 
 
 def this_account() -> dict[str, dict[str, str]]:

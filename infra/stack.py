@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 from aws_cdk import CfnOutput, Duration, Stack
+from aws_cdk.aws_lambda_event_sources import SqsEventSource
 from constructs import Construct
 
 from infra.admission import grant_admission
+from infra.batches import BatchOrchestration
 from infra.client_policy import ClientPolicy
 from infra.config import StackConfig
 from infra.intake import DISPATCHER_TIMEOUT, Intake
@@ -15,6 +17,7 @@ from infra.nag import acknowledge, executions_finding, grant_objects
 from infra.network import Network
 from infra.orchestration import Orchestration
 from infra.pool import Pool
+from infra.queues import QueueWithDlq
 from infra.run_code import RUN_CODE_TIMEOUT, RunCode
 from infra.sessions import (
     WORKER_ACTIONS,
@@ -27,6 +30,10 @@ from infra.storage import Storage
 from trialbox import __version__, keys
 from trialbox import constants as c
 from trialbox.keys import job_key
+from trialbox.pipeline.batching import BATCHES_PREFIX
+
+# Scores and records up to 10 batched samples an invocation.
+FINISHER_TIMEOUT = Duration.minutes(5)
 
 
 class TrialboxStack(Stack):
@@ -45,6 +52,13 @@ class TrialboxStack(Stack):
             c.ENV_TRACES_BUCKET: storage.traces.bucket_name,
         }
         intake = Intake(self, "Intake", batch_size=config.dispatcher_batch_size)
+        # A batched sample's end, from its worker to the finisher (docs/batches.md).
+        finish = QueueWithDlq(
+            self,
+            "Finish",
+            visibility=Duration.seconds(FINISHER_TIMEOUT.to_seconds() * 6),
+            max_age=Duration.minutes(10),
+        )
         pool = Pool(
             self,
             "Pool",
@@ -58,6 +72,7 @@ class TrialboxStack(Stack):
                 c.ENV_TRACES_BUCKET: storage.traces.bucket_name,
                 c.ENV_HEARTBEAT_S: str(config.heartbeat_s),
                 c.ENV_ADMISSION_TABLE: storage.admission.table_name,
+                c.ENV_FINISH_QUEUE_URL: finish.queue.queue_url,
             },
             log_retention_days=config.log_retention_days,
         )
@@ -74,15 +89,11 @@ class TrialboxStack(Stack):
                 timeout=timeout,
             )
 
-        prepare = function(
-            "prepare",
-            buckets
-            | {
-                c.ENV_HEARTBEAT_S: str(config.heartbeat_s),
-                c.ENV_EXECUTE_MARGIN_S: str(config.execute_margin_s),
-            },
-            Duration.seconds(30),
-        )
+        prepare_env = {
+            c.ENV_HEARTBEAT_S: str(config.heartbeat_s),
+            c.ENV_EXECUTE_MARGIN_S: str(config.execute_margin_s),
+        }
+        prepare = function("prepare", buckets | prepare_env, Duration.seconds(30))
         scorer = function("scorer", buckets, Duration.seconds(60))
         table_env = {
             c.ENV_EXECUTIONS_TABLE: storage.executions.table_name,
@@ -101,7 +112,31 @@ class TrialboxStack(Stack):
             admission=storage.admission,
             log_retention_days=config.log_retention_days,
         )
-        rollout_env = {c.ENV_ROLLOUT_ARN: orchestration.rollout.state_machine_arn}
+        batch_run = function(
+            "batch",
+            buckets
+            | prepare_env
+            | table_env
+            | admission_env
+            | {c.ENV_WORK_QUEUE_URL: pool.work.queue.queue_url},
+            Duration.seconds(60),
+        )
+        settle = function("settle", buckets | table_env | admission_env, Duration.seconds(60))
+        finisher = function("finisher", buckets | table_env | admission_env, FINISHER_TIMEOUT)
+        finisher.function.add_event_source(
+            SqsEventSource(finish.queue, batch_size=10, report_batch_item_failures=True)
+        )
+        batches = BatchOrchestration(
+            self,
+            "BatchOrchestration",
+            run=batch_run,
+            settle=settle,
+            log_retention_days=config.log_retention_days,
+        )
+        rollout_env = {
+            c.ENV_ROLLOUT_ARN: orchestration.rollout.state_machine_arn,
+            c.ENV_BATCH_ARN: batches.state_machine.state_machine_arn,
+        }
         dispatcher = function(
             "dispatcher",
             buckets
@@ -143,7 +178,8 @@ class TrialboxStack(Stack):
             f"{keys.CHECKPOINTS_PREFIX}*": "workspace snapshots, content-addressed, by sha256"
         }
         # A raw sender's large request sent inline: stored as the SDK stores one (by content).
-        grant_objects(dispatcher.role, traces, reads=payloads, puts=payloads)
+        batch_requests = {f"{BATCHES_PREFIX}*": "each batch's requests, by batch id"}
+        grant_objects(dispatcher.role, traces, reads=payloads, puts=payloads | batch_requests)
         grant_objects(
             prepare.role,
             traces,
@@ -156,35 +192,62 @@ class TrialboxStack(Stack):
         grant_session_queues(worker, self, session_prefix, WORKER_ACTIONS)
         grant_objects(scorer.role, traces, reads=job | report, puts=result)
         grant_objects(recorder.role, traces, reads=result, puts=trace)
-        tasksets = {"*": "task sets are content-addressed files: Prepare reads any it is named"}
         grant_objects(
-            prepare.role,
-            storage.tasksets,
-            reads=tasksets,
-            puts={},
-            not_found="a task set that does not exist rejects the request (NoSuchKey)",
+            batch_run.role,
+            traces,
+            reads=batch_requests | payloads | checkpoints,
+            puts=job | trace,
+            not_found="a base checkpoint that does not exist rejects the request (404)",
         )
-        for role in (recorder.role, dispatcher.role):  # one conditional PutItem per result
+        grant_objects(settle.role, traces, reads={}, puts=trace)
+        grant_objects(finisher.role, traces, reads=job | report | result, puts=result | trace)
+        finish.queue.grant(worker, "sqs:SendMessage")
+        pool.work.queue.grant(batch_run.role, "sqs:SendMessage")
+        storage.executions.grant(settle.role, "dynamodb:BatchGetItem")
+        tasksets = {"*": "task sets are content-addressed files: Prepare reads any it is named"}
+        for role in (prepare.role, batch_run.role):
+            grant_objects(
+                role,
+                storage.tasksets,
+                reads=tasksets,
+                puts={},
+                not_found="a task set that does not exist rejects the request (NoSuchKey)",
+            )
+        # One conditional PutItem per result.
+        for role in (recorder.role, dispatcher.role, batch_run.role, settle.role, finisher.role):
             storage.executions.grant(role, "dynamodb:PutItem")
         # The dispatcher starts nothing for a request that already ended (cancelled early).
         storage.executions.grant(dispatcher.role, "dynamodb:GetItem")
         orchestration.rollout.grant_start_execution(dispatcher.role)
-        for role in (dispatcher.role, dead_letters.role, reaper.role):
-            orchestration.rollout.grant_execution(role, "states:DescribeExecution")
-            acknowledge(
-                role,
-                {
-                    executions_finding(orchestration.rollout): (
-                        "DescribeExecution on the Rollout's own executions (did it start?)"
-                    )
-                },
-            )
+        batches.state_machine.grant_start_execution(dispatcher.role)
+        for machine in (orchestration.rollout, batches.state_machine):
+            for role in (dispatcher.role, dead_letters.role, reaper.role):
+                machine.grant_execution(role, "states:DescribeExecution")
+                acknowledge(
+                    role,
+                    {
+                        executions_finding(machine): (
+                            "DescribeExecution on the state machine's own executions (did it "
+                            "start? did it end?)"
+                        )
+                    },
+                )
+        # A batch's ledger answers Run's token: its last sample's finish, or Run itself.
+        for role in (batch_run.role, finisher.role):
+            batches.state_machine.grant_task_response(role)
         grant_admission(
             storage.admission,
             executions=storage.executions,
             worker=worker,
             dispatcher=dispatcher.role,
-            releasers=[recorder.role, dead_letters.role, reaper.role],
+            releasers=[
+                recorder.role,
+                dead_letters.role,
+                reaper.role,
+                batch_run.role,
+                settle.role,
+                finisher.role,
+            ],
             reaper=reaper.role,
             dead_letters=dead_letters.role,
         )
@@ -240,6 +303,8 @@ class TrialboxStack(Stack):
             c.OUTPUT_EXECUTIONS_TABLE: storage.executions.table_name,
             c.OUTPUT_ADMISSION_TABLE: storage.admission.table_name,
             c.OUTPUT_ROLLOUT_ARN: orchestration.rollout.state_machine_arn,
+            c.OUTPUT_BATCH_ARN: batches.state_machine.state_machine_arn,
+            c.OUTPUT_FINISH_QUEUE_URL: finish.queue.queue_url,
             c.OUTPUT_POOL_CAPACITY: str(config.pool.max_workers),
             c.OUTPUT_RESULT_TTL_DAYS: str(config.result_ttl_days),
             c.OUTPUT_CLUSTER: pool.cluster.cluster_name,

@@ -6,6 +6,8 @@ ENV_TASKSETS_BUCKET = "TRIALBOX_TASKSETS_BUCKET"
 ENV_TRACES_BUCKET = "TRIALBOX_TRACES_BUCKET"
 ENV_EXECUTIONS_TABLE = "TRIALBOX_EXECUTIONS_TABLE"
 ENV_ROLLOUT_ARN = "TRIALBOX_ROLLOUT_ARN"
+ENV_BATCH_ARN = "TRIALBOX_BATCH_ARN"  # the Batch state machine: many samples, one execution
+ENV_FINISH_QUEUE_URL = "TRIALBOX_FINISH_QUEUE_URL"  # a batched sample's end, to the finisher
 ENV_WORK_QUEUE_URL = "TRIALBOX_WORK_QUEUE_URL"
 ENV_HEARTBEAT_S = "TRIALBOX_HEARTBEAT_S"
 ENV_EXECUTE_MARGIN_S = "TRIALBOX_EXECUTE_MARGIN_S"
@@ -34,6 +36,8 @@ OUTPUT_TRACES_BUCKET = "TracesBucketName"
 OUTPUT_EXECUTIONS_TABLE = "ExecutionsTableName"
 OUTPUT_ADMISSION_TABLE = "AdmissionTableName"  # the workers' leases (trialbox.worker.lease)
 OUTPUT_ROLLOUT_ARN = "RolloutStateMachineArn"
+OUTPUT_BATCH_ARN = "BatchStateMachineArn"
+OUTPUT_FINISH_QUEUE_URL = "FinishQueueUrl"  # the workers' (a batched sample's end)
 OUTPUT_POOL_CAPACITY = "PoolMaxWorkers"  # jobs the pool runs at once, at most
 OUTPUT_RESULT_TTL_DAYS = "ResultTtlDays"  # how long results are kept (a cancel's too)
 OUTPUT_CLUSTER = "PoolClusterName"  # the pool's ECS cluster: a lost worker's stop reason
@@ -63,6 +67,9 @@ LOST_SANDBOX_RETRIES = 2
 # once it waited NOT_TAKEN_AFTER_S (or its own timeout, if longer) is it this error, never run.
 ERROR_NOT_TAKEN = "Execute.NotTaken"
 NOT_TAKEN_AFTER_S = 900
+# A Batch execution's Run step waits this long at most for its samples' results: a backstop
+# only (each sample's liveness is its claim's lease), past the longest job's retries.
+BATCH_TIMEOUT_S = 12 * 3600
 
 # Custom metrics (Powertools EMF; each function's `service` dimension is trialbox-<name>).
 METRICS_NAMESPACE = "Trialbox"

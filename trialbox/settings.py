@@ -76,6 +76,8 @@ class FunctionSettings(EnvSettings):
     executions_table: str | None = Field(default=None, alias=c.ENV_EXECUTIONS_TABLE)
     result_ttl_days: int = Field(default=RESULT_TTL_DAYS, ge=1, alias=c.ENV_RESULT_TTL_DAYS)
     rollout_arn: str | None = Field(default=None, alias=c.ENV_ROLLOUT_ARN)
+    batch_arn: str | None = Field(default=None, alias=c.ENV_BATCH_ARN)
+    work_queue_url: str | None = Field(default=None, alias=c.ENV_WORK_QUEUE_URL)
     requests_dlq_url: str | None = Field(default=None, alias=c.ENV_REQUESTS_DLQ_URL)
     requests_queue_url: str | None = Field(default=None, alias=c.ENV_REQUESTS_QUEUE_URL)
     admission_table: str | None = Field(default=None, alias=c.ENV_ADMISSION_TABLE)
@@ -89,6 +91,7 @@ class WorkerSettings(EnvSettings):
 
     traces_bucket: str = Field(alias=c.ENV_TRACES_BUCKET)
     work_queue_url: str = Field(alias=c.ENV_WORK_QUEUE_URL)
+    finish_queue_url: str = Field(alias=c.ENV_FINISH_QUEUE_URL)  # a batched sample's end
     heartbeat_s: int = Field(default=HEARTBEAT_S, ge=5, alias=c.ENV_HEARTBEAT_S)
     recycle_after_jobs: int = Field(
         default=RECYCLE_AFTER_JOBS, ge=1, alias=c.ENV_RECYCLE_AFTER_JOBS

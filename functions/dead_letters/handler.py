@@ -15,8 +15,9 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from trialbox.pipeline.admission import Admission
+from trialbox.pipeline.batching import BatchStarter
 from trialbox.pipeline.dead_letters import DeadLetters
-from trialbox.pipeline.stores import ResultTable
+from trialbox.pipeline.stores import ObjectStore, ResultTable
 from trialbox.settings import FunctionSettings
 
 logger = Logger()
@@ -25,11 +26,19 @@ metrics = Metrics()
 processor = BatchProcessor(event_type=EventType.SQS)
 settings = FunctionSettings.from_env()
 dynamodb = boto3.client("dynamodb")
+sfn = boto3.client("stepfunctions")
 answer = DeadLetters(
-    sfn=boto3.client("stepfunctions"),
+    sfn=sfn,
     rollout_arn=settings.required("rollout_arn"),
     table=ResultTable(dynamodb, settings.required("executions_table"), settings.result_ttl_days),
     admission=Admission(dynamodb, settings.required("admission_table")),
+    batches=BatchStarter(
+        sfn,
+        dynamodb,
+        settings.required("admission_table"),
+        settings.required("batch_arn"),
+        ObjectStore(boto3.client("s3"), settings.traces_bucket),
+    ),
 )
 
 

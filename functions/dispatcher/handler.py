@@ -1,5 +1,6 @@
-"""Dispatcher: requests queue -> one Rollout execution per request, each once a pool slot is
-free for it (admission), with a partial batch response."""
+"""Dispatcher: requests queue -> executions, each request once a pool slot is free for it
+(admission): the requests of one SQS batch start as one Batch execution, a request alone as
+its own Rollout execution; with a partial batch response."""
 
 import time
 from typing import Any
@@ -17,7 +18,8 @@ from aws_lambda_powertools.utilities.data_classes.sqs_event import SQSRecord
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from trialbox.pipeline.admission import Admission
-from trialbox.pipeline.dispatch import Dispatcher
+from trialbox.pipeline.batching import BatchStarter
+from trialbox.pipeline.dispatch import Dispatched, Dispatcher, Starts
 from trialbox.pipeline.stores import ObjectStore, ResultTable
 from trialbox.settings import FunctionSettings
 
@@ -46,15 +48,21 @@ def requeue(body: str) -> None:
     sqs.send_message(QueueUrl=settings.required("requests_queue_url"), MessageBody=body)
 
 
+sfn = boto3.client("stepfunctions")
+traces = ObjectStore(boto3.client("s3"), settings.traces_bucket)
 dispatch = Dispatcher(
-    sfn=boto3.client("stepfunctions"),
+    sfn=sfn,
     rollout_arn=settings.required("rollout_arn"),
     table=ResultTable(dynamodb, settings.required("executions_table"), settings.result_ttl_days),
-    payloads=ObjectStore(boto3.client("s3"), settings.traces_bucket),
+    payloads=traces,
     dead_letter=dead_letter,
     admission=Admission(dynamodb, settings.required("admission_table")),
     requeue=requeue,
+    batches=BatchStarter(
+        sfn, dynamodb, settings.required("admission_table"), settings.required("batch_arn"), traces
+    ),
 )
+starts = Starts(dispatch)  # this invocation's: reset by each
 # A request waits here for a slot until this long before the invocation's end, then goes back.
 REQUEUE_MARGIN_S = 8.0
 
@@ -62,7 +70,12 @@ REQUEUE_MARGIN_S = 8.0
 def record_handler(record: SQSRecord, lambda_context: LambdaContext) -> None:
     """One message (Powertools passes the invocation's context to a handler that names it)."""
     left_s = lambda_context.get_remaining_time_in_millis() / 1000 - REQUEUE_MARGIN_S
-    outcome = dispatch(record.body, time.monotonic() + max(left_s, 0.0))
+    outcome = starts.add(record.message_id, record.body, time.monotonic() + max(left_s, 0.0))
+    if outcome is not None:
+        count(outcome)
+
+
+def count(outcome: Dispatched) -> None:
     metrics.add_metric(name=f"Requests_{outcome.value}", unit=MetricUnit.Count, value=1)
 
 
@@ -70,6 +83,14 @@ def record_handler(record: SQSRecord, lambda_context: LambdaContext) -> None:
 @tracer.capture_lambda_handler
 @metrics.log_metrics
 def handler(event: dict[str, Any], context: LambdaContext) -> PartialItemFailureResponse:
-    return process_partial_response(
+    starts.held.clear()
+    starts.failed.clear()
+    response = process_partial_response(
         event=event, record_handler=record_handler, processor=processor, context=context
     )
+    for outcome in starts.flush():
+        count(outcome)
+    # A start that failed: its messages come back too.
+    failures = response["batchItemFailures"]
+    failures += [{"itemIdentifier": message_id} for message_id in starts.failed]
+    return response

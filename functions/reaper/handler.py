@@ -26,6 +26,7 @@ ended = EndedWithoutResult(
     boto3.client("stepfunctions"),
     settings.required("rollout_arn"),
     ResultTable(dynamodb, settings.required("executions_table"), settings.result_ttl_days),
+    batch_arn=settings.required("batch_arn"),
 )
 
 

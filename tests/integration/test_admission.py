@@ -16,11 +16,12 @@ from tests.integration.test_worker import wait_for
 from tests.support.moto import Aws, admission_table
 from trialbox.keys import execution_arn
 from trialbox.models import Status
+from trialbox.models.jobs import StepError
 from trialbox.pipeline import admission as admission_module
 from trialbox.pipeline.admission import Admission, shard
 from trialbox.pipeline.dead_letters import DeadLetter, DeadLetters, EndedWithoutResult
 from trialbox.pipeline.dispatch import Dispatched, Dispatcher
-from trialbox.pipeline.recorder import Recorder, RecordInput, StepError
+from trialbox.pipeline.recorder import Recorder, RecordInput
 from trialbox.worker.lease import hold_lease
 
 
@@ -219,14 +220,14 @@ def test_a_request_that_ended_while_it_waited_holds_no_slot(
     admitted again, and its slot held until the reaper ran."""
     dispatch, _ = dispatcher
     pool.lease("w-1", 1, term_s=60)
-    admit = pool.admit
+    admit = pool.admit_new
 
-    def admit_then_end(request_id: str) -> bool:
+    def admit_then_end(request_id: str) -> bool | None:
         admitted = admit(request_id)
         aws.table.put_terminal(request_id, {"status": "cancelled"})  # its client cancels
         return admitted
 
-    monkeypatch.setattr(pool, "admit", admit_then_end)
+    monkeypatch.setattr(pool, "admit_new", admit_then_end)
     assert dispatch(request("r-1")) == Dispatched.ALREADY_ENDED
     assert pool.in_flight() == 0 and executions(aws, dispatch) == []
 

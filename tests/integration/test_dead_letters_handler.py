@@ -19,8 +19,9 @@ from trialbox.models import Status
 
 @pytest.fixture
 def handler(aws: Aws, monkeypatch: pytest.MonkeyPatch) -> Any:
-    rollout = aws.state_machine(
-        "rollout", {"StartAt": "P", "States": {"P": {"Type": "Pass", "End": True}}}
+    rollout, batch = (
+        aws.state_machine(name, {"StartAt": "P", "States": {"P": {"Type": "Pass", "End": True}}})
+        for name in ("rollout", "batch")
     )
     for name, value in {
         c.ENV_TASKSETS_BUCKET: "tasksets",
@@ -28,6 +29,7 @@ def handler(aws: Aws, monkeypatch: pytest.MonkeyPatch) -> Any:
         c.ENV_EXECUTIONS_TABLE: "executions",
         c.ENV_ADMISSION_TABLE: aws.admission.table,
         c.ENV_ROLLOUT_ARN: rollout,
+        c.ENV_BATCH_ARN: batch,
         "POWERTOOLS_SERVICE_NAME": "trialbox-dead-letters",
         "POWERTOOLS_METRICS_NAMESPACE": c.METRICS_NAMESPACE,
         "POWERTOOLS_TRACE_DISABLED": "true",

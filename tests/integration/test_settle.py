@@ -8,7 +8,8 @@ import json
 from tests.support.moto import Aws
 from trialbox.models import Status
 from trialbox.models.batches import BatchInput
-from trialbox.pipeline.recorder import Recorder, RecordInput, StepError
+from trialbox.models.jobs import StepError
+from trialbox.pipeline.recorder import Recorder, RecordInput
 from trialbox.pipeline.settle import Settler
 
 

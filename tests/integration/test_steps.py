@@ -12,10 +12,10 @@ from tests.support.tasks import ADD_TASK, CORRECT
 from trialbox.errors import RequestRejected
 from trialbox.keys import taskset_key
 from trialbox.models import ExecutionRequest, ExecutionResult, Status
-from trialbox.models.jobs import ExecutionDone, JobSpec, RolloutInput
+from trialbox.models.jobs import ExecutionDone, JobSpec, RolloutInput, StepError
 from trialbox.models.performance import copy_s
 from trialbox.pipeline.prepare import Preparer
-from trialbox.pipeline.recorder import Recorded, Recorder, RecordInput, StepError
+from trialbox.pipeline.recorder import Recorded, Recorder, RecordInput
 from trialbox.pipeline.score import Scorer
 from trialbox.sandbox.runner import Runner
 

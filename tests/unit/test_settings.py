@@ -17,6 +17,7 @@ BUCKETS = {c.ENV_TASKSETS_BUCKET: "tasksets-b", c.ENV_TRACES_BUCKET: "traces-b"}
 WORKER = {
     c.ENV_TRACES_BUCKET: "traces-b",
     c.ENV_WORK_QUEUE_URL: "https://sqs/work",
+    c.ENV_FINISH_QUEUE_URL: "https://sqs/finish",
     c.ENV_ADMISSION_TABLE: "admission-t",
 }
 
@@ -28,6 +29,8 @@ def test_from_env_reads_each_field_by_its_variable() -> None:
             c.ENV_EXECUTIONS_TABLE: "executions",
             c.ENV_RESULT_TTL_DAYS: "7",
             c.ENV_ROLLOUT_ARN: "arn:aws:states:us-east-1:0:stateMachine:Rollout",
+            c.ENV_BATCH_ARN: "arn:aws:states:us-east-1:0:stateMachine:Batch",
+            c.ENV_WORK_QUEUE_URL: "https://sqs/work",
             c.ENV_REQUESTS_DLQ_URL: "https://sqs/dlq",
             c.ENV_HEARTBEAT_S: "45",
             c.ENV_EXECUTE_MARGIN_S: "30",
@@ -42,6 +45,8 @@ def test_from_env_reads_each_field_by_its_variable() -> None:
         "executions_table": "executions",
         "result_ttl_days": 7,
         "rollout_arn": "arn:aws:states:us-east-1:0:stateMachine:Rollout",
+        "batch_arn": "arn:aws:states:us-east-1:0:stateMachine:Batch",
+        "work_queue_url": "https://sqs/work",
         "requests_dlq_url": "https://sqs/dlq",
         "heartbeat_s": 45,
         "execute_margin_s": 30,
@@ -113,7 +118,7 @@ def test_a_missing_required_variable_is_named() -> None:
         WorkerSettings.from_env({c.ENV_TRACES_BUCKET: "traces-b"})
     assert str(exc.value) == (
         f"invalid environment for WorkerSettings: {c.ENV_WORK_QUEUE_URL}: Field required; "
-        f"{c.ENV_ADMISSION_TABLE}: Field required"
+        f"{c.ENV_FINISH_QUEUE_URL}: Field required; {c.ENV_ADMISSION_TABLE}: Field required"
     )
 
 

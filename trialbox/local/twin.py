@@ -108,6 +108,7 @@ class LocalTwin:
                 "AWS_ENDPOINT_URL": self.endpoint_url,
                 c.ENV_TRACES_BUCKET: self.output(c.OUTPUT_TRACES_BUCKET),
                 c.ENV_WORK_QUEUE_URL: self.output(c.OUTPUT_WORK_QUEUE_URL),
+                c.ENV_FINISH_QUEUE_URL: self.output(c.OUTPUT_FINISH_QUEUE_URL),
                 c.ENV_ADMISSION_TABLE: self.output(c.OUTPUT_ADMISSION_TABLE),
                 c.ENV_HEARTBEAT_S: str(self.heartbeat_s),
                 c.ENV_STOP_GRACE_S: str(STOP_GRACE_S),

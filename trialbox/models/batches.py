@@ -7,6 +7,7 @@ from typing import Literal
 from pydantic import Field
 
 from trialbox.models.common import StrictModel
+from trialbox.models.jobs import StepError
 from trialbox.models.sample import RequestId
 
 # An execution's name: 80 characters of letters, digits, '-' and '_' (StartExecution).
@@ -51,3 +52,17 @@ class Finished(StrictModel):
     attempt: int = Field(default=0, ge=0, description="lost sandboxes before this run")
     started_at: float | None = Field(default=None, description="epoch s: a worker took the job")
     finished_at: float | None = Field(default=None, description="epoch s: its run ended")
+
+
+class BatchRun(StrictModel):
+    """The Run step's payload: the execution's input, and the token it waits on."""
+
+    batch: BatchInput
+    token: str = Field(min_length=1)
+
+
+class BatchSettle(StrictModel):
+    """The Settle step's payload: the execution's input, and the error that ended Run."""
+
+    batch: BatchInput
+    error: StepError

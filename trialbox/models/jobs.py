@@ -11,6 +11,13 @@ from trialbox.models.sample import Argv, CheckpointId, ExecutionRequest, Request
 from trialbox.models.task import Task
 
 
+class StepError(StrictModel):
+    """A step's error as Step Functions' Catch passes it on."""
+
+    Error: str
+    Cause: str | None = None
+
+
 class RequestPointer(StrictModel):
     """A requests-queue message whose request sits in S3 (payloads over 128 KiB)."""
 

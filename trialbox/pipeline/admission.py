@@ -130,9 +130,14 @@ class Admission:
         redelivered message: its execution may already run). A full pool is seen by a read,
         not a write: a dispatcher waiting for a slot asks ten times a second, `again`, and
         only its first ask reads the marker too (a redelivery's is there from the start)."""
+        return self.admit_new(request_id, again) is not None
+
+    def admit_new(self, request_id: str, again: bool = False) -> bool | None:
+        """As `admit`: True, admitted now; False, admitted before (a redelivery); None, not
+        admitted (the pool is full)."""
         capacity = self.capacity()
         if self.in_flight() >= capacity:
-            return False if again else self._marked(request_id)
+            return None if again or not self._marked(request_id) else False
         update = {
             "TableName": self.table,
             "Key": self._key(POOL, COUNT),
@@ -157,8 +162,10 @@ class Admission:
         try:
             reasons = self._transact([{"Update": update}, {"Put": marker}])
         except Contended:
-            return False  # not now: the dispatcher asks again
-        return reasons is None or reasons[1] == "ConditionalCheckFailed"  # else: full
+            return None  # not now: the dispatcher asks again
+        if reasons is None:
+            return True
+        return False if reasons[1] == "ConditionalCheckFailed" else None  # else: full
 
     def _marked(self, request_id: str) -> bool:
         answer = self.dynamodb.get_item(

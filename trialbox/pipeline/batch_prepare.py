@@ -11,10 +11,10 @@ from typing import Any
 from trialbox.constants import ERROR_REJECTED
 from trialbox.errors import RequestRejected
 from trialbox.models.batches import BatchInput, BatchWork
-from trialbox.models.jobs import RolloutInput
+from trialbox.models.jobs import RolloutInput, StepError
 from trialbox.pipeline.batches import Ledger
 from trialbox.pipeline.prepare import Preparer
-from trialbox.pipeline.recorder import Recorder, RecordInput, StepError
+from trialbox.pipeline.recorder import Recorder, RecordInput
 from trialbox.pipeline.stores import ObjectStore
 
 SEND_BATCH = 10  # SendMessageBatch's most entries

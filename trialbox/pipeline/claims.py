@@ -30,6 +30,12 @@ FINISHED = "finished"  # the holder that ran it to the end, before the finisher 
 CLAIM_TRIES = 4  # claims lost to another worker's claim, in a row, before giving up
 
 
+def lease_s(heartbeat_s: float) -> float:
+    """A claim's lease: two heartbeats (renewed every third of one), so one late renewal never
+    loses it, and a dead holder's sample is taken over within 3 x the heartbeat."""
+    return 2.0 * heartbeat_s
+
+
 class Refused(enum.Enum):
     GONE = "gone"  # no marker: the sample finished (or was never admitted)
     CANCELLED = "cancelled"

@@ -15,6 +15,7 @@ from typing import Any
 from trialbox.keys import execution_arn
 from trialbox.models import Status, result_for
 from trialbox.pipeline.admission import Admission
+from trialbox.pipeline.batching import BatchStarter
 from trialbox.pipeline.dispatch import recover
 from trialbox.pipeline.record import record
 from trialbox.pipeline.stores import ResultTable
@@ -34,6 +35,7 @@ class DeadLetters:
     rollout_arn: str
     table: ResultTable
     admission: Admission
+    batches: BatchStarter | None = None  # a batch's sample: its batch writes its result
 
     def __call__(self, body: str, attributes: dict[str, Any]) -> DeadLetter:
         if REASON_ATTRIBUTE in attributes:
@@ -43,6 +45,8 @@ class DeadLetters:
             return DeadLetter.LEFT  # the dispatcher sends these itself; nothing to answer
         if execution_status(self.sfn, self.rollout_arn, request_id) is not None:
             return DeadLetter.ALREADY_ENDED  # its execution writes its one result
+        if self.batches is not None and self.batches.carried_by(request_id):
+            return DeadLetter.ALREADY_ENDED  # its batch's execution does
         written = _sandbox_error(
             self.table,
             request_id,
@@ -62,11 +66,14 @@ class EndedWithoutResult:
     sfn: Any
     rollout_arn: str
     table: ResultTable
+    batch_arn: str | None = None
 
     def __call__(self, request_id: str, execution: str | None = None) -> bool:
-        """`execution`: the name of the execution that carries it (its batch's), if not its
-        own."""
-        status = execution_status(self.sfn, self.rollout_arn, execution or request_id)
+        """`execution`: the name of the execution that carries it (its batch's, on the Batch
+        state machine), if not its own."""
+        batched = execution not in (None, request_id) and self.batch_arn is not None
+        machine = self.batch_arn if batched and self.batch_arn else self.rollout_arn
+        status = execution_status(self.sfn, machine, execution or request_id)
         if status in (None, "RUNNING", "PENDING_REDRIVE"):
             return False  # None: not started yet (its message comes back, or the DLQ's consumer)
         message = f"the request's execution ended ({status}) without writing its result"

@@ -8,9 +8,9 @@ from dataclasses import dataclass
 
 from trialbox.constants import ERROR_SANDBOX
 from trialbox.models.batches import Finished
-from trialbox.models.jobs import ExecutionDone, ScoreRef
+from trialbox.models.jobs import ExecutionDone, ScoreRef, StepError
 from trialbox.pipeline.batches import Ledger
-from trialbox.pipeline.recorder import Recorded, Recorder, RecordInput, StepError
+from trialbox.pipeline.recorder import Recorded, Recorder, RecordInput
 from trialbox.pipeline.score import Scorer
 
 SCORE_FAILED = "Score.Failed"

@@ -9,15 +9,10 @@ from typing import Any
 from pydantic import ConfigDict, Field
 
 from trialbox.models import ExecutionResult, Status, StrictModel
-from trialbox.models.jobs import ScoreRef
+from trialbox.models.jobs import ScoreRef, StepError
 from trialbox.pipeline.admission import Admission
 from trialbox.pipeline.record import failure_result, record
 from trialbox.pipeline.stores import ObjectStore, ResultTable
-
-
-class StepError(StrictModel):
-    Error: str
-    Cause: str | None = None
 
 
 class RecordInput(StrictModel):

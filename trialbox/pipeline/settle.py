@@ -7,8 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 from trialbox.models.batches import BatchInput
+from trialbox.models.jobs import StepError
 from trialbox.pipeline.admission import BATCH_GET, with_results
-from trialbox.pipeline.recorder import Recorder, RecordInput, StepError
+from trialbox.pipeline.recorder import Recorder, RecordInput
 
 
 @dataclass

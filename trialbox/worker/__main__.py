@@ -13,9 +13,11 @@ import boto3
 
 from trialbox import aws_retries
 from trialbox.pipeline.admission import Admission
+from trialbox.pipeline.claims import Claims, lease_s
 from trialbox.pipeline.stores import ObjectStore
 from trialbox.sandbox.runner import Runner
 from trialbox.settings import WorkerSettings
+from trialbox.worker.batched import BatchedJobs
 from trialbox.worker.identity import worker_name
 from trialbox.worker.loop import Worker
 from trialbox.worker.metrics import report_held_sessions
@@ -32,6 +34,8 @@ def main() -> int:
     jobs = ObjectStore(boto3.client("s3", config=retries), settings.traces_bucket)
     sqs = boto3.client("sqs", config=retries)
     name = worker_name(settings.name, settings.ecs_metadata_uri)
+    dynamodb = boto3.client("dynamodb", config=retries)
+    claims = Claims(dynamodb, settings.admission_table, lease_s(settings.heartbeat_s))
     worker = Worker(
         sqs=sqs,
         sfn=boto3.client("stepfunctions", config=retries),
@@ -43,7 +47,15 @@ def main() -> int:
         recycle_after_jobs=settings.recycle_after_jobs,
         residue=runner.residue,
         sessions=SessionHost(runner, sqs, jobs, name, TaskProtection(settings.ecs_agent_uri)),
-        admission=Admission(boto3.client("dynamodb", config=retries), settings.admission_table),
+        admission=Admission(dynamodb, settings.admission_table),
+        batched=BatchedJobs(
+            sqs,
+            settings.work_queue_url,
+            settings.finish_queue_url,
+            claims,
+            settings.heartbeat_s,
+            name,
+        ),
     )
     # ECS sends SIGTERM, then SIGKILL after the container's stop timeout: finish the job in
     # hand, or hand it back before the kill.

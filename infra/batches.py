@@ -1,0 +1,114 @@
+"""The Batch state machine: one execution carries many samples (docs/batches.md).
+
+Run (lambda:invoke.waitForTaskToken) prepares every sample and sends its work message; the
+finisher answers Run's token once every sample has its result, so a batch that goes well is
+one billed transition. Each sample's liveness is its claim's lease
+(trialbox.pipeline.claims), not a Step Functions timer: Run's timeout is a backstop, and its
+Catch, Settle, gives every sample still without a result its `sandbox_error`.
+"""
+
+from __future__ import annotations
+
+from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import aws_logs as logs
+from aws_cdk import aws_stepfunctions as sfn
+from aws_cdk import aws_stepfunctions_tasks as tasks
+from constructs import Construct
+
+from infra.alarms import at_least
+from infra.lambdas import TrialboxFunction, retention
+from infra.nag import acknowledge, logical_id
+from infra.orchestration import LAMBDA_THROTTLED
+from trialbox.constants import BATCH_TIMEOUT_S
+from trialbox.models.batches import BatchInput
+
+
+class BatchOrchestration(Construct):
+    def __init__(
+        self,
+        scope: Construct,
+        construct_id: str,
+        *,
+        run: TrialboxFunction,
+        settle: TrialboxFunction,
+        log_retention_days: int,
+    ) -> None:
+        super().__init__(scope, construct_id)
+        run_step = tasks.LambdaInvoke(
+            self,
+            "Run",
+            lambda_function=run.function,
+            integration_pattern=sfn.IntegrationPattern.WAIT_FOR_TASK_TOKEN,
+            payload=sfn.TaskInput.from_object(
+                {"batch": sfn.JsonPath.object_at("$"), "token": sfn.JsonPath.task_token}
+            ),
+            task_timeout=sfn.Timeout.duration(Duration.seconds(BATCH_TIMEOUT_S)),
+            result_path=sfn.JsonPath.DISCARD,
+        )
+        run_step.add_retry(
+            errors=LAMBDA_THROTTLED,
+            interval=Duration.seconds(2),
+            max_attempts=6,
+            backoff_rate=2,
+            jitter_strategy=sfn.JitterType.FULL,
+        )
+        settle_step = tasks.LambdaInvoke(
+            self,
+            "Settle",
+            lambda_function=settle.function,
+            payload=sfn.TaskInput.from_object(
+                {
+                    "batch": {
+                        field: sfn.JsonPath.object_at(f"$.{field}")
+                        for field in BatchInput.model_fields
+                    },
+                    "error": sfn.JsonPath.object_at("$.error"),
+                }
+            ),
+            payload_response_only=True,
+            result_path=sfn.JsonPath.DISCARD,
+        )
+        settle_step.add_retry(
+            errors=["States.ALL"], max_attempts=6, interval=Duration.seconds(2), backoff_rate=2
+        )
+        run_step.add_catch(settle_step, errors=["States.ALL"], result_path="$.error")
+        self.log_group = logs.LogGroup(
+            self,
+            "Logs",
+            retention=retention(log_retention_days),
+            removal_policy=RemovalPolicy.DESTROY,
+        )
+        self.state_machine = sfn.StateMachine(
+            self,
+            "Batch",
+            definition_body=sfn.DefinitionBody.from_chainable(run_step),
+            state_machine_type=sfn.StateMachineType.STANDARD,
+            tracing_enabled=True,
+            logs=sfn.LogOptions(
+                destination=self.log_group, level=sfn.LogLevel.ALL, include_execution_data=False
+            ),
+        )
+        acknowledge(
+            self.state_machine,
+            {
+                "AwsSolutions-IAM5[Resource::*]": (
+                    "X-Ray tracing and the CloudWatch Logs delivery actions Step Functions "
+                    "logging needs have no resource-level permissions"
+                ),
+                **{
+                    f"AwsSolutions-IAM5[Resource::<{logical_id(fn.function)}.Arn>:*]": (
+                        "Step Functions invokes the function's versions and aliases"
+                    )
+                    for fn in (run, settle)
+                },
+            },
+        )
+        # Settle catches every failure of Run, so a failed execution means Settle failed too:
+        # samples that may lack their terminal result.
+        self.failed_alarm = at_least(
+            self,
+            "ExecutionsFailed",
+            self.state_machine.metric_failed(period=Duration.minutes(1), statistic="Sum"),
+            1,
+            "a Batch execution ended without settling its samples",
+        )
