@@ -34,19 +34,23 @@ from trialbox.local.services import CREDENTIALS
 from trialbox.local.services import client as twin_client
 from trialbox.local.twin import LocalTwin
 from trialbox.models import ExecutionResult, RunReport, Status, Task
+from trialbox.models.batches import BatchInput
 from trialbox.models.jobs import JobSpec
 from trialbox.models.sessions import TAG_EXPIRES
 from trialbox.pipeline.admission import Admission
+from trialbox.pipeline.claims import Claims, lease_s
 from trialbox.pipeline.stores import ObjectStore
 from trialbox.runs import RunJob
 from trialbox.sandbox.runner import Runner
 from trialbox.sdk import Client, Resources
 from trialbox.sdk.core import local_session
+from trialbox.worker.batched import BatchedJobs
 from trialbox.worker.loop import Worker
 from trialbox.worker.run import job_runner
 from trialbox.worker.sessions import SessionHost
 
 WRONG = "def add(a, b):\n    return 3\n"
+SETTLED = ("iam-settle-1", "iam-settle-2")  # a batch whose Run fails: Settle answers them
 GHOST = "iam-ghost"  # admitted for a worker that takes it and dies, then cancelled
 DEAD_LETTERED = "iam-deadletter"  # left in the requests DLQ as SQS's redrive does
 HARNESS = "iam-harness"  # the test's own calls: setting scenes up, no principal's
@@ -98,6 +102,14 @@ def start_worker(twin: LocalTwin, name: str) -> Worker:
         wait_s=1,
         sessions=SessionHost(Runner(), sqs, jobs, name),
         admission=Admission(aws("dynamodb"), twin.output(c.OUTPUT_ADMISSION_TABLE)),
+        batched=BatchedJobs(
+            sqs,
+            twin.output(c.OUTPUT_WORK_QUEUE_URL),
+            twin.output(c.OUTPUT_FINISH_QUEUE_URL),
+            Claims(aws("dynamodb"), twin.output(c.OUTPUT_ADMISSION_TABLE), lease_s(HEARTBEAT_S)),
+            HEARTBEAT_S,
+            name,
+        ),
     )
     threading.Thread(target=worker.serve, daemon=True, name=name).start()
     return worker
@@ -141,14 +153,7 @@ def _dead_lettered_request(twin: LocalTwin, sqs: Any, dlq_url: str) -> Execution
     the DLQ: its consumer writes its one `sandbox_error` result."""
     body = request(DEAD_LETTERED, CORRECT).model_dump_json(exclude_defaults=True)
     sqs.send_message(QueueUrl=dlq_url, MessageBody=body)
-    table = twin_client(twin.endpoint_url, "dynamodb", HARNESS)
-    key = {c.TABLE_KEY: {"S": DEAD_LETTERED}}
-    deadline = time.monotonic() + 60
-    while "Item" not in (item := table.get_item(TableName=twin.output(c.OUTPUT_EXECUTIONS_TABLE),
-                                                Key=key, ConsistentRead=True)):  # fmt: skip
-        assert time.monotonic() < deadline, "the dead-lettered request got no result"
-        time.sleep(0.5)
-    return ExecutionResult.model_validate_json(item["Item"]["result"]["S"])
+    return _result_of(twin, DEAD_LETTERED)
 
 
 def tokens(sfn: Any, calls: list[dict[str, Any]]) -> dict[str, str]:
@@ -168,6 +173,38 @@ def tokens(sfn: Any, calls: list[dict[str, Any]]) -> dict[str, str]:
                 parameters = event.get("taskScheduledEventDetails", {}).get("parameters", "")
                 found.update({t: arn for t in wanted if t in parameters})
     return found
+
+
+def _settled_batch(twin: LocalTwin) -> dict[str, ExecutionResult]:
+    """A batch whose Run fails (its requests' object was never written): the Batch state
+    machine's Catch runs Settle, which gives each of its samples its `sandbox_error`. Started
+    by hand: a dispatcher writes the object before it starts a batch."""
+    table = twin_client(twin.endpoint_url, "dynamodb", HARNESS)
+    admission = Admission(table, twin.output(c.OUTPUT_ADMISSION_TABLE))
+    admission.lease("iam-settle-worker", len(SETTLED), term_s=60)
+    for request_id in SETTLED:
+        assert admission.admit(request_id)
+    batch = BatchInput(
+        batch_id="b-iam-settle",
+        requests_uri=f"s3://{twin.output(c.OUTPUT_TRACES_BUCKET)}/batches/b-iam-settle.json",
+        request_ids=list(SETTLED),
+    )
+    sfn = twin_client(twin.endpoint_url, "stepfunctions", HARNESS)
+    sfn.start_execution(stateMachineArn=twin.output(c.OUTPUT_BATCH_ARN), name=batch.batch_id,
+                        input=batch.model_dump_json())  # fmt: skip
+    admission.leave("iam-settle-worker")
+    return {request_id: _result_of(twin, request_id) for request_id in SETTLED}
+
+
+def _result_of(twin: LocalTwin, request_id: str) -> ExecutionResult:
+    table = twin_client(twin.endpoint_url, "dynamodb", HARNESS)
+    key = {c.TABLE_KEY: {"S": request_id}}
+    deadline = time.monotonic() + 60
+    while "Item" not in (item := table.get_item(TableName=twin.output(c.OUTPUT_EXECUTIONS_TABLE),
+                                                Key=key, ConsistentRead=True)):  # fmt: skip
+        assert time.monotonic() < deadline, f"{request_id} got no result"
+        time.sleep(0.5)
+    return ExecutionResult.model_validate_json(item["Item"]["result"]["S"])
 
 
 def _cli_run(twin: LocalTwin, tmp: Path) -> tuple[int, list[str]]:
@@ -378,6 +415,7 @@ def drive(
     sdk.cancel([slow])
     results["iam-cancel"] = slow.result(timeout=5)
     results[DEAD_LETTERED] = _dead_lettered_request(twin, sqs, dlq)
+    results |= _settled_batch(twin)
     cli_exit, cli_traces = _cli_run(twin, tmp)
     # Last: without the traces bucket Prepare fails, and Record on every retry; the state
     # machine then writes the `sandbox_error` result itself.

@@ -12,7 +12,7 @@ import pytest
 from tests.iam.checker import Need, Unused, denied, unused
 from tests.iam.operations import UnmappedOperation, needs, parse
 from tests.iam.policies import SDK, STATE_MACHINES, WORKER, TemplatePolicies
-from tests.iam.recording import BROKEN, DEAD_LETTERED, GHOST, HARNESS, Recorded
+from tests.iam.recording import BROKEN, DEAD_LETTERED, GHOST, HARNESS, SETTLED, Recorded
 from trialbox.local import principals
 from trialbox.models import Status
 
@@ -126,12 +126,14 @@ def test_the_run_took_every_path_and_every_principal_called(recorded: Recorded) 
         "iam-cancel": (Status.CANCELLED, None),
         DEAD_LETTERED: (Status.SANDBOX_ERROR, None),
         GHOST: (Status.CANCELLED, None),
+        **{request_id: (Status.SANDBOX_ERROR, None) for request_id in SETTLED},
     }
     assert (recorded.cli_exit, len(recorded.cli_traces)) == (0, 2)
     callers = Counter(e["key"] for e in recorded.entries)
     functions = {k for k in callers if k.startswith(principals.FUNCTION_PREFIX)}
-    # dispatcher, prepare, scorer, recorder, reaper, run_code, dead_letters
-    assert len(functions) == 7
+    # dispatcher, prepare, scorer, recorder, reaper, run_code, dead_letters, and a batch's
+    # run, finisher and settle
+    assert len(functions) == 10
     for key in (principals.SDK, principals.WORKER, principals.STATE_MACHINES):
         assert callers[key] > 0, f"no call recorded from {key}"
 
