@@ -9,7 +9,7 @@ Catch, Settle, gives every sample still without a result its `sandbox_error`.
 
 from __future__ import annotations
 
-from aws_cdk import Duration, RemovalPolicy
+from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
 from aws_cdk import aws_logs as logs
 from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
@@ -31,6 +31,7 @@ class BatchOrchestration(Construct):
         *,
         run: TrialboxFunction,
         settle: TrialboxFunction,
+        name: str,
         log_retention_days: int,
     ) -> None:
         super().__init__(scope, construct_id)
@@ -81,6 +82,7 @@ class BatchOrchestration(Construct):
         self.state_machine = sfn.StateMachine(
             self,
             "Batch",
+            state_machine_name=name,
             definition_body=sfn.DefinitionBody.from_chainable(run_step),
             state_machine_type=sfn.StateMachineType.STANDARD,
             tracing_enabled=True,
@@ -102,6 +104,13 @@ class BatchOrchestration(Construct):
                     for fn in (run, settle)
                 },
             },
+        )
+        # Its ARN without a reference to it (a grant to the function it invokes).
+        self.arn_by_name = Stack.of(self).format_arn(
+            service="states",
+            resource="stateMachine",
+            resource_name=name,
+            arn_format=ArnFormat.COLON_RESOURCE_NAME,
         )
         # Settle catches every failure of Run, so a failed execution means Settle failed too:
         # samples that may lack their terminal result.

@@ -95,7 +95,7 @@ class Orchestration(Construct):
         )
         execute.add_catch(
             self._lapsed(execute, record, admission),
-            errors=list(c.LOST_SANDBOX_ERRORS),
+            errors=list(c.EXECUTE_LOST_ERRORS),
             result_path="$.error",
         )
         score = invoke("Score", scorer, "$.score")

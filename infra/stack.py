@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from aws_cdk import CfnOutput, Duration, Stack
+from aws_cdk import aws_iam as iam
 from aws_cdk.aws_lambda_event_sources import SqsEventSource
 from constructs import Construct
 
@@ -131,6 +132,7 @@ class TrialboxStack(Stack):
             "BatchOrchestration",
             run=batch_run,
             settle=settle,
+            name=f"{config.stack_name[:74]}-Batch",  # a state machine name: 80 at most
             log_retention_days=config.log_retention_days,
         )
         rollout_env = {
@@ -232,9 +234,14 @@ class TrialboxStack(Stack):
                         )
                     },
                 )
-        # A batch's ledger answers Run's token: its last sample's finish, or Run itself.
+        # A batch's ledger answers Run's token: its last sample's finish, or Run itself (by
+        # the state machine's name: its ARN would make Run's function depend on the state
+        # machine that invokes it).
+        answer = iam.PolicyStatement(
+            actions=["states:SendTaskSuccess"], resources=[batches.arn_by_name]
+        )
         for role in (batch_run.role, finisher.role):
-            batches.state_machine.grant_task_response(role)
+            role.add_to_principal_policy(answer)
         grant_admission(
             storage.admission,
             executions=storage.executions,

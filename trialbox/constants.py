@@ -59,7 +59,8 @@ ERROR_INTERRUPTED = "Sandbox.Interrupted"
 # still failed with one of these took LOST_SANDBOX_RETRIES + 1 attempts). Nothing else is retried.
 # A batched sample's claim lapsed past its retries (trialbox.pipeline.claims): its lost sandbox.
 ERROR_LOST = "Sandbox.Lost"
-LOST_SANDBOX_ERRORS = ("States.HeartbeatTimeout", "States.Timeout", ERROR_INTERRUPTED, ERROR_LOST)
+EXECUTE_LOST_ERRORS = ("States.HeartbeatTimeout", "States.Timeout", ERROR_INTERRUPTED)  # a token's
+LOST_SANDBOX_ERRORS = (*EXECUTE_LOST_ERRORS, ERROR_LOST)
 LOST_SANDBOX_RETRIES = 2
 # A job whose work message no worker took (its admission marker says so) when the Execute
 # step's clock lapsed is sent again without counting as a lost sandbox: waiting for a worker

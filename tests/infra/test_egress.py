@@ -256,15 +256,16 @@ def test_s3_serves_only_the_stack_buckets_and_ecr_layers(template: Template) -> 
 def test_dynamodb_serves_only_the_workers_lease_calls_on_the_admission_table(
     template: Template,
 ) -> None:
-    """A worker's only DynamoDB calls are its admission lease's and its job slot's: the
-    gateway serves those, on that table, to this account, and nothing else (not the executions
-    table)."""
+    """A worker's only DynamoDB calls are its admission lease's, its job slot's and a batched
+    sample's claim: the gateway serves those, on that table, to this account, and nothing else
+    (not the executions table)."""
     admission, _ = only(template, "AWS::DynamoDB::Table", "StorageAdmission")
     (statements,) = [v for k, v in endpoint_statements(template).items() if k.endswith(".dynamodb")]
     (statement,) = statements
     assert statement["Effect"] == "Allow"
     assert sorted(as_list(statement["Action"])) == [
         "dynamodb:DeleteItem",
+        "dynamodb:GetItem",
         "dynamodb:PutItem",
         "dynamodb:UpdateItem",
     ]

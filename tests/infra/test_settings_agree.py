@@ -31,6 +31,7 @@ NEEDED = {
     "dispatcher": {
         "traces_bucket",
         "rollout_arn",
+        "batch_arn",
         "requests_dlq_url",
         "requests_queue_url",
         "executions_table",
@@ -38,8 +39,19 @@ NEEDED = {
     },
     "recorder": {"traces_bucket", "executions_table", "admission_table"},
     "scorer": {"traces_bucket"},
-    "reaper": {"session_queue_prefix", "executions_table", "admission_table"},
-    "dead_letters": {"rollout_arn", "executions_table", "admission_table"},
+    "reaper": {"session_queue_prefix", "executions_table", "admission_table", "batch_arn"},
+    "dead_letters": {"rollout_arn", "batch_arn", "executions_table", "admission_table"},
+    "batch": {
+        "tasksets_bucket",
+        "traces_bucket",
+        "heartbeat_s",
+        "execute_margin_s",
+        "executions_table",
+        "admission_table",
+        "work_queue_url",
+    },
+    "finisher": {"traces_bucket", "executions_table", "admission_table"},
+    "settle": {"traces_bucket", "executions_table", "admission_table"},
 }
 
 
@@ -190,7 +202,12 @@ def test_the_worker_container_sets_every_variable_the_worker_needs(template: Tem
         for name, field in WorkerSettings.model_fields.items()
         if field.is_required()
     }
-    assert required == {c.ENV_TRACES_BUCKET, c.ENV_WORK_QUEUE_URL, c.ENV_ADMISSION_TABLE}
+    assert required == {
+        c.ENV_TRACES_BUCKET,
+        c.ENV_WORK_QUEUE_URL,
+        c.ENV_FINISH_QUEUE_URL,
+        c.ENV_ADMISSION_TABLE,
+    }
     assert required <= env.keys()
     # Set by the stack, so that its config (cdk.json) reaches the worker: not left to defaults.
     assert {c.ENV_HEARTBEAT_S, c.ENV_RECYCLE_AFTER_JOBS, c.ENV_STOP_GRACE_S} <= env.keys()

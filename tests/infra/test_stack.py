@@ -145,7 +145,7 @@ def test_queues_have_dlqs_and_visibility_six_times_the_consumer(
 ) -> None:
     queues = resources(template, "AWS::SQS::Queue")
     with_dlq = [q for q in queues.values() if "RedrivePolicy" in q["Properties"]]
-    assert len(with_dlq) == 2 and len(queues) == 4
+    assert len(with_dlq) == 3 and len(queues) == 6  # requests, work, finish
     for queue in queues.values():
         assert queue["Properties"]["SqsManagedSseEnabled"] is True
     dispatcher = one(template, "AWS::Lambda::Function", "DispatcherFunction")
@@ -157,6 +157,10 @@ def test_queues_have_dlqs_and_visibility_six_times_the_consumer(
     work = one(template, "AWS::SQS::Queue", "PoolWorkQueue")["Properties"]
     assert work["VisibilityTimeout"] == work_visibility_s(config["heartbeat_s"])
     assert "RedrivePolicy" in work
+    finisher = one(template, "AWS::Lambda::Function", "FinisherFunction")
+    finish = one(template, "AWS::SQS::Queue", "FinishQueue")["Properties"]
+    assert finish["VisibilityTimeout"] >= 6 * finisher["Properties"]["Timeout"]
+    assert "RedrivePolicy" in finish
     template.has_resource_properties(
         "AWS::Lambda::EventSourceMapping",
         {"FunctionResponseTypes": ["ReportBatchItemFailures"], "BatchSize": 10},
@@ -332,7 +336,10 @@ def test_each_role_reaches_only_its_own_objects(template: Template) -> None:
         "put": {"/jobs/*/report.json", "/checkpoints/*", "/sessions/*"},
     }
     # A raw sender's large inline request: stored as the SDK stores one.
-    assert grants("DispatcherRole") == {"read": {"/payloads/*"}, "put": {"/payloads/*"}}
+    assert grants("DispatcherRole") == {
+        "read": {"/payloads/*"},
+        "put": {"/payloads/*", "/batches/*"},  # and a batch's requests
+    }
     assert grants("PrepareRole") == {
         "read": {"/payloads/*", "/checkpoints/*"},
         "put": {"/jobs/*/job.json"},
@@ -342,6 +349,16 @@ def test_each_role_reaches_only_its_own_objects(template: Template) -> None:
         "put": {"/jobs/*/result.json"},
     }
     assert grants("RecorderRole") == {"read": {"/jobs/*/result.json"}, "put": {"/traces/*"}}
+    # A batch's: Run prepares (and records a rejected sample), Settle and the finisher record.
+    assert grants("BatchRole") == {
+        "read": {"/batches/*", "/payloads/*", "/checkpoints/*"},
+        "put": {"/jobs/*/job.json", "/traces/*"},
+    }
+    assert grants("SettleRole") == {"read": set(), "put": {"/traces/*"}}
+    assert grants("FinisherRole") == {
+        "read": {"/jobs/*/job.json", "/jobs/*/report.json", "/jobs/*/result.json"},
+        "put": {"/jobs/*/result.json", "/traces/*"},
+    }
     # One conditional PutItem per result; the dispatcher also reads whether a request ended.
     executions, _ = only(template, "AWS::DynamoDB::Table", "StorageExecutions")
     expected = {"DispatcherRole": ["dynamodb:PutItem", "dynamodb:GetItem"]}
@@ -372,7 +389,7 @@ def test_lambdas_are_arm64_with_powertools_and_explicit_logs(template: Template)
         for k, f in resources(template, "AWS::Lambda::Function").items()
         if f["Properties"]["Handler"].startswith("functions.")
     }
-    assert len(functions) == 7
+    assert len(functions) == 10
     for function in functions.values():
         props = function["Properties"]
         assert props["Architectures"] == ["arm64"]
@@ -457,10 +474,13 @@ def _walk(node: Any) -> list[tuple[str, Any]]:
     return found
 
 
-def test_asl_parses_in_moto_and_avoids_what_moto_mis_executes(template: Template) -> None:
+@pytest.mark.parametrize("machine", ["OrchestrationRollout", "BatchOrchestrationBatch"])
+def test_asl_parses_in_moto_and_avoids_what_moto_mis_executes(
+    template: Template, machine: str
+) -> None:
     from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
 
-    asl = definition(template)
+    asl = definition(template, machine)
     AmazonStateLanguageParser.parse(json.dumps(asl))  # raises on anything it cannot run
     pairs = _walk(asl)
     keys = {key for key, _ in pairs}
@@ -490,8 +510,9 @@ def test_queues_and_the_rollout_have_alarms(template: Template) -> None:
         assert any(dlq in value for value in dlq_watched), dlq
     for queue in sources:
         assert any(queue in value for value in age_watched), queue
-    (failed,) = [a for a in alarms if a.get("MetricName") == "ExecutionsFailed"]
-    assert (failed["Threshold"], failed["Namespace"]) == (1, "AWS/States")
+    failed = [a for a in alarms if a.get("MetricName") == "ExecutionsFailed"]
+    assert len(failed) == 2  # the Rollout's and the Batch's
+    assert {(a["Threshold"], a["Namespace"]) for a in failed} == {(1, "AWS/States")}
 
 
 ROGUE = """

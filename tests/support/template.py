@@ -25,8 +25,9 @@ def only(template: Template, kind: str, logical_prefix: str = "") -> tuple[str, 
     return found
 
 
-def definition(template: Template) -> dict[str, Any]:
-    (machine,) = resources(template, "AWS::StepFunctions::StateMachine").values()
+def definition(template: Template, logical_prefix: str = "OrchestrationRollout") -> dict[str, Any]:
+    """A state machine's definition: the Rollout's, unless another is named."""
+    _, machine = only(template, "AWS::StepFunctions::StateMachine", logical_prefix)
     parts = machine["Properties"]["DefinitionString"]["Fn::Join"][1]
     # Intrinsics sit inside JSON strings: stand-ins of the right shape will do.
     return json.loads("".join(p if isinstance(p, str) else _stand_in(p) for p in parts))

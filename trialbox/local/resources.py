@@ -241,7 +241,7 @@ def create(
         for key, value in resolver.resolve(props.get("DefinitionSubstitutions", {})).items():
             definition = definition.replace(f"${{{key}}}", str(value))
         arn = clients["stepfunctions"].create_state_machine(
-            name=logical,
+            name=resolver.resolve(props.get("StateMachineName", logical)),  # as CloudFormation
             definition=definition,
             roleArn=f"arn:aws:iam::{ACCOUNT}:role/{logical}",
             type=props.get("StateMachineType", "STANDARD"),
