@@ -80,10 +80,11 @@ class Resolver:
         self.resources: dict[str, Any] = template["Resources"]
         self.physical: dict[str, dict[str, str]] = {}
         for logical, resource in self.resources.items():
-            self.physical[logical] = self._names(logical, resource["Type"])
+            self.physical[logical] = self._names(logical, resource)
 
     @staticmethod
-    def _names(logical: str, kind: str) -> dict[str, str]:
+    def _names(logical: str, resource: dict[str, Any]) -> dict[str, str]:
+        kind = resource["Type"]
         if kind == "AWS::SQS::Queue":
             url = f"http://sqs.{REGION}.localhost.localstack.cloud/{ACCOUNT}/{logical}"
             arn = f"arn:aws:sqs:{REGION}:{ACCOUNT}:{logical}"
@@ -100,8 +101,10 @@ class Resolver:
         if kind == "AWS::ECS::Cluster":
             return {"Ref": logical, "Arn": f"arn:aws:ecs:{REGION}:{ACCOUNT}:cluster/{logical}"}
         if kind == "AWS::StepFunctions::StateMachine":
-            arn = f"arn:aws:states:{REGION}:{ACCOUNT}:stateMachine:{logical}"
-            return {"Ref": arn, "Arn": arn, "Name": logical}
+            # Its StateMachineName when the template gives one (a plain string), as CloudFormation.
+            name = resource.get("Properties", {}).get("StateMachineName", logical)
+            arn = f"arn:aws:states:{REGION}:{ACCOUNT}:stateMachine:{name}"
+            return {"Ref": arn, "Arn": arn, "Name": name}
         return {"Ref": f"local-{logical}", "Arn": f"arn:aws:local:{REGION}:{ACCOUNT}:{logical}"}
 
     def set_queue_url(self, logical: str, url: str) -> None:
@@ -241,7 +244,7 @@ def create(
         for key, value in resolver.resolve(props.get("DefinitionSubstitutions", {})).items():
             definition = definition.replace(f"${{{key}}}", str(value))
         arn = clients["stepfunctions"].create_state_machine(
-            name=resolver.resolve(props.get("StateMachineName", logical)),  # as CloudFormation
+            name=resolver.physical[logical]["Name"],
             definition=definition,
             roleArn=f"arn:aws:iam::{ACCOUNT}:role/{logical}",
             type=props.get("StateMachineType", "STANDARD"),
