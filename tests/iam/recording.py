@@ -74,7 +74,7 @@ def _runner(store: ObjectStore) -> Any:
     real = job_runner(Runner(), store)
 
     def run(job: JobSpec) -> RunReport:
-        if job.request_id == BROKEN:
+        if job.request_id.startswith(BROKEN):
             time.sleep(5)
             raise RuntimeError("the sandbox broke (a test double for a runner failure)")
         return real(job)
@@ -173,6 +173,55 @@ def tokens(sfn: Any, calls: list[dict[str, Any]]) -> dict[str, str]:
                 parameters = event.get("taskScheduledEventDetails", {}).get("parameters", "")
                 found.update({t: arn for t in wanted if t in parameters})
     return found
+
+
+def _batch_count(twin: LocalTwin) -> int:
+    sfn = twin_client(twin.endpoint_url, "stepfunctions", HARNESS)
+    found = sfn.list_executions(stateMachineArn=twin.output(c.OUTPUT_BATCH_ARN))
+    return len(found["executions"])
+
+
+def _batches(twin: LocalTwin, sdk: Client, sqs: Any) -> dict[str, ExecutionResult]:
+    """Pairs sent together while both workers' slots are free, so that each starts as one
+    Batch execution: one whose samples are all rejected by its Run (which then answers its
+    own token), one through S3 with a runner failure (the finisher's failure path), and one
+    whose running sample's message comes again, to the dispatcher and to the requests DLQ
+    (each finds the batch that carries it)."""
+    pairs = [
+        [
+            request("iam-b-noref", CORRECT, task=None, task_ref="nothing@1/add-two"),
+            request("iam-b-nockpt", CORRECT, base_checkpoint="0" * 64),
+        ],
+        [
+            request("iam-b-big", CORRECT + "# " + "x" * 200_000 + "\n"),
+            request(f"{BROKEN}-b", CORRECT),
+        ],
+    ]
+    results: dict[str, ExecutionResult] = {}
+    for pair in pairs:
+        started = _batch_count(twin)
+        results |= dict(zip([r.request_id for r in pair], sdk.run(pair, timeout=180), strict=True))
+        assert _batch_count(twin) == started + 1, "the pair did not start as one batch"
+    slow = request("iam-b-slow", CORRECT, commands=[["sleep", "6"]])
+    started = _batch_count(twin)
+    handles = sdk.submit([slow, request("iam-b-wrong", WRONG)])
+    deadline = time.monotonic() + 60
+    while _batch_count(twin) == started:
+        assert time.monotonic() < deadline, "the pair never started"
+        time.sleep(0.2)
+    body = slow.model_dump_json(exclude_defaults=True)
+    sqs.send_message(QueueUrl=twin.output(c.OUTPUT_REQUESTS_QUEUE_URL), MessageBody=body)
+    sqs.send_message(QueueUrl=_requests_dlq(sqs, twin), MessageBody=body)
+    results |= {h.request_id: h.result(timeout=120) for h in handles}
+    assert _batch_count(twin) == started + 1, "the pair did not start as one batch"
+    return results
+
+
+def _requests_dlq(sqs: Any, twin: LocalTwin) -> str:
+    url = twin.output(c.OUTPUT_REQUESTS_QUEUE_URL)
+    redrive = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["RedrivePolicy"])
+    dlq_name = json.loads(redrive["Attributes"]["RedrivePolicy"])["deadLetterTargetArn"]
+    return str(sqs.get_queue_url(QueueName=dlq_name.rsplit(":", 1)[-1])["QueueUrl"])
 
 
 def _settled_batch(twin: LocalTwin) -> dict[str, ExecutionResult]:
@@ -370,7 +419,10 @@ def drive(
     # A large request sent inline, around the SDK: the dispatcher stores it in payloads/.
     raw_big = request("iam-rawbig", CORRECT + "# " + "x" * 200_000 + "\n")
     sqs.send_message(QueueUrl=requests_url, MessageBody=raw_big.model_dump_json())
-    batch = [
+    results: dict[str, ExecutionResult] = {}
+    (results["iam-invalid"],) = sdk.run([request("iam-invalid", CORRECT)], timeout=60)
+    (results["iam-rawbig"],) = sdk.run([raw_big], timeout=120)  # its result, already there
+    alone = [
         request("iam-good", CORRECT, checkpoint=True),  # the worker stores a checkpoint
         request("iam-wrong", WRONG),
         request("iam-nockpt", CORRECT, base_checkpoint="0" * 64),  # Prepare: 404
@@ -378,9 +430,9 @@ def drive(
         request("iam-noref", CORRECT, task=None, task_ref="nothing@1/add-two"),  # Prepare
         request(BROKEN, CORRECT),
     ]
-    results = dict(zip([r.request_id for r in batch], sdk.run(batch, timeout=180), strict=True))
-    (results["iam-invalid"],) = sdk.run([request("iam-invalid", CORRECT)], timeout=60)
-    (results["iam-rawbig"],) = sdk.run([raw_big], timeout=120)  # its result, already there
+    for one in alone:  # each its own Rollout execution
+        (results[one.request_id],) = sdk.run([one], timeout=180)
+    results |= _batches(twin, sdk, sqs)
     # A turn from iam-good's checkpoint: Prepare finds it, the worker reads it.
     checkpoint = results["iam-good"].checkpoint
     (results["iam-turn"],) = sdk.run([request("iam-turn", WRONG, base_checkpoint=checkpoint)],
@@ -408,9 +460,7 @@ def drive(
         time.sleep(0.2)
     reused = request("iam-cancel", WRONG).model_dump_json(exclude_defaults=True)
     sqs.send_message(QueueUrl=requests_url, MessageBody=reused)
-    redrive = sqs.get_queue_attributes(QueueUrl=requests_url, AttributeNames=["RedrivePolicy"])
-    dlq_name = json.loads(redrive["Attributes"]["RedrivePolicy"])["deadLetterTargetArn"]
-    dlq = sqs.get_queue_url(QueueName=dlq_name.rsplit(":", 1)[-1])["QueueUrl"]
+    dlq = _requests_dlq(sqs, twin)
     _await_dead_letter(dlq)
     sdk.cancel([slow])
     results["iam-cancel"] = slow.result(timeout=5)

@@ -54,12 +54,17 @@ UNUSED = [
         )
         for action, resource in (
             ("states:DescribeExecution", "arn:aws:states:*:*:execution:OrchestrationRollout*"),
+            ("states:DescribeExecution", "arn:aws:states:*:*:execution:Trialbox-Batch*"),
             ("dynamodb:PutItem", "arn:aws:dynamodb:*:*:table/StorageExecutions*"),
         )
     ),
     *(
-        Unused(f"function {function}*", action, "arn:aws:sqs:*:*:IntakeRequests*", EVENT_SOURCE)
-        for function in ("Dispatcher", "DeadLetters")
+        Unused(f"function {function}*", action, f"arn:aws:sqs:*:*:{queue}*", EVENT_SOURCE)
+        for function, queue in (
+            ("Dispatcher", "IntakeRequests"),
+            ("DeadLetters", "IntakeRequests"),
+            ("Finisher", "FinishQueue"),
+        )
         for action in ("sqs:ChangeMessageVisibility", "sqs:GetQueueUrl")
     ),
     *(
@@ -125,6 +130,12 @@ def test_the_run_took_every_path_and_every_principal_called(recorded: Recorded) 
         "iam-norecord": (Status.SANDBOX_ERROR, None),
         "iam-cancel": (Status.CANCELLED, None),
         DEAD_LETTERED: (Status.SANDBOX_ERROR, None),
+        "iam-b-noref": (Status.REJECTED, None),
+        "iam-b-nockpt": (Status.REJECTED, None),
+        "iam-b-big": (Status.SUCCEEDED, 1.0),
+        f"{BROKEN}-b": (Status.SANDBOX_ERROR, None),
+        "iam-b-slow": (Status.SUCCEEDED, 1.0),
+        "iam-b-wrong": (Status.SUCCEEDED, 0.5),
         GHOST: (Status.CANCELLED, None),
         **{request_id: (Status.SANDBOX_ERROR, None) for request_id in SETTLED},
     }
