@@ -9,16 +9,14 @@ Catch, Settle, gives every sample still without a result its `sandbox_error`.
 
 from __future__ import annotations
 
-from aws_cdk import ArnFormat, Duration, RemovalPolicy, Stack
-from aws_cdk import aws_logs as logs
+from aws_cdk import ArnFormat, Duration, Stack
 from aws_cdk import aws_stepfunctions as sfn
 from aws_cdk import aws_stepfunctions_tasks as tasks
 from constructs import Construct
 
 from infra.alarms import at_least
-from infra.lambdas import TrialboxFunction, retention
-from infra.nag import acknowledge, logical_id
-from infra.orchestration import LAMBDA_THROTTLED
+from infra.lambdas import TrialboxFunction
+from infra.orchestration import LAMBDA_THROTTLED, standard_state_machine
 from trialbox.constants import BATCH_TIMEOUT_S
 from trialbox.models.batches import BatchInput
 
@@ -73,37 +71,8 @@ class BatchOrchestration(Construct):
             errors=["States.ALL"], max_attempts=6, interval=Duration.seconds(2), backoff_rate=2
         )
         run_step.add_catch(settle_step, errors=["States.ALL"], result_path="$.error")
-        self.log_group = logs.LogGroup(
-            self,
-            "Logs",
-            retention=retention(log_retention_days),
-            removal_policy=RemovalPolicy.DESTROY,
-        )
-        self.state_machine = sfn.StateMachine(
-            self,
-            "Batch",
-            state_machine_name=name,
-            definition_body=sfn.DefinitionBody.from_chainable(run_step),
-            state_machine_type=sfn.StateMachineType.STANDARD,
-            tracing_enabled=True,
-            logs=sfn.LogOptions(
-                destination=self.log_group, level=sfn.LogLevel.ALL, include_execution_data=False
-            ),
-        )
-        acknowledge(
-            self.state_machine,
-            {
-                "AwsSolutions-IAM5[Resource::*]": (
-                    "X-Ray tracing and the CloudWatch Logs delivery actions Step Functions "
-                    "logging needs have no resource-level permissions"
-                ),
-                **{
-                    f"AwsSolutions-IAM5[Resource::<{logical_id(fn.function)}.Arn>:*]": (
-                        "Step Functions invokes the function's versions and aliases"
-                    )
-                    for fn in (run, settle)
-                },
-            },
+        self.state_machine = standard_state_machine(
+            self, "Batch", run_step, [run, settle], log_retention_days, name=name
         )
         # Its ARN without a reference to it (a grant to the function it invokes).
         self.arn_by_name = Stack.of(self).format_arn(

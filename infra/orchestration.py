@@ -102,36 +102,8 @@ class Orchestration(Construct):
         for step in (prepare_step, execute, score):
             step.add_catch(record, errors=["States.ALL"], result_path="$.error")
         definition = prepare_step.next(execute).next(score).next(record)
-        self.log_group = logs.LogGroup(
-            self,
-            "Logs",
-            retention=retention(log_retention_days),
-            removal_policy=RemovalPolicy.DESTROY,
-        )
-        self.rollout = sfn.StateMachine(
-            self,
-            "Rollout",
-            definition_body=sfn.DefinitionBody.from_chainable(definition),
-            state_machine_type=sfn.StateMachineType.STANDARD,
-            tracing_enabled=True,
-            logs=sfn.LogOptions(
-                destination=self.log_group, level=sfn.LogLevel.ALL, include_execution_data=False
-            ),
-        )
-        acknowledge(
-            self.rollout,
-            {
-                "AwsSolutions-IAM5[Resource::*]": (
-                    "X-Ray tracing and the CloudWatch Logs delivery actions Step Functions "
-                    "logging needs have no resource-level permissions"
-                ),
-                **{
-                    f"AwsSolutions-IAM5[Resource::<{logical_id(fn.function)}.Arn>:*]": (
-                        "Step Functions invokes the function's versions and aliases"
-                    )
-                    for fn in (prepare, scorer, recorder)
-                },
-            },
+        self.rollout = standard_state_machine(
+            self, "Rollout", definition, [prepare, scorer, recorder], log_retention_days
         )
         # Every failure is caught into Record, so a failed execution means Record's own
         # fallback failed too: a request without a terminal result.
@@ -287,3 +259,48 @@ class Orchestration(Construct):
             errors=["DynamoDB.ConditionalCheckFailedException"],
         )
         return describe.next(put)
+
+
+def standard_state_machine(
+    scope: Construct,
+    construct_id: str,
+    definition: sfn.IChainable,
+    functions: list[TrialboxFunction],
+    log_retention_days: int,
+    name: str | None = None,
+) -> sfn.StateMachine:
+    """A STANDARD state machine, traced, logging every state to a log group of its own; its
+    wildcard grants (X-Ray, log delivery, the functions' versions) acknowledged."""
+    log_group = logs.LogGroup(
+        scope,
+        "Logs",  # one state machine a construct
+        retention=retention(log_retention_days),
+        removal_policy=RemovalPolicy.DESTROY,
+    )
+    machine = sfn.StateMachine(
+        scope,
+        construct_id,
+        state_machine_name=name,
+        definition_body=sfn.DefinitionBody.from_chainable(definition),
+        state_machine_type=sfn.StateMachineType.STANDARD,
+        tracing_enabled=True,
+        logs=sfn.LogOptions(
+            destination=log_group, level=sfn.LogLevel.ALL, include_execution_data=False
+        ),
+    )
+    acknowledge(
+        machine,
+        {
+            "AwsSolutions-IAM5[Resource::*]": (
+                "X-Ray tracing and the CloudWatch Logs delivery actions Step Functions "
+                "logging needs have no resource-level permissions"
+            ),
+            **{
+                f"AwsSolutions-IAM5[Resource::<{logical_id(fn.function)}.Arn>:*]": (
+                    "Step Functions invokes the function's versions and aliases"
+                )
+                for fn in functions
+            },
+        },
+    )
+    return machine

@@ -8,12 +8,11 @@ from aws_lambda_powertools import Logger, Tracer
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from trialbox.models.batches import BatchRun
-from trialbox.pipeline.admission import Admission
 from trialbox.pipeline.batch_prepare import BatchPreparer
 from trialbox.pipeline.batches import Ledger
 from trialbox.pipeline.prepare import Preparer
-from trialbox.pipeline.recorder import Recorder
-from trialbox.pipeline.stores import ObjectStore, ResultTable
+from trialbox.pipeline.recorder import recorder_for
+from trialbox.pipeline.stores import ObjectStore
 from trialbox.settings import FunctionSettings
 
 logger = Logger()
@@ -30,13 +29,7 @@ run = BatchPreparer(
         heartbeat_s=settings.heartbeat_s,
         margin_s=settings.execute_margin_s,
     ),
-    recorder=Recorder(
-        table=ResultTable(
-            dynamodb, settings.required("executions_table"), settings.result_ttl_days
-        ),
-        traces=traces,
-        admission=Admission(dynamodb, admission_table),
-    ),
+    recorder=recorder_for(settings, dynamodb, s3),
     ledger=Ledger(dynamodb, boto3.client("stepfunctions"), admission_table),
     requests=traces,
     sqs=boto3.client("sqs"),

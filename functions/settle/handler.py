@@ -9,10 +9,8 @@ from aws_lambda_powertools.metrics import MetricUnit
 from aws_lambda_powertools.utilities.typing import LambdaContext
 
 from trialbox.models.batches import BatchSettle
-from trialbox.pipeline.admission import Admission
-from trialbox.pipeline.recorder import Recorder
+from trialbox.pipeline.recorder import recorder_for
 from trialbox.pipeline.settle import Settler
-from trialbox.pipeline.stores import ObjectStore, ResultTable
 from trialbox.settings import FunctionSettings
 
 logger = Logger()
@@ -20,15 +18,8 @@ tracer = Tracer()
 metrics = Metrics()
 settings = FunctionSettings.from_env()
 dynamodb = boto3.client("dynamodb")
-settle = Settler(
-    Recorder(
-        table=ResultTable(
-            dynamodb, settings.required("executions_table"), settings.result_ttl_days
-        ),
-        traces=ObjectStore(boto3.client("s3"), settings.traces_bucket),
-        admission=Admission(dynamodb, settings.required("admission_table")),
-    )
-)
+s3 = boto3.client("s3")
+settle = Settler(recorder_for(settings, dynamodb, s3))
 
 
 @logger.inject_lambda_context

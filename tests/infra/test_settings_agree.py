@@ -92,11 +92,22 @@ def alias(model: type[EnvSettings], field: str) -> str:
     return model.model_fields[field].alias or field
 
 
+# Helpers a handler passes its settings to, and the module that defines each.
+SETTINGS_HELPERS = {"recorder_for": ROOT / "trialbox" / "pipeline" / "recorder.py"}
+
+
 def fields_read(handler: Path) -> set[str]:
     """The settings fields a handler module reads: `settings.<field>` and
-    `settings.required("<field>")`."""
+    `settings.required("<field>")`, its own or a helper's it passes `settings` to."""
     read = set()
-    for node in ast.walk(ast.parse(handler.read_text())):
+    tree = ast.parse(handler.read_text())
+    for node in ast.walk(tree):
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in SETTINGS_HELPERS
+        ):
+            read |= fields_read(SETTINGS_HELPERS[node.func.id])
         if isinstance(node, ast.Call) and _is_settings(node.func, "required"):
             (arg,) = node.args
             assert isinstance(arg, ast.Constant) and isinstance(arg.value, str)

@@ -93,7 +93,7 @@ class Dispatcher:
         self,
         body: str,
         wait_until: float | None = None,
-        before_waiting: Callable[[], None] | None = None,
+        before_waiting: Callable[[], object] | None = None,
     ) -> Dispatched | Admitted:
         """A request admitted (its start is the caller's: `start`), or what became of it.
         `before_waiting`: called once before the request waits for a slot (the handler

@@ -13,6 +13,7 @@ from trialbox.models.jobs import ScoreRef, StepError
 from trialbox.pipeline.admission import Admission
 from trialbox.pipeline.record import failure_result, record
 from trialbox.pipeline.stores import ObjectStore, ResultTable
+from trialbox.settings import FunctionSettings
 
 
 class RecordInput(StrictModel):
@@ -40,6 +41,8 @@ class Recorded:
 
 @dataclass
 class Recorder:
+    """The one terminal result of a request, its trace, and its slot given back."""
+
     table: ResultTable
     traces: ObjectStore
     admission: Admission
@@ -63,3 +66,14 @@ class Recorder:
         # Its slot goes back once its one result is there (a retry of Record releases nothing).
         self.admission.release(state.request_id, worker=holder)
         return Recorded(written, result.status)
+
+
+def recorder_for(settings: FunctionSettings, dynamodb: Any, s3: Any) -> Recorder:
+    """A function's Recorder, from its settings (the functions that record results)."""
+    return Recorder(
+        table=ResultTable(
+            dynamodb, settings.required("executions_table"), settings.result_ttl_days
+        ),
+        traces=ObjectStore(s3, settings.traces_bucket),
+        admission=Admission(dynamodb, settings.required("admission_table")),
+    )
