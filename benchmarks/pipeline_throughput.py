@@ -104,12 +104,19 @@ def steady(client: Client, n: int) -> Steady:
 
 
 def breakdown(twin: LocalTwin, run: Steady) -> dict[str, float]:
+    """The p50 of each step of the samples that ran alone (a Rollout execution each; a
+    batched sample's steps are not states of its own), and how many ran in batches."""
     sfn = twin.client("stepfunctions")
     arn = twin.output(c.OUTPUT_ROLLOUT_ARN).replace(":stateMachine:", ":execution:")
     parts: dict[str, list[float]] = {}
+    batched = 0
     for rid, at in run.submitted.items():
         result = run.results[rid]
-        events = sfn.get_execution_history(executionArn=f"{arn}:{rid}")["events"]
+        try:
+            events = sfn.get_execution_history(executionArn=f"{arn}:{rid}")["events"]
+        except sfn.exceptions.ExecutionDoesNotExist:
+            batched += 1
+            continue
         entered = {e["stateEnteredEventDetails"]["name"]: e["timestamp"].timestamp()
                    for e in events if "stateEnteredEventDetails" in e}  # fmt: skip
         exited = {e["stateExitedEventDetails"]["name"]: e["timestamp"].timestamp()
@@ -130,7 +137,7 @@ def breakdown(twin: LocalTwin, run: Steady) -> dict[str, float]:
         }
         for name, span in spans.items():
             parts.setdefault(name, []).append(span)
-    return {k: round(statistics.median(v), 3) for k, v in parts.items()}
+    return {k: round(statistics.median(v), 3) for k, v in parts.items()} | {"batched": batched}
 
 
 def main() -> None:

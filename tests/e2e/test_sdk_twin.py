@@ -9,6 +9,7 @@ from tests.support.tasks import ADD_TASK, CORRECT
 from tests.support.twin import request
 from trialbox import constants as c
 from trialbox.models import ExecutionRequest, ExecutionResult, Status, Task
+from trialbox.models.batches import BatchInput
 from trialbox.sdk import AsyncClient, Client, request_id
 from trialbox.sdk.extract import NO_CODE_FEEDBACK, NO_CODE_FLAG
 
@@ -74,7 +75,10 @@ def test_a_group_grades_each_completion_like_a_request_of_its_code(client: Clien
     assert twin is not None
     sfn = twin.client("stepfunctions")
     executions = sfn.list_executions(stateMachineArn=twin.output(c.OUTPUT_ROLLOUT_ARN))
-    names = {e["name"] for e in executions["executions"]}
+    names = {e["name"] for e in executions["executions"]}  # each alone, or in a batch:
+    for batch in sfn.list_executions(stateMachineArn=twin.output(c.OUTPUT_BATCH_ARN))["executions"]:
+        started = sfn.describe_execution(executionArn=batch["executionArn"])["input"]
+        names |= set(BatchInput.model_validate_json(started).request_ids)
     assert {r.request_id for r in results} & names == {
         results[0].request_id,
         results[1].request_id,

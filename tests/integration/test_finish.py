@@ -48,6 +48,7 @@ def ran(aws: Aws, preparer: Preparer, request_id: str) -> Finished:
         worker="w-1",
         started_at=1.0,
         finished_at=2.0,
+        content_sha256="c" * 64,
     )
 
 
@@ -68,6 +69,8 @@ def test_a_sample_is_scored_and_recorded_once_and_ends_its_batch(
         {"S": "succeeded"},
         {"N": "1.0"},
     )
+    # Its content, for the SDK's check of a reused id (a batch's result, as a Rollout's).
+    assert aws.table.terminal("r-1") == (True, "c" * 64)
     assert aws.admission.in_flight() == 0  # the holder's slot went back with the result
     assert aws.sfn.describe_execution(executionArn=execution)["status"] == "RUNNING"
 

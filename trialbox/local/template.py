@@ -41,8 +41,10 @@ APP_IMPORTS = (
     "settings.py",
     "aws_retries.py",
     "pipeline/admission.py",
+    "pipeline/batching.py",
     "models/jobs.py",
     "models/result.py",
+    "models/batches.py",
 )
 
 

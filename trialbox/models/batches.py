@@ -31,6 +31,9 @@ class BatchWork(StrictModel):
     request_id: RequestId
     job_uri: str
     budget_s: int = Field(gt=0, description="the run's own deadline: its claim cannot outlive it")
+    content_sha256: str | None = Field(
+        default=None, description="the request's content: its result records it (reuse check)"
+    )
 
 
 class Finished(StrictModel):
@@ -52,6 +55,7 @@ class Finished(StrictModel):
     attempt: int = Field(default=0, ge=0, description="lost sandboxes before this run")
     started_at: float | None = Field(default=None, description="epoch s: a worker took the job")
     finished_at: float | None = Field(default=None, description="epoch s: its run ended")
+    content_sha256: str | None = Field(default=None, description="as the BatchWork's")
 
 
 class BatchRun(StrictModel):

@@ -60,6 +60,7 @@ class BatchPreparer:
                     request_id=job.request_id,
                     job_uri=job.job_uri,
                     budget_s=job.timeout_s - job.heartbeat_s,
+                    content_sha256=rollout.content_sha256,
                 )
             )
         for start in range(0, len(works), SEND_BATCH):

@@ -34,6 +34,7 @@ class Finisher:
         score, error = self._score(done)
         state = RecordInput(
             request_id=done.request_id,
+            content_sha256=done.content_sha256,  # a reuse of its id with other content: refused
             score=score,
             error=error,
             job={"batch_id": done.batch_id, "job_uri": done.job_uri},

@@ -109,7 +109,11 @@ class BatchedJobs:
 
     def _finish(self, work: BatchWork, **fields: Any) -> None:
         message = Finished(
-            batch_id=work.batch_id, request_id=work.request_id, job_uri=work.job_uri, **fields
+            batch_id=work.batch_id,
+            request_id=work.request_id,
+            job_uri=work.job_uri,
+            content_sha256=work.content_sha256,
+            **fields,
         )
         self.sqs.send_message(QueueUrl=self.finish_queue, MessageBody=message.model_dump_json())
 
