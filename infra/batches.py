@@ -16,7 +16,7 @@ from constructs import Construct
 
 from infra.alarms import at_least
 from infra.lambdas import TrialboxFunction
-from infra.orchestration import LAMBDA_THROTTLED, standard_state_machine
+from infra.orchestration import retry_throttles, standard_state_machine
 from trialbox.constants import BATCH_TIMEOUT_S
 from trialbox.models.batches import BatchInput
 
@@ -44,13 +44,7 @@ class BatchOrchestration(Construct):
             task_timeout=sfn.Timeout.duration(Duration.seconds(BATCH_TIMEOUT_S)),
             result_path=sfn.JsonPath.DISCARD,
         )
-        run_step.add_retry(
-            errors=LAMBDA_THROTTLED,
-            interval=Duration.seconds(2),
-            max_attempts=6,
-            backoff_rate=2,
-            jitter_strategy=sfn.JitterType.FULL,
-        )
+        retry_throttles(run_step)
         settle_step = tasks.LambdaInvoke(
             self,
             "Settle",

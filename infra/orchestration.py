@@ -35,6 +35,18 @@ RECORD_FAILED = "the result could not be recorded (Record failed; see the execut
 LAMBDA_THROTTLED = ["Lambda.TooManyRequestsException"]
 
 
+def retry_throttles(step: tasks.LambdaInvoke) -> tasks.LambdaInvoke:
+    """Lambda's throttle retried with backoff and jitter: never the request's fault."""
+    step.add_retry(
+        errors=LAMBDA_THROTTLED,
+        interval=Duration.seconds(2),
+        max_attempts=6,
+        backoff_rate=2,
+        jitter_strategy=sfn.JitterType.FULL,
+    )
+    return step
+
+
 class Orchestration(Construct):
     def __init__(
         self,
@@ -59,14 +71,7 @@ class Orchestration(Construct):
                 payload_response_only=True,
                 result_path=result_path,
             )
-            step.add_retry(
-                errors=LAMBDA_THROTTLED,
-                interval=Duration.seconds(2),
-                max_attempts=6,
-                backoff_rate=2,
-                jitter_strategy=sfn.JitterType.FULL,
-            )
-            return step
+            return retry_throttles(step)
 
         record = invoke("Record", recorder, sfn.JsonPath.DISCARD)
         record.add_retry(errors=["States.ALL"], max_attempts=3, interval=Duration.seconds(1))
