@@ -75,25 +75,21 @@ def deep_archive(files: int) -> bytes:
 def test_a_restore_holds_one_member_at_a_time(tmp_path: Path) -> None:
     """A TarFile keeps every member it read (issue 22: +324 MiB of worker RSS for 20,000 long
     names); the restore streams them, whatever their number."""
-    archive = tmp_path / "deep.tar.gz"
-    archive.write_bytes(deep_archive(3000))
     # In a process of its own: tracemalloc counts every thread's allocations, and an xdist
     # worker may run a twin's threads beside the test (a CI run once saw 9 MiB).
     measure = (
         "import os, sys, tracemalloc\n"
         "from pathlib import Path\n"
         "from trialbox.sandbox.checkpoints import restore\n"
-        "data = Path(sys.argv[1]).read_bytes()\n"
+        "data = sys.stdin.buffer.read()\n"
         "tracemalloc.start()\n"
-        "restore(Path(sys.argv[2]), data, os.getuid(), os.getgid(), 64 << 20)\n"
+        "restore(Path(sys.argv[1]), data, os.getuid(), os.getgid(), 64 << 20)\n"
         "print(tracemalloc.get_traced_memory()[1])\n"
     )
-    into = tmp_path / "into"
-    into.mkdir()
     done = subprocess.run(
-        [sys.executable, "-c", measure, str(archive), str(into)],
-        capture_output=True, text=True, check=True, timeout=120,
+        [sys.executable, "-c", measure, str(tmp_path)],
+        input=deep_archive(3000), capture_output=True, check=True, timeout=120,
     )  # fmt: skip
     peak = int(done.stdout)
-    assert len(os.listdir(into / "/".join(f"{i:02d}" + "d" * 198 for i in range(20)))) == 3000
+    assert len(os.listdir(tmp_path / "/".join(f"{i:02d}" + "d" * 198 for i in range(20)))) == 3000
     assert peak < 4 << 20, peak  # 3,000 members kept: 15 MiB
