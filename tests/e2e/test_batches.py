@@ -7,13 +7,12 @@ from __future__ import annotations
 import os
 import signal
 import time
-from pathlib import Path
 from typing import Any
 
 import boto3
 
 from tests.support.tasks import CORRECT
-from tests.support.twin import descendants, request
+from tests.support.twin import cmdline, descendants, request
 from trialbox import constants as c
 from trialbox.local.twin import LocalTwin
 from trialbox.metering import execution_transitions
@@ -111,16 +110,9 @@ def test_a_batch_whose_run_fails_gives_each_sample_one_sandbox_error(client: Cli
 def _running_sleep(workers: list[int]) -> int | None:
     """A worker whose sandbox runs the sample's command (taken: a kill before is no loss)."""
     for pid in workers:
-        if any(_cmdline(child) == ["sleep", "4"] for child in descendants(pid)):
+        if any(cmdline(child) == ["sleep", "4"] for child in descendants(pid)):
             return pid
     return None
-
-
-def _cmdline(pid: int) -> list[str]:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
-    except OSError:  # it ended meanwhile
-        return []
 
 
 def test_a_worker_killed_mid_batch_reruns_only_its_own_sample() -> None:

@@ -11,24 +11,17 @@ from pathlib import Path
 import boto3
 
 from tests.support.tasks import CORRECT
-from tests.support.twin import descendants, request
+from tests.support.twin import cmdline, descendants, request
 from trialbox import constants as c
 from trialbox.local.twin import LocalTwin
 from trialbox.sdk import Client, Resources
-
-
-def _cmdline(pid: int) -> list[str]:
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
-    except OSError:  # it ended meanwhile
-        return []
 
 
 def test_a_worker_killed_mid_job_is_replaced_and_the_job_retried_to_a_correct_result() -> None:
     with LocalTwin(workers=1, heartbeat_s=5) as twin:  # the functions' least
         assert twin.pool is not None
         (doomed,) = twin.pool.pids()
-        assert _cmdline(doomed)[1:] == ["-m", "trialbox.worker"]
+        assert cmdline(doomed)[1:] == ["-m", "trialbox.worker"]
         client = Client(
             Resources.from_outputs(twin.outputs),
             endpoint_url=twin.endpoint_url,
@@ -40,7 +33,7 @@ def test_a_worker_killed_mid_job_is_replaced_and_the_job_retried_to_a_correct_re
         deadline = time.monotonic() + 60
         # Its sandbox is running the job's command. (Not any descendant: the sandbox runtime
         # may fork ahead, and a kill before the job was taken is no lost job.)
-        while not any(_cmdline(pid) == ["sleep", "3"] for pid in descendants(doomed)):
+        while not any(cmdline(pid) == ["sleep", "3"] for pid in descendants(doomed)):
             assert time.monotonic() < deadline, "the worker never took the job"
             time.sleep(0.05)
         sandboxes = descendants(doomed)

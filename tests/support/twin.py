@@ -32,6 +32,14 @@ def twin_of(client: Client) -> LocalTwin:
     return twin
 
 
+def cmdline(pid: int) -> list[str]:
+    """A process's argv; [] once it ended."""
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
+    except OSError:  # it ended meanwhile
+        return []
+
+
 def descendants(pid: int) -> set[int]:
     found: set[int] = set()
     for entry in Path("/proc").iterdir():

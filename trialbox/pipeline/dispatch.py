@@ -168,15 +168,9 @@ class Dispatcher:
         if self.batches is not None and self.batches.carried_by(request_id):
             return Dispatched.ALREADY_STARTED
         try:
-            existing = self.sfn.describe_execution(
-                executionArn=execution_arn(self.rollout_arn, request_id)
-            )
+            return self._existing(one.rollout, one.body)
         except self.sfn.exceptions.ExecutionDoesNotExist:
             return None
-        started = RolloutInput.model_validate_json(existing["input"])
-        if started.content_sha256 == one.rollout.content_sha256:
-            return Dispatched.ALREADY_STARTED
-        return self._reused(one.body, request_id)
 
     def _start_batch(self, admitted: list[Admitted]) -> None:
         assert self.batches is not None
@@ -243,6 +237,11 @@ class Dispatcher:
             # and meanwhile its slot is for others, unless the start did happen after all.
             self._release_unstarted(rollout.request_id)
             raise
+        return self._existing(rollout, body)
+
+    def _existing(self, rollout: RolloutInput, body: str) -> Dispatched:
+        """The request's Rollout execution exists: the same content runs once; other content
+        under its id is dead-lettered (ExecutionDoesNotExist when there is none)."""
         existing = self.sfn.describe_execution(
             executionArn=execution_arn(self.rollout_arn, rollout.request_id)
         )
