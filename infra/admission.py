@@ -9,6 +9,8 @@ from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 
 from infra.network import WORKER_TABLE_ACTIONS
+from trialbox.pipeline.admission import ID, PART
+from trialbox.pipeline.claims import CANCELLED
 
 
 def grant_admission(
@@ -45,4 +47,19 @@ def grant_admission(
     table.grant(dead_letters, "dynamodb:GetItem")
     worker.add_to_principal_policy(
         iam.PolicyStatement(actions=list(WORKER_TABLE_ACTIONS), resources=[table.table_arn])
+    )
+
+
+def cancel_claims(table: dynamodb.ITable) -> iam.PolicyStatement:
+    """A caller's cancel: the flag on a request's claim (trialbox.pipeline.claims), and only
+    that attribute (fine-grained access: the key, the flag; nothing read back), so that a
+    caller can end a run but never touch the pool's count, leases or holders."""
+    return iam.PolicyStatement(
+        sid="CancelClaims",
+        actions=["dynamodb:UpdateItem"],
+        resources=[table.table_arn],
+        conditions={
+            "ForAllValues:StringEquals": {"dynamodb:Attributes": [PART, ID, CANCELLED]},
+            "StringEqualsIfExists": {"dynamodb:ReturnValues": "NONE"},
+        },
     )

@@ -20,6 +20,7 @@ from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
+from infra.admission import cancel_claims
 from infra.nag import acknowledge, executions_finding, logical_id
 from infra.sessions import CLIENT_ACTIONS, WHY, session_queue_prefix
 from trialbox import keys
@@ -35,6 +36,7 @@ class ClientPolicy(Construct):
         tasksets: s3.IBucket,
         traces: s3.IBucket,
         table: dynamodb.ITable,
+        admission: dynamodb.ITable,
         rollout: sfn.IStateMachine,
         work: sqs.IQueue,
         session_queues: str,
@@ -77,8 +79,10 @@ class ClientPolicy(Construct):
                 # submit, and the pump's polls: BatchGetItem, 100 request ids at a time.
                 _allow("PollResults", "dynamodb:BatchGetItem", table.table_arn),
                 # cancel: a conditional PutItem of the `cancelled` result (first writer
-                # wins), then StopExecution of the request's Rollout execution.
+                # wins), then the cancel flag on its claim (a sample in a batch) and
+                # StopExecution of its Rollout execution (a request run alone).
                 _allow("CancelResults", "dynamodb:PutItem", table.table_arn),
+                cancel_claims(admission),
                 _allow("StopExecutions", "states:StopExecution", executions),
                 # read_object: each result's trace (trialbox run --traces-dir).
                 _allow(

@@ -15,6 +15,7 @@ from aws_cdk import aws_sqs as sqs
 from aws_cdk import aws_stepfunctions as sfn
 from constructs import Construct
 
+from infra.admission import cancel_claims
 from infra.lambdas import TrialboxFunction
 from infra.nag import acknowledge, executions_finding, grant_objects
 from trialbox import keys
@@ -32,6 +33,7 @@ class RunCode(Construct):
         function: TrialboxFunction,
         requests: sqs.IQueue,
         table: dynamodb.ITable,
+        admission: dynamodb.ITable,
         traces: s3.IBucket,
         rollout: sfn.StateMachine,
         max_concurrency: int,
@@ -51,8 +53,10 @@ class RunCode(Construct):
         )
         table.grant(function.role, "dynamodb:BatchGetItem")
         # A call that misses its deadline is cancelled, as the SDK cancels: a conditional
-        # PutItem of its `cancelled` result, then StopExecution, so that it frees its slot.
+        # PutItem of its `cancelled` result, then its claim flagged and StopExecution, so
+        # that its sandbox is killed and its slot freed.
         table.grant(function.role, "dynamodb:PutItem")
+        function.role.add_to_principal_policy(cancel_claims(admission))
         rollout.grant_execution(function.role, "states:StopExecution")
         acknowledge(
             function.role,

@@ -133,5 +133,10 @@ class SandboxError(TrialboxError):
     """The sandbox itself failed (not the code in it). The run carries no reward."""
 
 
+class Stopped(SandboxError):
+    """Whoever ran the job stopped it (cancelled, or no longer its own): its sandbox was killed
+    and it has no result of its own."""
+
+
 class SandboxSetupError(SandboxError):
     """The machine is not set up to run sandboxes. The message names the missing piece."""

@@ -117,6 +117,7 @@ class ClientSettings(EnvSettings):
     traces_bucket: str | None = Field(default=None, alias=c.ENV_TRACES_BUCKET)
     tasksets_bucket: str | None = Field(default=None, alias=c.ENV_TASKSETS_BUCKET)
     rollout_arn: str | None = Field(default=None, alias=c.ENV_ROLLOUT_ARN)  # for cancel
+    admission_table: str | None = Field(default=None, alias=c.ENV_ADMISSION_TABLE)  # for cancel
     pool_capacity: int | None = Field(default=None, ge=1, alias=c.ENV_POOL_CAPACITY)
     work_queue_url: str | None = Field(default=None, alias=c.ENV_WORK_QUEUE_URL)  # sessions
     session_queue_prefix: str | None = Field(default=None, alias=c.ENV_SESSION_QUEUE_PREFIX)

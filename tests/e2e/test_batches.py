@@ -4,19 +4,24 @@ billed transition per sample, counted from the executions' histories."""
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import time
+from pathlib import Path
 from typing import Any
 
 import boto3
+import pytest
 
-from tests.support.tasks import CORRECT
+from tests.support.tasks import ADD_TASK, CORRECT
 from tests.support.twin import cmdline, descendants, request
 from trialbox import constants as c
+from trialbox.local import principals
+from trialbox.local.requestlog import ENV_REQUEST_LOG
 from trialbox.local.twin import LocalTwin
 from trialbox.metering import execution_transitions
-from trialbox.models import Status
+from trialbox.models import ExecutionResult, Status
 from trialbox.models.batches import BatchInput
 from trialbox.pipeline.admission import Admission
 from trialbox.sdk import Client, Resources
@@ -36,6 +41,27 @@ def executions(twin: LocalTwin, output: str) -> list[dict[str, Any]]:
     return [e for page in pages for e in page["executions"]]
 
 
+def _client(twin: LocalTwin) -> Client:
+    """A client of a twin this test made itself (its own workers and heartbeat)."""
+    return Client(
+        Resources.from_outputs(twin.outputs),
+        endpoint_url=twin.endpoint_url,
+        session=boto3.session.Session(
+            aws_access_key_id="local", aws_secret_access_key="local", region_name="us-east-1"
+        ),
+    )
+
+
+def _leased(twin: LocalTwin, slots: int) -> Admission:
+    """The admission table, once every worker's lease is in (so one batch admits them all)."""
+    admission = Admission(twin.client("dynamodb"), twin.output(c.OUTPUT_ADMISSION_TABLE))
+    deadline = time.monotonic() + 60
+    while admission.capacity() < slots:
+        assert time.monotonic() < deadline, "the workers never leased their slots"
+        time.sleep(0.2)
+    return admission
+
+
 def transitions(twin: LocalTwin, found: list[dict[str, Any]]) -> int:
     sfn = twin.client("stepfunctions")
     return sum(execution_transitions(sfn, e["executionArn"]) for e in found)
@@ -48,11 +74,7 @@ def test_samples_sent_together_run_as_one_batch_under_one_transition_each() -> N
     one per sample."""
     with Client.local(workers=8) as local:
         twin = twin_of(local)
-        admission = Admission(twin.client("dynamodb"), twin.output(c.OUTPUT_ADMISSION_TABLE))
-        deadline = time.monotonic() + 60
-        while admission.capacity() < 8:  # every worker's lease is in
-            assert time.monotonic() < deadline, "the workers never leased their slots"
-            time.sleep(0.2)
+        _leased(twin, 8)
         requests = [request(f"b-many-{i}", CORRECT if i % 2 else WRONG) for i in range(8)]
         results = local.gather(local.submit(requests), timeout=300)
         assert [(r.status, r.reward, r.attempts) for r in results] == [
@@ -107,10 +129,10 @@ def test_a_batch_whose_run_fails_gives_each_sample_one_sandbox_error(client: Cli
     assert set(admission.admitted()).isdisjoint(ids) and admission.in_flight() == held
 
 
-def _running_sleep(workers: list[int]) -> int | None:
+def _running(workers: list[int], command: list[str]) -> int | None:
     """A worker whose sandbox runs the sample's command (taken: a kill before is no loss)."""
     for pid in workers:
-        if any(cmdline(child) == ["sleep", "4"] for child in descendants(pid)):
+        if any(cmdline(child) == command for child in descendants(pid)):
             return pid
     return None
 
@@ -123,23 +145,13 @@ def test_a_worker_killed_mid_batch_reruns_only_its_own_sample() -> None:
     heartbeat_s = 5
     with LocalTwin(workers=2, heartbeat_s=heartbeat_s) as twin:
         assert twin.pool is not None
-        client = Client(
-            Resources.from_outputs(twin.outputs),
-            endpoint_url=twin.endpoint_url,
-            session=boto3.session.Session(
-                aws_access_key_id="local", aws_secret_access_key="local", region_name="us-east-1"
-            ),
-        )
-        admission = Admission(twin.client("dynamodb"), twin.output(c.OUTPUT_ADMISSION_TABLE))
-        deadline = time.monotonic() + 30
-        while admission.capacity() < 2:  # both workers' leases: one batch admits both
-            assert time.monotonic() < deadline, "the workers never leased their slots"
-            time.sleep(0.2)
+        client = _client(twin)
+        _leased(twin, 2)
         sleeps = [["sleep", "4"]]
         requests = [request(f"b-lost-{n}", CORRECT, commands=sleeps) for n in range(2)]
         handles = client.submit(requests)
         deadline = time.monotonic() + 60
-        while not (running := _running_sleep(twin.pool.pids())):
+        while not (running := _running(twin.pool.pids(), sleeps[0])):
             assert time.monotonic() < deadline, "no worker took a sample"
             time.sleep(0.05)
         os.kill(running, signal.SIGKILL)
@@ -151,3 +163,94 @@ def test_a_worker_killed_mid_batch_reruns_only_its_own_sample() -> None:
         (batch,) = executions(twin, c.OUTPUT_BATCH_ARN)
         assert batch["status"] == "SUCCEEDED"
         client.close()
+
+
+@pytest.mark.parametrize("together", [True, False], ids=["in-a-batch", "alone"])
+def test_cancelling_a_running_sample_kills_its_sandbox_and_leaves_the_others(
+    together: bool,
+) -> None:
+    """A sample runs a long command and is cancelled while it runs: its sandbox is killed and
+    its slot comes back long before the command would end, and it ends `cancelled`. In a
+    batch (beside a sample that runs as it would), the holder's next renewal finds its claim
+    flagged; alone, its Rollout execution is stopped and the next heartbeat fails."""
+    with LocalTwin(workers=2, heartbeat_s=5) as twin:
+        assert twin.pool is not None
+        client = _client(twin)
+        admission = _leased(twin, 2)
+        limits = {"timeout_s": 300, "memory_mb": 512}  # the cancel ends it, not its deadline
+        long_one = request(
+            "b-cancel-long",
+            CORRECT,
+            task=ADD_TASK | {"limits": limits},
+            commands=[["sleep", "300"]],
+        )
+        others = [request("b-cancel-other", CORRECT)] if together else []
+        handles = client.submit([long_one, *others])
+        deadline = time.monotonic() + 60
+        while not _running(twin.pool.pids(), ["sleep", "300"]):
+            assert time.monotonic() < deadline, "no worker ran the long sample"
+            time.sleep(0.05)
+        client.cancel([handles[0]])
+        cancelled_at = time.monotonic()
+        results = client.gather(handles, timeout=120)
+        assert [(r.status, r.reward) for r in results] == [(Status.CANCELLED, None)] + [
+            (Status.SUCCEEDED, 1.0) for _ in others
+        ], results
+        deadline = cancelled_at + 30  # a renewal or heartbeat (every heartbeat / 3) sees it
+        while _running(twin.pool.pids(), ["sleep", "300"]) or admission.in_flight():
+            assert time.monotonic() < deadline, "the cancelled sample's sandbox ran on"
+            time.sleep(0.2)
+        batches = executions(twin, c.OUTPUT_BATCH_ARN)
+        assert [b["status"] for b in batches] == (["SUCCEEDED"] if together else [])
+        client.close()
+
+
+def _taskset_reads(log: Path) -> dict[str, int]:
+    """GetObject calls on task sets, by principal, from the twin's request log."""
+    reads: dict[str, int] = {}
+    for line in log.read_text().splitlines():
+        entry = json.loads(line)
+        if entry["service"] == "s3" and entry["method"] == "GET" and "/tasksets/" in entry["path"]:
+            reads[entry["key"]] = reads.get(entry["key"], 0) + 1
+    return reads
+
+
+def test_a_group_is_graded_with_one_prepare_and_one_task_set_read(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """A GRPO group of 8 completions of one pushed task: one Batch execution prepares them all
+    (one Run), reading the task set once, and the samples run in parallel on the pool. Each
+    result is exactly what its completion gets graded alone (a group of one: its own Rollout)."""
+    log = tmp_path / "requests.jsonl"
+    monkeypatch.setenv(ENV_REQUEST_LOG, str(log))
+    kinds = [CORRECT, WRONG, "def add(a, b)\n    return a + b\n"]  # the last: a SyntaxError
+    completions = [f"```python\n{kinds[i % len(kinds)]}```" for i in range(8)]
+    with Client.local(workers=8) as local:
+        twin = twin_of(local)
+        _leased(twin, 8)
+        ref = local.push_tasks([ADD_TASK], name="group")
+        task = ref.task(ADD_TASK["task_id"])
+        reads_before = _taskset_reads(log)
+        group = local.run_group(task, completions, group_id="g-8", timeout=300)
+        reads = _taskset_reads(log)
+        (batch,) = executions(twin, c.OUTPUT_BATCH_ARN)
+        assert executions(twin, c.OUTPUT_ROLLOUT_ARN) == []
+        assert transitions(twin, [batch]) <= len(completions)
+        functions_read = {
+            key: n - reads_before.get(key, 0)
+            for key, n in reads.items()
+            if key.startswith(principals.FUNCTION_PREFIX)
+        }
+        assert sum(functions_read.values()) == 1, functions_read
+        alone = [
+            local.run_group(task, [completion], group_id=f"g-alone-{i}", timeout=120)[0]
+            for i, completion in enumerate(completions[: len(kinds)])
+        ]
+
+    def graded(result: ExecutionResult) -> tuple[Any, ...]:
+        tests = [(t.test_id, t.outcome) for t in result.tests]
+        return (result.status, result.reward, result.loss_mask, result.tests_passed, tests)
+
+    assert [graded(r) for r in group[: len(kinds)]] == [graded(r) for r in alone]
+    assert [graded(r) for r in group] == [graded(group[i % len(kinds)]) for i in range(8)]
+    assert len({r.reward for r in group}) == len(kinds), group  # the kinds really differ

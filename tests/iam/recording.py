@@ -73,11 +73,11 @@ class Recorded:
 def _runner(store: ObjectStore) -> Any:
     real = job_runner(Runner(), store)
 
-    def run(job: JobSpec) -> RunReport:
+    def run(job: JobSpec, stop: threading.Event) -> RunReport:
         if job.request_id.startswith(BROKEN):
             time.sleep(5)
             raise RuntimeError("the sandbox broke (a test double for a runner failure)")
-        return real(job)
+        return real(job, stop)
 
     return run
 

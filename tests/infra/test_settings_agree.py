@@ -186,7 +186,7 @@ def test_the_work_queue_visibility_is_what_the_worker_asks_for(
         sfn=None,
         jobs=ObjectStore(None, settings.traces_bucket),
         queue_url=settings.work_queue_url,
-        run_job=lambda job: pytest.fail("no job was queued"),
+        run_job=lambda job, stop: pytest.fail("no job was queued"),
         heartbeat_s=settings.heartbeat_s,
         wait_s=0,
     )

@@ -114,7 +114,7 @@ def test_a_runner_failure_is_a_typed_task_failure(aws: Aws) -> None:
     uri = job(aws, "w-2")
     arn = start(aws, machine, "w-2", uri)
 
-    def broken(_: JobSpec) -> RunReport:
+    def broken(_: JobSpec, __: threading.Event) -> RunReport:
         raise RuntimeError("no sandbox here")
 
     the_worker = worker(aws, broken)
@@ -217,10 +217,10 @@ def test_a_stop_request_finishes_the_current_job_and_loses_nothing(aws: Aws) -> 
     started = threading.Event()
     real = job_runner(Runner(), aws.traces)
 
-    def slow(spec: JobSpec) -> RunReport:
+    def slow(spec: JobSpec, stop: threading.Event) -> RunReport:
         started.set()
         time.sleep(1)  # SIGTERM arrives mid-job (the entrypoint's handler sets `stop`)
-        return real(spec)
+        return real(spec, stop)
 
     the_worker = worker(aws, slow)
     serving = threading.Thread(target=the_worker.serve)
@@ -292,10 +292,10 @@ def test_a_worker_told_to_stop_hands_a_long_job_back_after_its_grace(aws: Aws) -
     started, release = threading.Event(), threading.Event()
     real = job_runner(Runner(), aws.traces)
 
-    def long_job(spec: JobSpec) -> RunReport:
+    def long_job(spec: JobSpec, stop: threading.Event) -> RunReport:
         started.set()
         release.wait(30)  # still running when the grace ends
-        return real(spec)
+        return real(spec, stop)
 
     the_worker = worker(aws, long_job)
     serving = threading.Thread(target=the_worker.serve)
@@ -334,7 +334,7 @@ def test_a_job_received_after_the_stop_is_given_back_unrun(aws: Aws) -> None:
     assert the_worker.hand_back_at is not None and the_worker.hand_back_at < time.time() + 61
 
 
-def fake_report(job: JobSpec) -> RunReport:
+def fake_report(job: JobSpec, stop: threading.Event) -> RunReport:
     return RunReport(
         task_id=job.task.task_id,
         sample_id=job.request_id,
@@ -413,17 +413,17 @@ def test_a_checkpoint_is_stored_by_its_hash_and_a_corrupt_one_is_a_sandbox_failu
     task = Task.model_validate(ADD_TASK)
     first = JobSpec(request_id="c-1", task=task, grade=False, checkpoint=True,
                     commands=[["touch", "left.txt"]], limits=task.limits)  # fmt: skip
-    checkpoint = run(first).checkpoint
+    checkpoint = run(first, threading.Event()).checkpoint
     assert checkpoint is not None
     stored = aws.traces.get_bytes(aws.traces.uri(keys.checkpoint_key(checkpoint)))
     assert keys.sha256_hex(stored) == checkpoint
     second = first.model_copy(update={"base_checkpoint": checkpoint, "checkpoint": False,
                                       "commands": [["test", "-e", "left.txt"]]})  # fmt: skip
-    report = run(second)
+    report = run(second, threading.Event())
     assert report.commands[0].exit_code == 0 and report.checkpoint is None
     aws.traces.put_bytes(keys.checkpoint_key(checkpoint), stored[:-1], "application/gzip")
     with pytest.raises(SandboxError, match="does not match its sha256"):
-        run(second)
+        run(second, threading.Event())
 
 
 def test_a_work_message_is_read_by_its_type_not_by_its_first_characters(aws: Aws) -> None:

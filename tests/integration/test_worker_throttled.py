@@ -69,7 +69,7 @@ def run_one(
     payload = json.dumps({"request_id": request_id, "job_uri": uri})
     runs: list[str] = []
 
-    def run_job(job: JobSpec) -> RunReport:
+    def run_job(job: JobSpec, stop: threading.Event) -> RunReport:
         runs.append(job.request_id)
         if broken:
             raise RuntimeError("no sandbox here")

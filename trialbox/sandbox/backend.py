@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
-from trialbox.errors import SandboxError
+from trialbox.errors import SandboxError, Stopped
 from trialbox.models.limits import Limits
 from trialbox.sandbox import processes
 from trialbox.sandbox.output import Collector, HeadTail
@@ -151,6 +151,10 @@ class Backend(ABC):
         return [f"process {pid}" for pid in processes.processes_of(uids)]
 
     def run(self, slot: Slot, spec: CommandSpec) -> Outcome:
+        """The command, supervised to its end, its deadline, or the slot's `stop`: then it is
+        killed and Stopped raised (a stopped run has no outcome to score)."""
+        if slot.stop.is_set():
+            raise Stopped("the run was stopped before this command started")
         report = Collector(REPORT_CAP)
         read_fd, write_fd = os.pipe() if spec.report else (None, None)
         passed: list[int] = []
@@ -180,10 +184,13 @@ class Backend(ABC):
             for fd in passed + later:
                 os.close(fd)
         try:
-            return self._supervise(spec, launched, companion, started, read_fd, report)
+            outcome = self._supervise(spec, launched, companion, started, read_fd, report, slot)
         finally:
             if companion is not None:
                 companion.discard()
+        if slot.stop.is_set():
+            raise Stopped("the run was stopped while this command ran")
+        return outcome
 
     def _companion(self, slot: Slot, spec: CommandSpec, main: Launched) -> Launched:
         for variable, fd in spec.inherit:
@@ -203,6 +210,7 @@ class Backend(ABC):
         started: float,
         read_fd: int | None,
         report: Collector,
+        slot: Slot,
     ) -> Outcome:
         stdout, stderr = HeadTail(spec.limits.output_bytes), HeadTail(spec.limits.output_bytes)
         proc = launched.proc
@@ -225,6 +233,9 @@ class Backend(ABC):
                     # The main process is gone: whatever still holds a pipe is a leftover.
                     launched.kill_tree()
                     deadline = min(deadline, now + DRAIN_S)
+                if slot.stop.is_set():
+                    launched.kill_tree()
+                    break
                 if now >= deadline:
                     if not launched.exited():
                         timed_out = True
@@ -244,6 +255,9 @@ class Backend(ABC):
         # deadline still holds while the main process lives.
         while not timed_out and not launched.exited():
             now = time.monotonic()
+            if slot.stop.is_set():
+                launched.kill_tree()
+                break
             if now >= deadline:
                 timed_out = True
                 launched.kill_tree()

@@ -3,11 +3,13 @@
 
 from __future__ import annotations
 
+import dataclasses
 import errno
 import json
 import os
 import secrets
 import socket
+import threading
 from pathlib import Path
 from typing import Literal
 
@@ -190,16 +192,19 @@ class Runner:
         grade: bool = True,
         checkpoint_to: Path | None = None,
         base_checkpoint: bytes | None = None,
+        stop: threading.Event | None = None,
     ) -> RunReport:
         """Agent phase, then grading. The workspace is the task's files, or `base_checkpoint`
         (checkpoints.checkpoint's archive: the whole workspace it saved), then the sample's files.
         `checkpoint_to` receives the workspace after the commands. Never raises for the
-        sandbox's own failures: the report then has status `sandbox_error` and says why."""
+        sandbox's own failures: the report then has status `sandbox_error` and says why. Once
+        `stop` is set, the running command is killed and nothing more runs (`sandbox_error`)."""
         limits, notes = (limits or task.limits).effective()
         grading_timeout = task.grading_timeout_s if grade else None
         commands: list[CommandResult] = []
         try:
-            with self.slots.acquire() as slot:
+            with self.slots.acquire() as held:
+                slot = held if stop is None else dataclasses.replace(held, stop=stop)
                 grading = self._run_in_slot(
                     slot, task, sample, limits, grade, commands, checkpoint_to, base_checkpoint,
                     notes,

@@ -18,7 +18,7 @@ import random
 import threading
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from trialbox.errors import SandboxSetupError
@@ -38,6 +38,9 @@ class Slot:
     agent_uid: int
     grader_uid: int
     root: Path
+    # Set by whoever runs the job when its run is no longer wanted (cancelled, taken over):
+    # the running command is killed and no further one starts (Backend.run raises Stopped).
+    stop: threading.Event = field(default_factory=threading.Event, compare=False)
 
     @property
     def work_dir(self) -> Path:

@@ -18,6 +18,7 @@ from trialbox import aws_retries, keys
 from trialbox.constants import CONTENT_ATTRIBUTE, MAX_INLINE_REQUEST_BYTES, TABLE_KEY
 from trialbox.errors import AwsCallError, TrialboxError
 from trialbox.models import ExecutionRequest, ExecutionResult
+from trialbox.pipeline.claims import Claims
 from trialbox.pipeline.record import record
 from trialbox.pipeline.stores import ResultTable
 from trialbox.sdk.resources import Resources
@@ -183,7 +184,9 @@ class Aws:
 
     def cancel(self, result: ExecutionResult, content_sha256: str) -> bool:
         """Record a `cancelled` result (first writer wins: False when a result existed), then
-        stop the execution so that its sandbox is freed."""
+        end its run, wherever it is: flag its claim (a sample in a batch: the worker's next
+        renewal fails and its sandbox is killed) and stop its Rollout execution (a request
+        run alone: its next heartbeat fails, as does its sandbox)."""
         table = ResultTable(
             self.dynamodb, self.resources.executions_table, self.resources.result_ttl_days
         )
@@ -191,6 +194,12 @@ class Aws:
             written = record(result, table, None, content_sha256=content_sha256)
         except (ClientError, BotoCoreError) as exc:
             raise AwsCallError(f"PutItem (cancel {result.request_id}): {exc}") from exc
+        if written and self.resources.admission_table:
+            claims = Claims(self.dynamodb, self.resources.admission_table, lease_s=0.0)
+            try:  # False: no marker (not admitted yet, or ended): nothing runs for it
+                claims.cancel(str(result.request_id))
+            except (ClientError, BotoCoreError) as exc:
+                raise AwsCallError(f"UpdateItem (cancel {result.request_id}): {exc}") from exc
         if written and self.resources.rollout_arn:
             arn = keys.execution_arn(self.resources.rollout_arn, str(result.request_id))
             try:

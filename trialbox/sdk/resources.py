@@ -27,6 +27,7 @@ class Resources:
     traces_bucket: str
     tasksets_bucket: str
     rollout_arn: str | None = None  # cancel stops the execution when known
+    admission_table: str | None = None  # cancel flags a batched sample's claim when known
     capacity: int | None = None  # the pool's jobs at once, when the stack says
     work_queue_url: str | None = None  # sessions open there
     session_queue_prefix: str | None = None  # sessions' own queues are named with it
@@ -58,6 +59,7 @@ class Resources:
             traces_bucket=outputs[c.OUTPUT_TRACES_BUCKET],
             tasksets_bucket=outputs[c.OUTPUT_TASKSETS_BUCKET],
             rollout_arn=outputs.get(c.OUTPUT_ROLLOUT_ARN),
+            admission_table=outputs.get(c.OUTPUT_ADMISSION_TABLE),
             capacity=int(capacity) if capacity else None,
             work_queue_url=outputs.get(c.OUTPUT_WORK_QUEUE_URL),
             session_queue_prefix=outputs.get(c.OUTPUT_SESSION_QUEUE_PREFIX),
@@ -83,6 +85,7 @@ class Resources:
             traces_bucket=settings.required("traces_bucket"),
             tasksets_bucket=settings.required("tasksets_bucket"),
             rollout_arn=settings.rollout_arn,
+            admission_table=settings.admission_table,
             capacity=settings.pool_capacity,
             work_queue_url=settings.work_queue_url,
             session_queue_prefix=settings.session_queue_prefix,

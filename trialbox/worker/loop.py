@@ -278,7 +278,7 @@ class Worker:
         execution moved on while it ran."""
         try:
             job = JobSpec.model_validate_json(self.jobs.get_bytes(job_uri))
-            report = self.run_job(job)
+            report = self.run_job(job, lost)
         except Exception as exc:  # the runner itself failed: a typed failure, never a reward
             log.exception("%s: the runner failed", request_id)
             return "failure", f"{type(exc).__name__}: {exc}"
