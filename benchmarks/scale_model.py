@@ -1,0 +1,71 @@
+"""The scale model (trialbox.scalemodel; docs/scaling.md) on the synthesized template: the
+rate ceilings each quota puts on samples/s, the audit's figures reproduced, and the issue's
+scenarios (1k and 10k sandboxes of 10 s and 60 s jobs, 30 minutes of demand).
+Run: `.venv/bin/python benchmarks/scale_model.py`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+from trialbox.scalemodel.quotas import PRICES, value
+from trialbox.scalemodel.sim import ALONE, Load, Shape, ceiling, simulate
+from trialbox.scalemodel.template import pool_scaling
+
+# Measured on the twin: benchmarks/transitions.py --size 8 (0.125 a sample, one start a batch).
+BATCHED = Shape(transitions=0.125, starts=1 / 8)
+AUDIT = {"ceiling": 375.0, "minutes_to_4096": 205.0, "idle_task_hours": 280_000.0}
+
+
+def spot_dollars(task_hours: float) -> float:
+    """1 vCPU / 2 GB ARM on Fargate Spot."""
+    hour = PRICES["fargate_arm_vcpu_hour"].value + 2 * PRICES["fargate_arm_gb_hour"].value
+    return task_hours * hour * (1 - PRICES["fargate_spot_discount"].value)
+
+
+def main() -> None:
+    template = pool_scaling()
+    print(f"template: min {template.min_tasks}, max {template.max_tasks} tasks;", end=" ")
+    print(", ".join(f"{p.name[:40]} cooldown {p.cooldown_s} s" for p in template.policies))
+    print("\nceiling, samples/s, by quota:")
+    for name, shape in (("alone", ALONE), ("batches of 8", BATCHED)):
+        limits = ceiling(shape)
+        first = min(limits, key=limits.__getitem__)
+        shown = ", ".join(f"{k} {v:,.0f}" for k, v in limits.items())
+        print(f"  {name:13} {limits[first]:8,.0f}  (first: {first}; {shown})")
+
+    print("\nthe audit's figures, on today's template with max_workers 4,096:")
+    wide = dataclasses.replace(template, max_tasks=4096)
+    run = simulate(Load.concurrent(4096, 60, 6 * 3600), wide)
+    assert run.peak_reached_s is not None
+    rows = [
+        ("Step Functions transitions ceiling (4 a sample)", AUDIT["ceiling"],
+         ceiling(ALONE)["Step Functions transitions"]),
+        ("minutes from idle to 4,096 tasks", AUDIT["minutes_to_4096"], run.peak_reached_s / 60),
+        ("idle task-hours after a 4,096 peak", AUDIT["idle_task_hours"], run.idle_task_hours),
+    ]  # fmt: skip
+    for what, audit, model in rows:
+        print(
+            f"  {what:50} audit {audit:>10,.0f}   model {model:>10,.0f}   ratio {model / audit:.3f}"
+        )
+
+    print("\nscenarios (30 min of demand; max_workers = the demand, at most 5,000 a service):")
+    print(f"  {'load':22} {'first result':>12} {'drained':>9} {'peak':>6} {'to peak':>8} "
+          f"{'idle task-h':>11} {'Spot $':>9}")  # fmt: skip
+    for sandboxes in (1000, 10_000):
+        for job_s in (10, 60):
+            most = min(sandboxes, int(value("ecs_tasks_per_service")))
+            pool = dataclasses.replace(template, max_tasks=most)
+            out = simulate(Load.concurrent(sandboxes, job_s, 1800), pool)
+            print(
+                f"  {sandboxes:>6,} x {job_s:>2} s jobs     {out.first_result_s or 0:>10.0f} s "
+                f"{(out.drained_s or 0) / 60:>7.0f} m {out.peak_tasks:>6,} "
+                f"{(out.peak_reached_s or 0) / 60:>6.0f} m {out.idle_task_hours:>11,.0f} "
+                f"{spot_dollars(out.task_hours):>9,.0f}"
+            )
+    print("\nnot modelled yet: sessions (the 4,096-session burst), throttling's retries, cost by")
+    print("API call (docs/scaling.md, 'What the model leaves out').")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,42 @@
+"""The scale model (trialbox.scalemodel) on the synthesized template: it reads the pool's
+step scaling as CloudFormation would apply it, and reproduces the audit's figures for it
+(../shared/research/scale-audit.md): about 375 samples/s of transitions, about 205 min from
+idle to 4,096 tasks, about 280,000 idle task-hours after that peak."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+
+from trialbox.scalemodel.sim import ALONE, Load, Shape, ceiling, simulate
+from trialbox.scalemodel.template import pool_scaling
+
+
+def test_the_template_s_scaling_is_read_with_aws_s_step_bounds() -> None:
+    scaling = pool_scaling()
+    out, idle = sorted(scaling.policies, key=lambda p: p.cooldown_s)
+    assert (out.cooldown_s, idle.cooldown_s, out.period_s) == (60, 120, 60)
+    assert [out.change(v) for v in (0, 1, 19, 20, 99, 100)] == [0, 1, 1, 5, 5, 20]
+    assert [idle.change(v) for v in (0, 1)] == [-1, 0]
+    assert {"queued", "admitting", "waiting"} <= out.metrics
+    assert "held" in idle.metrics and "held" not in out.metrics
+
+
+def test_the_model_reproduces_the_audit_on_today_s_template() -> None:
+    pool = dataclasses.replace(pool_scaling(), max_tasks=4096)
+    run = simulate(Load.concurrent(4096, 60, 6 * 3600), pool)
+    assert run.peak_tasks == 4096 and run.peak_reached_s is not None
+    assert run.peak_reached_s / 60 == pytest.approx(205, rel=0.05)
+    assert run.idle_task_hours == pytest.approx(280_000, rel=0.05)
+    assert ceiling(ALONE)["Step Functions transitions"] == pytest.approx(375)
+
+
+def test_the_ceiling_is_the_least_quota_and_the_model_never_passes_it() -> None:
+    batched = Shape(transitions=0.125, starts=1 / 8)
+    limits = ceiling(batched)
+    assert limits["Step Functions transitions"] == pytest.approx(12_000)
+    pool = dataclasses.replace(pool_scaling(), min_tasks=2000, max_tasks=2000)
+    run = simulate(Load(jobs=20_000, job_s=10), pool, batched)
+    assert run.admitted_per_s_peak <= min(limits.values()) + 1e-9
+    assert run.drained_s is not None and run.drained_s >= 20_000 / min(limits.values())
