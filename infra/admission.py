@@ -23,19 +23,22 @@ def grant_admission(
     reaper: iam.IRole,
     dead_letters: iam.IRole,
 ) -> None:
-    # Admission: the leases (Query) and the count (GetItem: a full pool is seen by a read),
-    # then one transaction of the count and a marker; a release when the start failed.
+    # Admission: the leases (Query) and the count's shards (BatchGetItem: a full pool is seen
+    # by a read), a redelivery's marker (GetItem), then one transaction of a count shard and
+    # the marker; a release when the start failed.
     table.grant(
         dispatcher,
         "dynamodb:Query",
+        "dynamodb:BatchGetItem",
         "dynamodb:GetItem",
         "dynamodb:UpdateItem",
         "dynamodb:PutItem",
         "dynamodb:DeleteItem",
     )
-    # Release: one transaction of the marker's delete and the count.
+    # Release: the marker (GetItem: its count shard; a dead-lettered request's says whether
+    # a batch carries it), then one transaction of its delete and its count shard.
     for role in releasers:
-        table.grant(role, "dynamodb:UpdateItem", "dynamodb:DeleteItem")
+        table.grant(role, "dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem")
     # Reconcile: the markers and leases (Query), and whether their requests have a result.
     table.grant(reaper, "dynamodb:Query")
     executions.grant(reaper, "dynamodb:BatchGetItem")
@@ -43,8 +46,6 @@ def grant_admission(
     # consumer) or ended without one (the reaper).
     for role in (dead_letters, reaper):
         executions.grant(role, "dynamodb:PutItem")
-    # Is a dead-lettered request a batch's sample (its marker names the batch)?
-    table.grant(dead_letters, "dynamodb:GetItem")
     worker.add_to_principal_policy(
         iam.PolicyStatement(actions=list(WORKER_TABLE_ACTIONS), resources=[table.table_arn])
     )

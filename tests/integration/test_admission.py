@@ -325,7 +325,8 @@ def test_a_lease_says_at_once_when_its_workers_free_slots_change(pool: Admission
 
 
 class Counted:
-    """DynamoDB whose GetItem calls are noted: the keys' partitions."""
+    """DynamoDB whose reads are noted: a GetItem's partition, a BatchGetItem's as `pool`
+    when it reads the count's shards."""
 
     def __init__(self, dynamodb: Any) -> None:
         self.dynamodb, self.parts = dynamodb, []
@@ -333,6 +334,12 @@ class Counted:
     def get_item(self, **kwargs: Any) -> Any:
         self.parts.append(kwargs["Key"]["part"]["S"])
         return self.dynamodb.get_item(**kwargs)
+
+    def batch_get_item(self, **kwargs: Any) -> Any:
+        (wanted,) = kwargs["RequestItems"].values()
+        parts = {key["part"]["S"].split("#")[0] for key in wanted["Keys"]}
+        self.parts.extend(parts)
+        return self.dynamodb.batch_get_item(**kwargs)
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.dynamodb, name)
@@ -354,3 +361,21 @@ def test_a_waiting_dispatcher_reads_the_count_alone_after_its_first_ask(
     counts = [p for p in counted.parts if p == admission_module.POOL]
     assert len(markers) == 1 and len(counts) >= 4
     assert len(requeued) == 1  # back to the requests queue once its wait ran out
+
+
+def test_admissions_spread_over_the_count_s_shards_within_each_share(pool: Admission) -> None:
+    """Was a ceiling (docs/scaling.md): one count item, a transaction on it at every admission
+    and release, caps the stack at 250 samples/s (1,000 write units/s an item, 2 a
+    transactional write). The count is sharded: a pool of 64 slots admits 64 over every
+    shard, none past its share of the capacity, the 65th waits, and each release gives back
+    its own shard's slot."""
+    pool.lease("w-1", 64, term_s=60)
+    assert all(pool.admit(f"r-{n}") for n in range(64))
+    assert pool.admit("r-64") is False and pool.in_flight() == 64
+    counts = pool._counts()
+    assert counts == admission_module.count_shares(64) == [8] * admission_module.COUNT_SHARDS
+    for n in range(64):
+        assert pool.release(f"r-{n}")
+        assert not pool.release(f"r-{n}")  # once
+    assert pool._counts() == [0] * admission_module.COUNT_SHARDS
+    assert pool.admit("r-64")

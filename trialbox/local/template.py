@@ -42,6 +42,7 @@ APP_IMPORTS = (
     "aws_retries.py",
     "pipeline/admission.py",
     "pipeline/batching.py",
+    "pipeline/claims.py",
     "models/jobs.py",
     "models/result.py",
     "models/batches.py",

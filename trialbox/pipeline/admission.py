@@ -7,11 +7,16 @@ the dispatcher admits a request (and only then calls StartExecution) while the r
 flight are fewer than the pool's live slots, whatever the number of clients sending.
 
 One DynamoDB table (partition key `part`, sort key `id`) holds three kinds of item, each small:
-- the count: (`pool`, `in_flight`), the requests admitted and not yet released;
+- the count, in COUNT_SHARDS items (`pool#<k>`, `in_flight`): the requests admitted on shard k
+  and not yet released. One item takes 1,000 write units a second (its partition's), and every
+  admission and release is a transaction on it (2 units): one item would cap the stack at 250
+  samples a second whatever else it does (docs/scaling.md). Shard k admits up to its share of
+  the pool's capacity; the dispatcher reads them all (one BatchGetItem) and admits on one with
+  room, chosen at random, which also spreads concurrent dispatchers' transactions;
 - a marker per admitted request: (`admitted#<shard>`, request id), with `taken_by` once a
   worker took its job. Admission and release each change the count and the marker in one
   transaction, conditionally, so a redelivered message is admitted once and a second release
-  changes nothing;
+  changes nothing. The marker names its count shard;
 - a lease per live worker: (`workers`, name) with its free `slots` and `expires_at`. The pool's
   capacity is the sum over unexpired leases: a worker that scales in removes its own, a killed
   one's lapses within a lease term.
@@ -36,8 +41,10 @@ from trialbox.constants import TABLE_KEY
 
 PART = "part"
 ID = "id"
-POOL = "pool"
+POOL = "pool"  # a count shard's partition key, before its number
 COUNT = "in_flight"
+COUNT_SHARDS = 8  # 8 x 250 samples/s of count writes
+SHARD_OF = "count_shard"  # on a marker: the count shard it was admitted on
 WORKERS = "workers"
 TAKEN_BY = "taken_by"  # on a marker: the worker whose sandbox holds the slot
 # On a marker: its taker died with the job (its lease lapsed), and the state machine has not
@@ -59,6 +66,15 @@ RETRIED = {"TransactionConflict", "ThrottlingError", "ProvisionedThroughputExcee
 
 class Contended(Exception):
     """The count item stayed contended through every retry."""
+
+
+def count_shares(capacity: int) -> list[int]:
+    """Each count shard's share of the pool's capacity: as even as whole slots allow."""
+    return [capacity // COUNT_SHARDS + (k < capacity % COUNT_SHARDS) for k in range(COUNT_SHARDS)]
+
+
+def _count_key(number: int) -> dict[str, Any]:
+    return {PART: {"S": f"{POOL}#{number}"}, ID: {"S": COUNT}}
 
 
 def shard(request_id: str) -> str:
@@ -119,10 +135,23 @@ class Admission:
         return slots
 
     def in_flight(self) -> int:
-        answer = self.dynamodb.get_item(
-            TableName=self.table, Key=self._key(POOL, COUNT), ConsistentRead=True
-        )
-        return int(answer.get("Item", {}).get(COUNT, {}).get("N", 0))
+        return sum(self._counts())
+
+    def _counts(self) -> list[int]:
+        """Each count shard's requests in flight (one consistent BatchGetItem)."""
+        counts = [0] * COUNT_SHARDS
+        request: dict[str, Any] = {
+            self.table: {
+                "Keys": [_count_key(k) for k in range(COUNT_SHARDS)],
+                "ConsistentRead": True,
+            }
+        }
+        while request:
+            answer = self.dynamodb.batch_get_item(RequestItems=request)
+            for item in answer["Responses"].get(self.table, []):
+                counts[int(item[PART]["S"].rsplit("#", 1)[1])] = int(item[COUNT]["N"])
+            request = answer.get("UnprocessedKeys") or {}
+        return counts
 
     # The dispatcher's side --------------------------------------------------------------
     def admit(self, request_id: str, again: bool = False) -> bool:
@@ -136,11 +165,16 @@ class Admission:
         """As `admit`: True, admitted now; False, admitted before (a redelivery); None, not
         admitted (the pool is full)."""
         capacity = self.capacity()
-        if self.in_flight() >= capacity:
+        counts = self._counts()
+        if sum(counts) >= capacity:
             return None if again or not self._marked(request_id) else False
+        shares = count_shares(capacity)
+        # A shard with room (one exists: the sum is below the shares' sum). Shards over their
+        # share (the pool shrank) admit nothing until theirs are released.
+        number = random.choice([k for k in range(COUNT_SHARDS) if counts[k] < shares[k]])
         update = {
             "TableName": self.table,
-            "Key": self._key(POOL, COUNT),
+            "Key": _count_key(number),
             "UpdateExpression": "SET #n = if_not_exists(#n, :zero) + :one",
             # The count's first write too: a pool of no slot admits nothing.
             "ConditionExpression": (
@@ -150,12 +184,13 @@ class Admission:
             "ExpressionAttributeValues": {
                 ":zero": {"N": "0"},
                 ":one": {"N": "1"},
-                ":capacity": {"N": str(capacity)},
+                ":capacity": {"N": str(shares[number])},
             },
         }
         marker = {
             "TableName": self.table,
-            "Item": self._key(shard(request_id), request_id) | {"at": {"N": repr(time.time())}},
+            "Item": self._key(shard(request_id), request_id)
+            | {"at": {"N": repr(time.time())}, SHARD_OF: {"N": str(number)}},
             "ConditionExpression": "attribute_not_exists(#i)",
             "ExpressionAttributeNames": {"#i": ID},
         }
@@ -168,12 +203,16 @@ class Admission:
         return False if reasons[1] == "ConditionalCheckFailed" else None  # else: full
 
     def _marked(self, request_id: str) -> bool:
+        return self._marker(request_id) is not None
+
+    def _marker(self, request_id: str) -> dict[str, Any] | None:
         answer = self.dynamodb.get_item(
             TableName=self.table,
             Key=self._key(shard(request_id), request_id),
             ConsistentRead=True,
         )
-        return "Item" in answer
+        item: dict[str, Any] | None = answer.get("Item")
+        return item
 
     def take(self, request_id: str, worker: str) -> bool:
         """A worker took the request's job: from now its slot is the worker's to give back,
@@ -217,6 +256,10 @@ class Admission:
         """Give the request's slot back; False when it held none, or not for this caller: a
         worker (`worker`) releases what it took; Record and the DLQ's consumer (no
         `worker`) only what no worker took; the reaper (`force`) what it found stale."""
+        marker = self._marker(request_id) or {}  # none: the transaction's condition says so
+        # A marker from before the count was sharded names none: shard 0 (whose count may be
+        # 0: then the marker alone goes, below).
+        number = int(marker.get(SHARD_OF, {}).get("N", "0"))
         condition, values = "attribute_exists(#i)", {}
         names = {"#i": ID}
         if not force:
@@ -236,7 +279,7 @@ class Admission:
             delete["ExpressionAttributeValues"] = values
         update = {
             "TableName": self.table,
-            "Key": self._key(POOL, COUNT),
+            "Key": _count_key(number),
             "UpdateExpression": "SET #n = #n - :one",
             "ConditionExpression": "#n > :zero",
             "ExpressionAttributeNames": {"#n": COUNT},

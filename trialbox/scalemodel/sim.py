@@ -14,6 +14,7 @@ import math
 from collections import deque
 from dataclasses import dataclass, field
 
+from trialbox.pipeline.admission import COUNT_SHARDS
 from trialbox.scalemodel.quotas import value
 from trialbox.scalemodel.template import PoolScaling
 
@@ -63,12 +64,13 @@ class Outcome:
 
 
 def ceiling(shape: Shape) -> dict[str, float]:
-    """Samples/s each rate quota allows alone; the least of them is the stack's ceiling."""
-    count_wcu = value("ddb_item_wcu_per_s") / value("ddb_transact_wcu")
+    """Samples/s each rate quota allows alone; the least of them is the stack's ceiling. The
+    admission count is COUNT_SHARDS items, each on a partition of its own."""
+    count_writes = value("ddb_item_wcu_per_s") / value("ddb_transact_wcu") * COUNT_SHARDS
     return {
         "Step Functions transitions": value("sfn_transitions_per_s") / shape.transitions,
         "StartExecution": value("sfn_start_execution_per_s") / shape.starts,
-        "admission count item": count_wcu / shape.count_writes,
+        f"admission count ({COUNT_SHARDS} items)": count_writes / shape.count_writes,
     }
 
 
