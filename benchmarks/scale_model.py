@@ -8,19 +8,14 @@ from __future__ import annotations
 
 import dataclasses
 
-from trialbox.scalemodel.quotas import PRICES, value
+from trialbox.scalemodel.cost import fargate_dollars
+from trialbox.scalemodel.quotas import value
 from trialbox.scalemodel.sim import ALONE, Load, Shape, ceiling, simulate
 from trialbox.scalemodel.template import pool_scaling
 
 # Measured on the twin: benchmarks/transitions.py --size 8 (0.125 a sample, one start a batch).
 BATCHED = Shape(transitions=0.125, starts=1 / 8)
 AUDIT = {"ceiling": 375.0, "minutes_to_4096": 205.0, "idle_task_hours": 280_000.0}
-
-
-def spot_dollars(task_hours: float) -> float:
-    """1 vCPU / 2 GB ARM on Fargate Spot."""
-    hour = PRICES["fargate_arm_vcpu_hour"].value + 2 * PRICES["fargate_arm_gb_hour"].value
-    return task_hours * hour * (1 - PRICES["fargate_spot_discount"].value)
 
 
 def main() -> None:
@@ -61,7 +56,7 @@ def main() -> None:
                 f"  {sandboxes:>6,} x {job_s:>2} s jobs     {out.first_result_s or 0:>10.0f} s "
                 f"{(out.drained_s or 0) / 60:>7.0f} m {out.peak_tasks:>6,} "
                 f"{(out.peak_reached_s or 0) / 60:>6.0f} m {out.idle_task_hours:>11,.0f} "
-                f"{spot_dollars(out.task_hours):>9,.0f}"
+                f"{fargate_dollars(out.task_hours * 3600):>9,.0f}"
             )
     print("\nnot modelled yet: sessions (the 4,096-session burst), throttling's retries, cost by")
     print("API call (docs/scaling.md, 'What the model leaves out').")

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import argparse
 import time
-from typing import Any
 
 from trialbox import constants as c
 from trialbox.local.twin import LocalTwin
-from trialbox.metering import execution_transitions
+from trialbox.metering import machine_transitions
 from trialbox.models import ExecutionRequest
 from trialbox.pipeline.admission import Admission
 from trialbox.sdk import Client
@@ -39,12 +38,9 @@ def billed(twin: LocalTwin) -> dict[str, int]:
     sfn = twin.client("stepfunctions")
     counts: dict[str, int] = {}
     for name, output in (("batch", c.OUTPUT_BATCH_ARN), ("rollout", c.OUTPUT_ROLLOUT_ARN)):
-        pages = sfn.get_paginator("list_executions").paginate(stateMachineArn=twin.output(output))
-        found: list[dict[str, Any]] = [e for page in pages for e in page["executions"]]
-        counts[f"{name}_executions"] = len(found)
-        counts[f"{name}_transitions"] = sum(
-            execution_transitions(sfn, e["executionArn"]) for e in found
-        )
+        executions, transitions = machine_transitions(sfn, twin.output(output))
+        counts[f"{name}_executions"] = executions
+        counts[f"{name}_transitions"] = transitions
     return counts
 
 

@@ -33,3 +33,10 @@ def execution_transitions(sfn: Any, execution_arn: str) -> int:
     """The billed transitions of one execution, read through every page of its history."""
     pages = sfn.get_paginator("get_execution_history").paginate(executionArn=execution_arn)
     return billed_transitions(event for page in pages for event in page["events"])
+
+
+def machine_transitions(sfn: Any, state_machine_arn: str) -> tuple[int, int]:
+    """(executions, billed transitions) of every execution of one state machine."""
+    pages = sfn.get_paginator("list_executions").paginate(stateMachineArn=state_machine_arn)
+    found = [e for page in pages for e in page["executions"]]
+    return len(found), sum(execution_transitions(sfn, e["executionArn"]) for e in found)

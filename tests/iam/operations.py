@@ -1,26 +1,19 @@
 """From the twin's request log to the (action, resource) pairs each call needs.
 
-A logged request names its operation by protocol: the X-Amz-Target header (JSON protocol), an
-`Action` form field (query protocol), or the method and path matched against botocore's own
-operation model (REST: S3, Lambda). Each operation's IAM actions come from one explicit table,
+A logged request's operation is read by trialbox.local.requestlog.parse. Each operation's IAM
+actions come from one explicit table,
 `ACTIONS`; an operation missing from it is a failure that names it, never a guess.
 """
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, field
-from functools import cache
-from typing import Any
-from urllib.parse import parse_qs, urlparse
-
-import botocore.session
+from urllib.parse import urlparse
 
 from tests.iam.checker import Need
+from trialbox.local.requestlog import Call, UnmappedOperation, parse
 from trialbox.local.resources import ACCOUNT, REGION
 
-# The signing name in a SigV4 credential scope, where it differs from botocore's service name.
-SERVICES = {"states": "stepfunctions"}
+__all__ = ["Call", "UnmappedOperation", "needs", "parse", "queue_arn"]
 
 # (service, operation) -> the IAM actions it is authorized by (the Service Authorization
 # Reference's "actions" table, where an API and an action differ in name).
@@ -71,87 +64,6 @@ ACTIONS: dict[tuple[str, str], tuple[str, ...]] = {
 # task set not found is a rejection), so the twin's answer is faithful only with ListBucket.
 NOT_FOUND_NEEDS_LIST = {("s3", "GetObject"), ("s3", "HeadObject")}
 TASK_TOKEN_OPERATIONS = {"SendTaskSuccess", "SendTaskFailure", "SendTaskHeartbeat"}
-
-
-class UnmappedOperation(Exception):
-    pass
-
-
-@dataclass(frozen=True)
-class Call:
-    key: str  # the caller's access key id (trialbox.local.principals)
-    service: str  # botocore's name
-    operation: str
-    params: dict[str, Any] = field(default_factory=dict)
-    status: int | None = None
-
-    def __str__(self) -> str:
-        shown = {k: v for k, v in self.params.items() if isinstance(v, str) and len(v) < 120}
-        return f"{self.service}:{self.operation} {shown}"
-
-
-@cache
-def _model(service: str) -> Any:
-    return botocore.session.get_session().get_service_model(service)
-
-
-Route = tuple[str, re.Pattern[str], frozenset[str], frozenset[str], int, str]
-
-
-def _required_headers(operation: Any) -> frozenset[str]:
-    shape = operation.input_shape
-    if shape is None:
-        return frozenset()
-    return frozenset(
-        shape.members[m].serialization.get("name", m).lower()
-        for m in shape.required_members
-        if shape.members[m].serialization.get("location") == "header"
-    )
-
-
-@cache
-def _routes(service: str) -> list[Route]:
-    """(method, path regex, query keys required, headers required, literal length, operation)
-    for a REST service, most specific first."""
-    model = _model(service)
-    routes = []
-    for name in model.operation_names:
-        operation = model.operation_model(name)
-        http = operation.http
-        path, _, query = http["requestUri"].partition("?")
-        regex = re.sub(
-            r"\\\{(\w+)(\\\+)?\\\}",
-            lambda m: f"(?P<{m.group(1)}>{'.+' if m.group(2) else '[^/]+'})",
-            re.escape(path),
-        )
-        keys = frozenset(part.split("=", 1)[0] for part in query.split("&") if part)
-        literal = len(re.sub(r"\{[^}]+\}", "", path))
-        headers = _required_headers(operation)
-        routes.append((http["method"], re.compile(regex), keys, headers, literal, name))
-    routes.sort(key=lambda r: (-len(r[2]), -len(r[3]), -r[4]))
-    return routes
-
-
-def parse(entry: dict[str, Any]) -> Call:
-    """One request-log line as a call: its operation and parameters."""
-    service = SERVICES.get(entry["service"], entry["service"])
-    body = entry.get("body") or {}
-    if entry.get("target"):
-        operation = entry["target"].rsplit(".", 1)[-1]
-        return Call(entry["key"], service, operation, body, entry.get("status"))
-    if isinstance(body, dict) and "Action" in body:
-        return Call(entry["key"], service, body["Action"], body, entry.get("status"))
-    query = parse_qs(entry.get("query", ""), keep_blank_values=True)
-    path = entry["path"] or "/"
-    if service == "s3" and path.endswith("/") and path.count("/") == 2:
-        path = path[:-1]  # "/bucket/" is the bucket
-    headers = set(entry.get("headers", []))
-    for method, regex, keys, needed, _, operation in _routes(service):
-        found = regex.fullmatch(path)
-        if method == entry["method"] and found and keys <= set(query) and needed <= headers:
-            params = dict(found.groupdict()) | {k: v[0] for k, v in query.items()}
-            return Call(entry["key"], service, operation, params, entry.get("status"))
-    raise UnmappedOperation(f"{service}: {entry['method']} {entry['path']}?{entry['query']}")
 
 
 def queue_arn(url: str) -> str:

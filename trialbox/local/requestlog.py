@@ -5,6 +5,9 @@ protocol (an X-Amz-Target header) and the query protocol (a form), whose paramet
 there; the REST protocols (S3, Lambda) name theirs in the path, and their bodies are data.
 
 Set TRIALBOX_TWIN_REQUEST_LOG=<path> in the environment of the process that starts the twin.
+`calls` reads it back, each line as the operation it called: by protocol, the X-Amz-Target
+header (JSON), an `Action` form field (query), or the method and path matched against
+botocore's own operation model (REST: S3, Lambda).
 """
 
 from __future__ import annotations
@@ -14,15 +17,21 @@ import json
 import re
 import threading
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
+from functools import cache
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs
+
+import botocore.session
 
 ENV_REQUEST_LOG = "TRIALBOX_TWIN_REQUEST_LOG"
 CREDENTIAL = re.compile(r"Credential=([^/,\s]+)/[^/]+/([^/]+)/([^/]+)/")
 FORM = "application/x-www-form-urlencoded"
 
 App = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
+# The signing name in a SigV4 credential scope, where it differs from botocore's service name.
+SERVICES = {"states": "stepfunctions"}
 
 
 @dataclass(frozen=True)
@@ -108,3 +117,89 @@ def install(server: Any, path: str) -> None:
     if wsgi is None or not hasattr(wsgi, "app"):
         raise RuntimeError("moto's ThreadedMotoServer changed: no werkzeug server to log")
     wsgi.app = RequestLog(wsgi.app, path)
+
+
+class UnmappedOperation(Exception):
+    pass
+
+
+@dataclass(frozen=True)
+class Call:
+    key: str  # the caller's access key id (trialbox.local.principals)
+    service: str  # botocore's name
+    operation: str
+    params: dict[str, Any] = field(default_factory=dict)
+    status: int | None = None
+
+    def __str__(self) -> str:
+        shown = {k: v for k, v in self.params.items() if isinstance(v, str) and len(v) < 120}
+        return f"{self.service}:{self.operation} {shown}"
+
+
+@cache
+def _model(service: str) -> Any:
+    return botocore.session.get_session().get_service_model(service)
+
+
+Route = tuple[str, re.Pattern[str], frozenset[str], frozenset[str], int, str]
+
+
+def _required_headers(operation: Any) -> frozenset[str]:
+    shape = operation.input_shape
+    if shape is None:
+        return frozenset()
+    return frozenset(
+        shape.members[m].serialization.get("name", m).lower()
+        for m in shape.required_members
+        if shape.members[m].serialization.get("location") == "header"
+    )
+
+
+@cache
+def _routes(service: str) -> list[Route]:
+    """(method, path regex, query keys required, headers required, literal length, operation)
+    for a REST service, most specific first."""
+    model = _model(service)
+    routes = []
+    for name in model.operation_names:
+        operation = model.operation_model(name)
+        http = operation.http
+        path, _, query = http["requestUri"].partition("?")
+        regex = re.sub(
+            r"\\\{(\w+)(\\\+)?\\\}",
+            lambda m: f"(?P<{m.group(1)}>{'.+' if m.group(2) else '[^/]+'})",
+            re.escape(path),
+        )
+        keys = frozenset(part.split("=", 1)[0] for part in query.split("&") if part)
+        literal = len(re.sub(r"\{[^}]+\}", "", path))
+        headers = _required_headers(operation)
+        routes.append((http["method"], re.compile(regex), keys, headers, literal, name))
+    routes.sort(key=lambda r: (-len(r[2]), -len(r[3]), -r[4]))
+    return routes
+
+
+def parse(entry: dict[str, Any]) -> Call:
+    """One request-log line as a call: its operation and parameters."""
+    service = SERVICES.get(entry["service"], entry["service"])
+    body = entry.get("body") or {}
+    if entry.get("target"):
+        operation = entry["target"].rsplit(".", 1)[-1]
+        return Call(entry["key"], service, operation, body, entry.get("status"))
+    if isinstance(body, dict) and "Action" in body:
+        return Call(entry["key"], service, body["Action"], body, entry.get("status"))
+    query = parse_qs(entry.get("query", ""), keep_blank_values=True)
+    path = entry["path"] or "/"
+    if service == "s3" and path.endswith("/") and path.count("/") == 2:
+        path = path[:-1]  # "/bucket/" is the bucket
+    headers = set(entry.get("headers", []))
+    for method, regex, keys, needed, _, operation in _routes(service):
+        found = regex.fullmatch(path)
+        if method == entry["method"] and found and keys <= set(query) and needed <= headers:
+            params = dict(found.groupdict()) | {k: v[0] for k, v in query.items()}
+            return Call(entry["key"], service, operation, params, entry.get("status"))
+    raise UnmappedOperation(f"{service}: {entry['method']} {entry['path']}?{entry['query']}")
+
+
+def calls(path: Path) -> list[Call]:
+    """Every call a request log recorded, in order."""
+    return [parse(json.loads(line)) for line in path.read_text().splitlines() if line]

@@ -41,7 +41,21 @@ PRICES: dict[str, Quota] = {
     "fargate_arm_gb_hour": Quota(0.00356, "$ per GB-hour", "AWS Fargate pricing"),
     "fargate_spot_discount": Quota(0.70, "share off on Fargate Spot", "AWS Fargate pricing"),
     "sfn_transition": Quota(0.025 / 1000, "$ per state transition", "AWS Step Functions Pricing"),
-}
+    "sqs_request": Quota(0.40 / 1e6, "$ per request (64 KB each)", "Amazon SQS pricing"),
+    "s3_put": Quota(0.005 / 1000, "$ per PUT, COPY, POST or LIST", "Amazon S3 pricing"),
+    "s3_get": Quota(0.0004 / 1000, "$ per GET and other requests", "Amazon S3 pricing"),
+    "ddb_write_unit": Quota(0.625 / 1e6, "$ per write request unit (1 KB)",
+                            "Amazon DynamoDB pricing for on-demand capacity"),
+    "ddb_read_unit": Quota(0.125 / 1e6, "$ per read request unit (4 KB consistent)",
+                           "Amazon DynamoDB pricing for on-demand capacity"),
+    "lambda_request": Quota(0.20 / 1e6, "$ per invocation", "AWS Lambda pricing"),
+    # The same sandbox-seconds elsewhere, list prices (scale-audit.md: $230 and $332 per
+    # million 10 s sandboxes).
+    "e2b_second": Quota(0.000014 + 2 * 0.0000045, "$ per s, 1 vCPU + 2 GiB",
+                        "E2B Billing & pricing"),
+    "modal_second": Quota(0.5 * 0.00003942 + 2 * 0.00000672, "$ per s, 0.5 core + 2 GiB",
+                          "Modal Sandbox pricing"),
+}  # fmt: skip
 
 
 def value(name: str) -> float:
