@@ -32,7 +32,11 @@ class PoolConfig(BaseModel):
     max_workers: int = Field(default=10, ge=1)
     cpu: int = 1024
     memory_mb: int = 2048
-    spot: bool = True
+    spot: bool = True  # beyond the on-demand base, tasks run on Fargate Spot (else on demand)
+    # The first `on_demand_base` tasks run on demand (Spot never reclaims them); beyond the
+    # base, tasks split `on_demand_weight` : 1 between on demand and Spot (0: all Spot).
+    on_demand_base: int = Field(default=0, ge=0)
+    on_demand_weight: int = Field(default=0, ge=0, le=1000)
     # Jobs a worker task runs before it exits for a fresh one. Between two jobs it wipes what
     # the slot uids left and takes no further job unless the check finds nothing (tests/fargate
     # proves the wipe complete). 1 = a fresh microVM per job, at a 30-45 s task start each.
@@ -48,6 +52,13 @@ class PoolConfig(BaseModel):
             )
         if self.min_workers > self.max_workers:
             raise ValueError("pool.min_workers must not exceed pool.max_workers")
+        if self.on_demand_base > self.max_workers:
+            raise ValueError("pool.on_demand_base must not exceed pool.max_workers")
+        if not self.spot and (self.on_demand_base or self.on_demand_weight):
+            raise ValueError(
+                "pool.on_demand_base and pool.on_demand_weight split tasks between on demand "
+                "and Spot: with pool.spot false every task is on demand already; drop them"
+            )
         if self.cpu not in FARGATE_MEMORY:
             raise ValueError(f"pool.cpu must be one of {sorted(FARGATE_MEMORY)}")
         if self.memory_mb not in FARGATE_MEMORY[self.cpu]:

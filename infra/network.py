@@ -42,6 +42,11 @@ ACCOUNT_RESOURCES = {
     "Logs": ("logs", "*"),
 }
 HTTPS = ec2.Port.tcp(443)
+# The pool's subnets: one a zone, in 3 zones, each a /20 (4,091 usable addresses: AWS keeps
+# 5). A task takes one (its ENI), an interface endpoint one a subnet: 3 x (4,091 - 5) holds
+# the 5,000 tasks a service runs at most (docs/scaling.md; tests/infra/test_deploy.py).
+AZS = 3
+SUBNET_MASK = 20
 # A worker's only DynamoDB calls, on the admission table: its lease (trialbox.worker.lease),
 # and its job's slot, marked taken and given back (trialbox.worker.loop).
 # Its lease (Put, Delete), its slot (Update), and a batched sample's claim (Get, Update).
@@ -73,11 +78,13 @@ class Network(Construct):
         self.vpc = ec2.Vpc(
             self,
             "Vpc",
-            max_azs=2,
+            max_azs=AZS,
             nat_gateways=0,
             subnet_configuration=[
                 ec2.SubnetConfiguration(
-                    name="sandboxes", subnet_type=ec2.SubnetType.PRIVATE_ISOLATED, cidr_mask=20
+                    name="sandboxes",
+                    subnet_type=ec2.SubnetType.PRIVATE_ISOLATED,
+                    cidr_mask=SUBNET_MASK,
                 )
             ],
             flow_logs={"all": ec2.FlowLogOptions(traffic_type=ec2.FlowLogTrafficType.ALL)},

@@ -196,11 +196,7 @@ class Pool(Construct):
             vpc_subnets=subnets,
             security_groups=security_groups,  # egress: the VPC endpoints only (infra/network.py)
             assign_public_ip=False,
-            capacity_provider_strategies=[
-                ecs.CapacityProviderStrategy(
-                    capacity_provider="FARGATE_SPOT" if config.spot else "FARGATE", weight=1
-                )
-            ],
+            capacity_provider_strategies=capacity_strategy(config),
             min_healthy_percent=0,
             max_healthy_percent=200,
             # A task that cannot start (image, role, capacity) fails the deploy and rolls it
@@ -288,3 +284,17 @@ class _DependsOnCapacityProviders:
     def visit(self, node: IConstruct) -> None:
         if isinstance(node, ecs.CfnClusterCapacityProviderAssociations):
             self.service.node.add_dependency(node)
+
+
+def capacity_strategy(config: PoolConfig) -> list[ecs.CapacityProviderStrategy]:
+    """The on-demand base first, then on demand and Spot by their weights (ECS places the base
+    before it applies the weights: "CapacityProviderStrategyItem")."""
+    if not config.spot:
+        return [ecs.CapacityProviderStrategy(capacity_provider="FARGATE", weight=1)]
+    strategy = [ecs.CapacityProviderStrategy(capacity_provider="FARGATE_SPOT", weight=1)]
+    if config.on_demand_base or config.on_demand_weight:
+        on_demand = ecs.CapacityProviderStrategy(
+            capacity_provider="FARGATE", base=config.on_demand_base, weight=config.on_demand_weight
+        )
+        strategy.insert(0, on_demand)
+    return strategy

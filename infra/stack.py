@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from aws_cdk import CfnOutput, Duration, Stack
+from aws_cdk import CfnOutput, Duration, Fn, Stack
 from aws_cdk import aws_iam as iam
 from aws_cdk.aws_lambda_event_sources import SqsEventSource
 from constructs import Construct
@@ -15,7 +15,7 @@ from infra.intake import DISPATCHER_TIMEOUT, Intake
 from infra.lambdas import TrialboxFunction, lambda_code, service_name
 from infra.monitoring import Monitoring
 from infra.nag import acknowledge, executions_finding, grant_objects
-from infra.network import Network
+from infra.network import AZS, Network
 from infra.orchestration import Orchestration
 from infra.pool import Pool
 from infra.queues import QueueWithDlq
@@ -38,6 +38,12 @@ FINISHER_TIMEOUT = Duration.minutes(5)
 
 
 class TrialboxStack(Stack):
+    @property
+    def availability_zones(self) -> list[str]:
+        """AZS of the region's zones, whichever region it deploys to (an environment-agnostic
+        stack gets 2 from CDK): the pool's Spot capacity spread over 3 (docs/scaling.md)."""
+        return [Fn.select(n, Fn.get_azs()) for n in range(AZS)]
+
     def __init__(self, scope: Construct, construct_id: str, *, config: StackConfig) -> None:
         super().__init__(scope, construct_id)
         storage = Storage(self, "Storage", trace_retention_days=config.trace_retention_days)

@@ -4,6 +4,7 @@ on, as on every synth)."""
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import pytest
@@ -309,3 +310,47 @@ def test_the_readme_idle_cost_is_the_templates(template: Template) -> None:
     assert not missing, "README.md's idle-cost table is stale; its rows should be:\n" + "\n".join(
         idle_cost_rows(template)
     )
+
+
+def test_the_pool_s_subnets_hold_a_full_service_in_three_zones(template: Template) -> None:
+    """A task takes an address (its ENI) and each interface endpoint one a subnet; AWS keeps 5
+    a subnet. The subnets must hold the most tasks one service runs, spread over 3 zones."""
+    from infra.config import MAX_TASKS_PER_SERVICE
+
+    subnets = [s["Properties"] for s in resources(template, "AWS::EC2::Subnet").values()]
+    zones = {json.dumps(s["AvailabilityZone"], sort_keys=True) for s in subnets}
+    endpoints = [
+        e for e in resources(template, "AWS::EC2::VPCEndpoint").values()
+        if e["Properties"].get("VpcEndpointType") == "Interface"
+    ]  # fmt: skip
+    usable = sum(2 ** (32 - int(s["CidrBlock"].split("/")[1])) - 5 for s in subnets)
+    assert len(zones) == 3
+    assert usable - len(endpoints) * len(subnets) >= MAX_TASKS_PER_SERVICE
+
+
+@pytest.mark.parametrize(
+    ("pool", "strategy"),
+    [
+        ({}, [{"CapacityProvider": "FARGATE_SPOT", "Weight": 1}]),
+        ({"spot": False}, [{"CapacityProvider": "FARGATE", "Weight": 1}]),
+        (
+            {"on_demand_base": 2, "on_demand_weight": 1},
+            [
+                {"CapacityProvider": "FARGATE", "Base": 2, "Weight": 1},
+                {"CapacityProvider": "FARGATE_SPOT", "Weight": 1},
+            ],
+        ),
+    ],
+)
+def test_an_on_demand_base_goes_first_and_spot_is_weighted_beside_it(
+    pool: dict[str, object], strategy: list[dict[str, object]]
+) -> None:
+    from infra.config import PoolConfig
+    from infra.pool import capacity_strategy
+
+    config = PoolConfig.model_validate(pool)
+    found = [
+        {"CapacityProvider": s.capacity_provider, "Base": s.base, "Weight": s.weight}
+        for s in capacity_strategy(config)
+    ]
+    assert [{k: v for k, v in s.items() if v is not None} for s in found] == strategy
