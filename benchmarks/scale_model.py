@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import dataclasses
 
+from trialbox.pipeline.scaling import PoolBounds
 from trialbox.scalemodel.cost import fargate_dollars
 from trialbox.scalemodel.quotas import value
 from trialbox.scalemodel.sim import ALONE, Load, Shape, ceiling, simulate
@@ -43,21 +44,30 @@ def main() -> None:
         print(
             f"  {what:50} audit {audit:>10,.0f}   model {model:>10,.0f}   ratio {model / audit:.3f}"
         )
+    elastic = simulate(Load.concurrent(4096, 60, 6 * 3600), wide, scaler=PoolBounds(0, 4096))
+    print(
+        "the same load under the elastic scaler's rule (trialbox.pipeline.scaling; not deployed):"
+    )
+    print(f"  minutes from idle to 4,096 tasks {(elastic.peak_reached_s or 0) / 60:.1f}; "
+          f"idle task-hours after the peak {elastic.idle_task_hours:,.0f}")  # fmt: skip
 
     print("\nscenarios (30 min of demand; max_workers = the demand, at most 5,000 a service):")
-    print(f"  {'load':22} {'first result':>12} {'drained':>9} {'peak':>6} {'to peak':>8} "
+    print(f"  {'load, scaling':24} {'first result':>10} {'drained':>9} {'peak':>6} {'to peak':>8} "
           f"{'idle task-h':>11} {'Spot $':>9}")  # fmt: skip
-    for sandboxes in (1000, 10_000):
-        for job_s in (10, 60):
-            most = min(sandboxes, int(value("ecs_tasks_per_service")))
-            pool = dataclasses.replace(template, max_tasks=most)
-            out = simulate(Load.concurrent(sandboxes, job_s, 1800), pool)
-            print(
-                f"  {sandboxes:>6,} x {job_s:>2} s jobs     {out.first_result_s or 0:>10.0f} s "
-                f"{(out.drained_s or 0) / 60:>7.0f} m {out.peak_tasks:>6,} "
-                f"{(out.peak_reached_s or 0) / 60:>6.0f} m {out.idle_task_hours:>11,.0f} "
-                f"{fargate_dollars(out.task_hours * 3600):>9,.0f}"
-            )
+    for sandboxes, job_s, scaler in (
+        (n, s, e) for e in (False, True) for n in (1000, 10_000) for s in (10, 60)
+    ):
+        most = min(sandboxes, int(value("ecs_tasks_per_service")))
+        pool = dataclasses.replace(template, max_tasks=most)
+        bounds = PoolBounds(0, most) if scaler else None
+        out = simulate(Load.concurrent(sandboxes, job_s, 1800), pool, scaler=bounds)
+        print(
+            f"  {sandboxes:>6,} x {job_s:>2} s {'elastic' if scaler else 'steps  '}"
+            f"{out.first_result_s or 0:>10.0f} s "
+            f"{(out.drained_s or 0) / 60:>7.0f} m {out.peak_tasks:>6,} "
+            f"{(out.peak_reached_s or 0) / 60:>6.0f} m {out.idle_task_hours:>11,.0f} "
+            f"{fargate_dollars(out.task_hours * 3600):>9,.0f}"
+        )
     print("\nnot modelled yet: sessions (the 4,096-session burst), throttling's retries, cost by")
     print("API call (docs/scaling.md, 'What the model leaves out').")
 

@@ -9,7 +9,7 @@ from aws_cdk import aws_dynamodb as dynamodb
 from aws_cdk import aws_iam as iam
 
 from infra.network import WORKER_TABLE_ACTIONS
-from trialbox.pipeline.admission import ID, PART
+from trialbox.pipeline.admission import ID, MARKERS, PART
 from trialbox.pipeline.claims import CANCELLED
 
 
@@ -53,14 +53,17 @@ def grant_admission(
 
 def cancel_claims(table: dynamodb.ITable) -> iam.PolicyStatement:
     """A caller's cancel: the flag on a request's claim (trialbox.pipeline.claims), and only
-    that attribute (fine-grained access: the key, the flag; nothing read back), so that a
-    caller can end a run but never touch the pool's count, leases or holders."""
+    that attribute of the markers' partitions (fine-grained access: the markers' partition
+    keys, the flag; nothing read back), so that a caller can end a run but never touch the
+    pool's count, leases or holders. A stray marker a caller makes is no admission's: readers
+    skip it (Admission.admitted)."""
     return iam.PolicyStatement(
         sid="CancelClaims",
         actions=["dynamodb:UpdateItem"],
         resources=[table.table_arn],
         conditions={
             "ForAllValues:StringEquals": {"dynamodb:Attributes": [PART, ID, CANCELLED]},
+            "ForAllValues:StringLike": {"dynamodb:LeadingKeys": [f"{MARKERS}*"]},
             "StringEqualsIfExists": {"dynamodb:ReturnValues": "NONE"},
         },
     )

@@ -379,3 +379,79 @@ def test_admissions_spread_over_the_count_s_shards_within_each_share(pool: Admis
         assert not pool.release(f"r-{n}")  # once
     assert pool._counts() == [0] * admission_module.COUNT_SHARDS
     assert pool.admit("r-64")
+
+
+def _marker_shard(pool: Admission, request_id: str) -> int:
+    item = pool._marker(request_id)
+    assert item is not None
+    return int(item[admission_module.SHARD_OF]["N"])
+
+
+def test_requests_admitted_before_the_count_was_sharded_still_hold_their_slots(
+    aws: Aws, pool: Admission
+) -> None:
+    """Was a break (red team): deployed over a busy pool, the old count item (pool, in_flight)
+    was ignored, so 8 more were admitted on a full pool of 8, and each old release freed a
+    new admission's slot. The old count is read with the shards and only drains."""
+    pool.lease("w-1", 8, term_s=600)
+    old = [f"old-{n}" for n in range(8)]
+    for request_id in old:  # what the unsharded code wrote: no count_shard on the marker
+        aws.dynamodb.put_item(TableName=pool.table, Item={
+            "part": {"S": shard(request_id)}, "id": {"S": request_id},
+            "at": {"N": repr(time.time())}, "taken_by": {"S": "w-1"}})  # fmt: skip
+    aws.dynamodb.put_item(TableName=pool.table, Item={
+        "part": {"S": "pool"}, "id": {"S": "in_flight"}, "in_flight": {"N": "8"}})  # fmt: skip
+    assert pool.admit_new("new-0") is None and pool.in_flight() == 8
+    for n, request_id in enumerate(old):
+        assert pool.release(request_id, worker="w-1")
+        assert pool.admit_new(f"new-{n}") is True
+        assert pool.admit_new(f"more-{n}") is None  # one freed slot, one admission
+    assert pool.in_flight() == 8 and len(pool.admitted()) == 8
+
+
+def test_a_stale_release_of_a_readmitted_request_leaves_the_new_admission_alone(
+    aws: Aws, pool: Admission
+) -> None:
+    """Was a break (red team): a release read the marker (shard a), the request was released
+    and admitted again meanwhile (on shard b), and the stale release then deleted the new
+    marker against shard a's count: a slot counted forever on b. The release's delete now
+    requires the shard it read."""
+    pool.lease("w-1", 64, term_s=600)
+    assert pool.admit("r")
+    first = _marker_shard(pool, "r")
+    stalled = Admission(aws.dynamodb, pool.table)
+    read = stalled._marker
+
+    def late(request_id: str) -> Any:
+        seen = read(request_id)
+        assert pool.release("r")
+        while True:  # its message came back: admitted again, on another shard
+            assert pool.admit("r")
+            if _marker_shard(pool, "r") != first:
+                return seen
+            assert pool.release("r")
+
+    stalled._marker = late  # type: ignore[method-assign]
+    assert not stalled.release("r")
+    assert pool.in_flight() == 1 and list(pool.admitted()) == ["r"]
+    assert pool.release("r") and pool.in_flight() == 0
+
+
+def test_an_item_no_lease_or_admission_wrote_breaks_neither_admission_nor_the_reaper(
+    aws: Aws, pool: Admission
+) -> None:
+    """Was a break (red team): an UpdateItem that creates an item of a key and a flag only (a
+    client's cancel may write the flag; IAM keeps it to the markers' partitions) made admit
+    and reconcile raise KeyError. Readers skip what is not theirs."""
+    pool.lease("w-1", 8, term_s=600)
+    for part in ("workers", shard("stray")):
+        aws.dynamodb.update_item(
+            TableName=pool.table,
+            Key={"part": {"S": part}, "id": {"S": "stray"}},
+            UpdateExpression="SET #c = :yes",
+            ExpressionAttributeNames={"#c": "cancelled"},
+            ExpressionAttributeValues={":yes": {"BOOL": True}},
+        )
+    assert pool.admit("r-1") and pool.capacity() == 8
+    assert pool.reconcile(aws.table.table, lambda *_: False) == []
+    assert list(pool.admitted()) == ["r-1"]

@@ -9,6 +9,7 @@ import dataclasses
 
 import pytest
 
+from trialbox.pipeline.scaling import Demand, PoolBounds, desired
 from trialbox.scalemodel.sim import ALONE, Load, Shape, ceiling, simulate
 from trialbox.scalemodel.template import pool_scaling
 
@@ -40,3 +41,27 @@ def test_the_ceiling_is_the_least_quota_and_the_model_never_passes_it() -> None:
     run = simulate(Load(jobs=20_000, job_s=10), pool, batched)
     assert run.admitted_per_s_peak <= min(limits.values()) + 1e-9
     assert run.drained_s is not None and run.drained_s >= 20_000 / min(limits.values())
+
+
+def test_the_elastic_scaler_grows_with_the_work_and_shrinks_only_after_idle() -> None:
+    bounds = PoolBounds(min_tasks=2, max_tasks=100, slots_per_task=1, idle_s=300)
+    busy = Demand(queued=40, waiting=5, running=10, held=3)
+    assert desired(busy, current=2, idle_for_s=0, bounds=bounds) == 58  # at once, in proportion
+    assert desired(Demand(500, 0, 0, 0), current=2, idle_for_s=0, bounds=bounds) == 100
+    quiet = Demand(0, 0, 3, 0)  # less work than tasks, but some: never stop a busy task
+    assert desired(quiet, current=58, idle_for_s=0, bounds=bounds) == 58
+    idle = Demand(0, 0, 0, 0)
+    assert desired(idle, current=58, idle_for_s=299, bounds=bounds) == 58
+    assert desired(idle, current=58, idle_for_s=300, bounds=bounds) == 2  # the warm minimum
+
+
+def test_the_model_under_the_elastic_scaler_meets_the_issue_s_pool_targets() -> None:
+    """Issue 24: idle to 4,096 tasks within 6 minutes (Fargate's launch rate, not a step
+    policy), at most 500 idle task-hours after a 4,096 peak."""
+    pool = dataclasses.replace(pool_scaling(), max_tasks=4096)
+    run = simulate(
+        Load.concurrent(4096, 60, 6 * 3600), pool, scaler=PoolBounds(0, 4096, idle_s=300)
+    )
+    assert run.peak_tasks == 4096 and run.peak_reached_s is not None
+    assert run.peak_reached_s <= 6 * 60
+    assert run.idle_task_hours <= 500

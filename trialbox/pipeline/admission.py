@@ -73,8 +73,9 @@ def count_shares(capacity: int) -> list[int]:
     return [capacity // COUNT_SHARDS + (k < capacity % COUNT_SHARDS) for k in range(COUNT_SHARDS)]
 
 
-def _count_key(number: int) -> dict[str, Any]:
-    return {PART: {"S": f"{POOL}#{number}"}, ID: {"S": COUNT}}
+def _count_key(number: int | None) -> dict[str, Any]:
+    """A count shard's key; None: the count from before the shards (`pool`)."""
+    return {PART: {"S": POOL if number is None else f"{POOL}#{number}"}, ID: {"S": COUNT}}
 
 
 def shard(request_id: str) -> str:
@@ -118,7 +119,9 @@ class Admission:
         return [item for page in pages for item in page.get("Items", [])]
 
     def _leases(self) -> list[dict[str, Any]]:
-        return self._partition(WORKERS, consistent=True)
+        """The workers' leases (an item a lease did not write is skipped, not a crash)."""
+        items = self._partition(WORKERS, consistent=True)
+        return [item for item in items if "slots" in item and "expires_at" in item]
 
     def capacity(self, now: float | None = None) -> int:
         """The slots of every worker whose lease is live (read at most every CAPACITY_CACHE_S)."""
@@ -135,23 +138,28 @@ class Admission:
         return slots
 
     def in_flight(self) -> int:
-        return sum(self._counts())
+        counts, legacy = self._read_counts()
+        return sum(counts) + legacy
 
     def _counts(self) -> list[int]:
-        """Each count shard's requests in flight (one consistent BatchGetItem)."""
-        counts = [0] * COUNT_SHARDS
-        request: dict[str, Any] = {
-            self.table: {
-                "Keys": [_count_key(k) for k in range(COUNT_SHARDS)],
-                "ConsistentRead": True,
-            }
-        }
+        return self._read_counts()[0]
+
+    def _read_counts(self) -> tuple[list[int], int]:
+        """Each count shard's requests in flight, and the unsharded count's (requests admitted
+        before the count was sharded: it only drains), in one consistent BatchGetItem."""
+        counts, legacy = [0] * COUNT_SHARDS, 0
+        keys = [_count_key(k) for k in range(COUNT_SHARDS)] + [_count_key(None)]
+        request: dict[str, Any] = {self.table: {"Keys": keys, "ConsistentRead": True}}
         while request:
             answer = self.dynamodb.batch_get_item(RequestItems=request)
             for item in answer["Responses"].get(self.table, []):
-                counts[int(item[PART]["S"].rsplit("#", 1)[1])] = int(item[COUNT]["N"])
+                part, count = item[PART]["S"], int(item[COUNT]["N"])
+                if part == POOL:
+                    legacy = count
+                else:
+                    counts[int(part.rsplit("#", 1)[1])] = count
             request = answer.get("UnprocessedKeys") or {}
-        return counts
+        return counts, legacy
 
     # The dispatcher's side --------------------------------------------------------------
     def admit(self, request_id: str, again: bool = False) -> bool:
@@ -165,12 +173,21 @@ class Admission:
         """As `admit`: True, admitted now; False, admitted before (a redelivery); None, not
         admitted (the pool is full)."""
         capacity = self.capacity()
-        counts = self._counts()
-        if sum(counts) >= capacity:
-            return None if again or not self._marked(request_id) else False
-        shares = count_shares(capacity)
-        # A shard with room (one exists: the sum is below the shares' sum). Shards over their
-        # share (the pool shrank) admit nothing until theirs are released.
+        for _ in range(COUNT_SHARDS):  # a shard another dispatcher filled meanwhile: read again
+            counts, legacy = self._read_counts()
+            if sum(counts) + legacy >= capacity:
+                return None if again or not self._marked(request_id) else False
+            again = True  # the marker was read (or is read by the transaction) once
+            admitted = self._admit_on(request_id, counts, count_shares(capacity))
+            if admitted is not None:
+                return admitted
+        return None
+
+    def _admit_on(self, request_id: str, counts: list[int], shares: list[int]) -> bool | None:
+        """One try, on a shard with room: one exists while the sum is below the capacity. A
+        shard over its share (the pool shrank) admits nothing until its requests end; until
+        then two dispatchers that read the counts at the same moment may admit one past the
+        capacity between them (docs/pipeline.md, "Admission"). None: that shard filled."""
         number = random.choice([k for k in range(COUNT_SHARDS) if counts[k] < shares[k]])
         update = {
             "TableName": self.table,
@@ -200,7 +217,7 @@ class Admission:
             return None  # not now: the dispatcher asks again
         if reasons is None:
             return True
-        return False if reasons[1] == "ConditionalCheckFailed" else None  # else: full
+        return False if reasons[1] == "ConditionalCheckFailed" else None
 
     def _marked(self, request_id: str) -> bool:
         return self._marker(request_id) is not None
@@ -257,11 +274,17 @@ class Admission:
         worker (`worker`) releases what it took; Record and the DLQ's consumer (no
         `worker`) only what no worker took; the reaper (`force`) what it found stale."""
         marker = self._marker(request_id) or {}  # none: the transaction's condition says so
-        # A marker from before the count was sharded names none: shard 0 (whose count may be
-        # 0: then the marker alone goes, below).
-        number = int(marker.get(SHARD_OF, {}).get("N", "0"))
-        condition, values = "attribute_exists(#i)", {}
-        names = {"#i": ID}
+        # A marker from before the count was sharded names none: the unsharded count's.
+        number = int(marker[SHARD_OF]["N"]) if SHARD_OF in marker else None
+        # The marker as it was read: a release racing a new admission of the same id (on
+        # another shard) must not delete that one's marker against this shard's count.
+        condition, values = "attribute_exists(#i) AND ", {}
+        names = {"#i": ID, "#s": SHARD_OF}
+        if number is None:
+            condition += "attribute_not_exists(#s)"
+        else:
+            condition += "#s = :s"
+            values[":s"] = {"N": str(number)}
         if not force:
             names["#t"] = TAKEN_BY
             if worker is None:
@@ -291,7 +314,12 @@ class Admission:
         if reasons[0] == "ConditionalCheckFailed":
             return False
         # A marker with a count of 0 (a count reset by hand): the marker alone goes.
-        self.dynamodb.delete_item(TableName=self.table, Key=delete["Key"])
+        try:
+            self.dynamodb.delete_item(**delete)
+        except ClientError as exc:
+            if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
+                return False
+            raise
         return True
 
     def _transact(self, items: list[dict[str, Any]]) -> list[str] | None:
@@ -319,6 +347,8 @@ class Admission:
         found: dict[str, Marker] = {}
         for number in range(SHARDS):
             for item in self._partition(f"{MARKERS}{number}"):
+                if "at" not in item:  # not a marker admission wrote (a stray client update)
+                    continue
                 taken = item.get(TAKEN_BY, {}).get("S")
                 batch = item.get("batch", {}).get("S")  # a batched sample's (batching.BATCH)
                 found[item[ID]["S"]] = Marker(float(item["at"]["N"]), taken, batch)

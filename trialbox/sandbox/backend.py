@@ -153,8 +153,6 @@ class Backend(ABC):
     def run(self, slot: Slot, spec: CommandSpec) -> Outcome:
         """The command, supervised to its end, its deadline, or the slot's `stop`: then it is
         killed and Stopped raised (a stopped run has no outcome to score)."""
-        if slot.stop.is_set():
-            raise Stopped("the run was stopped before this command started")
         report = Collector(REPORT_CAP)
         read_fd, write_fd = os.pipe() if spec.report else (None, None)
         passed: list[int] = []
@@ -177,9 +175,15 @@ class Backend(ABC):
         started = time.monotonic()
         companion: Launched | None = None
         try:
+            if slot.stop.is_set():
+                raise Stopped("the run was stopped before this command started")
             launched = self.launch(slot, spec, passed)
             if spec.companion is not None:
                 companion = self._companion(slot, spec.companion, launched)
+        except BaseException:
+            if read_fd is not None:  # nothing started that would read it
+                os.close(read_fd)
+            raise
         finally:
             for fd in passed + later:
                 os.close(fd)

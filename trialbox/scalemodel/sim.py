@@ -15,6 +15,8 @@ from collections import deque
 from dataclasses import dataclass, field
 
 from trialbox.pipeline.admission import COUNT_SHARDS
+from trialbox.pipeline.scaling import Demand, PoolBounds
+from trialbox.pipeline.scaling import desired as desired_tasks
 from trialbox.scalemodel.quotas import value
 from trialbox.scalemodel.template import PoolScaling
 
@@ -29,6 +31,7 @@ class Shape:
 
 
 ALONE = Shape(transitions=4.0, starts=1.0)
+SCALER_PERIOD_S = 60  # the scaler's schedule (EventBridge's least rate: a minute)
 
 
 @dataclass(frozen=True)
@@ -88,9 +91,16 @@ class _Bucket:
 
 
 def simulate(
-    load: Load, scaling: PoolScaling, shape: Shape = ALONE, limit_s: float = 30 * 86400
+    load: Load,
+    scaling: PoolScaling,
+    shape: Shape = ALONE,
+    limit_s: float = 30 * 86400,
+    scaler: PoolBounds | None = None,
 ) -> Outcome:
+    """`scaling`: the template's step policies; `scaler`: the elastic scaler's rule
+    (trialbox.pipeline.scaling) once a minute instead, within its bounds."""
     out = Outcome()
+    idle_since: float | None = None
     period = min(p.period_s for p in scaling.policies)
     start_s = value("fargate_task_start_s")
     launches = _Bucket(value("fargate_launch_per_s"), value("fargate_launch_burst"))
@@ -131,7 +141,15 @@ def simulate(
                 out.admitted_per_s_peak = max(out.admitted_per_s_peak, n / dt)
         if done == load.jobs and drained_at is None and t >= 0:
             drained_at = out.drained_s = t
-        if t % period < dt:  # the alarms' evaluation, once a metric period
+        if scaler is not None and t % SCALER_PERIOD_S < dt:
+            demand = Demand(queued=queued, waiting=0, running=running, held=0)
+            if demand.total:
+                idle_since = None
+            elif idle_since is None:
+                idle_since = t
+            idle_for = 0.0 if idle_since is None else t - idle_since
+            desired = desired_tasks(demand, ready + len(starting), idle_for, scaler)
+        elif scaler is None and t % period < dt:  # the alarms, once a metric period
             metrics = {"queued": queued, "waiting": 0, "admitting": 0, "running": running,
                        "held": 0}  # fmt: skip
             for policy in scaling.policies:
