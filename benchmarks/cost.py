@@ -14,7 +14,6 @@ import argparse
 import dataclasses
 import os
 import tempfile
-import time
 from pathlib import Path
 
 from trialbox import constants as c
@@ -22,7 +21,6 @@ from trialbox.local.requestlog import ENV_REQUEST_LOG, calls
 from trialbox.local.twin import LocalTwin
 from trialbox.metering import machine_transitions
 from trialbox.models import ExecutionRequest
-from trialbox.pipeline.admission import Admission
 from trialbox.scalemodel.cost import fargate_dollars, itemize
 from trialbox.scalemodel.quotas import PRICES
 from trialbox.scalemodel.sim import Load, simulate
@@ -75,9 +73,7 @@ def main() -> None:
     with Client.local(workers=args.workers) as client:
         twin = client.aio._twin
         assert twin is not None
-        admission = Admission(twin.client("dynamodb"), twin.output(c.OUTPUT_ADMISSION_TABLE))
-        while admission.capacity() < args.workers:
-            time.sleep(0.2)
+        twin.leased(args.workers)
         for phase in ("alone", "together"):
             lines, before = len(calls(log)), billed(twin)
             requests = [job(f"{phase}-{n}", args.job_s) for n in range(args.samples)]

@@ -8,13 +8,11 @@ Run: `.venv/bin/python benchmarks/transitions.py --rounds 3 --size 8`.
 from __future__ import annotations
 
 import argparse
-import time
 
 from trialbox import constants as c
 from trialbox.local.twin import LocalTwin
 from trialbox.metering import machine_transitions
 from trialbox.models import ExecutionRequest
-from trialbox.pipeline.admission import Admission
 from trialbox.sdk import Client
 
 TEST = "from solution import add\ndef test_one():\n    assert add(1, 2) == 3\n"
@@ -52,9 +50,7 @@ def main() -> None:
     with Client.local(workers=args.size) as client:
         twin = client.aio._twin
         assert twin is not None
-        admission = Admission(twin.client("dynamodb"), twin.output(c.OUTPUT_ADMISSION_TABLE))
-        while admission.capacity() < args.size:
-            time.sleep(0.2)
+        twin.leased(args.size)
         for n in range(args.size):  # the baseline: one at a time
             client.run([sample(f"alone-{n}")], timeout=120)
         alone = billed(twin)

@@ -52,16 +52,6 @@ def _client(twin: LocalTwin) -> Client:
     )
 
 
-def _leased(twin: LocalTwin, slots: int) -> Admission:
-    """The admission table, once every worker's lease is in (so one batch admits them all)."""
-    admission = Admission(twin.client("dynamodb"), twin.output(c.OUTPUT_ADMISSION_TABLE))
-    deadline = time.monotonic() + 60
-    while admission.capacity() < slots:
-        assert time.monotonic() < deadline, "the workers never leased their slots"
-        time.sleep(0.2)
-    return admission
-
-
 def transitions(twin: LocalTwin, found: list[dict[str, Any]]) -> int:
     sfn = twin.client("stepfunctions")
     return sum(execution_transitions(sfn, e["executionArn"]) for e in found)
@@ -74,7 +64,7 @@ def test_samples_sent_together_run_as_one_batch_under_one_transition_each() -> N
     one per sample."""
     with Client.local(workers=8) as local:
         twin = twin_of(local)
-        _leased(twin, 8)
+        twin.leased(8)
         requests = [request(f"b-many-{i}", CORRECT if i % 2 else WRONG) for i in range(8)]
         results = local.gather(local.submit(requests), timeout=300)
         assert [(r.status, r.reward, r.attempts) for r in results] == [
@@ -146,7 +136,7 @@ def test_a_worker_killed_mid_batch_reruns_only_its_own_sample() -> None:
     with LocalTwin(workers=2, heartbeat_s=heartbeat_s) as twin:
         assert twin.pool is not None
         client = _client(twin)
-        _leased(twin, 2)
+        twin.leased(2)
         sleeps = [["sleep", "4"]]
         requests = [request(f"b-lost-{n}", CORRECT, commands=sleeps) for n in range(2)]
         handles = client.submit(requests)
@@ -176,7 +166,7 @@ def test_cancelling_a_running_sample_kills_its_sandbox_and_leaves_the_others(
     with LocalTwin(workers=2, heartbeat_s=5) as twin:
         assert twin.pool is not None
         client = _client(twin)
-        admission = _leased(twin, 2)
+        admission = twin.leased(2)
         limits = {"timeout_s": 300, "memory_mb": 512}  # the cancel ends it, not its deadline
         long_one = request(
             "b-cancel-long",
@@ -227,7 +217,7 @@ def test_a_group_is_graded_with_one_prepare_and_one_task_set_read(
     completions = [f"```python\n{kinds[i % len(kinds)]}```" for i in range(8)]
     with Client.local(workers=8) as local:
         twin = twin_of(local)
-        _leased(twin, 8)
+        twin.leased(8)
         ref = local.push_tasks([ADD_TASK], name="group")
         task = ref.task(ADD_TASK["task_id"])
         reads_before = _taskset_reads(log)

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import shutil
 import tempfile
+import time
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -20,6 +21,7 @@ from trialbox.local.faults import environment
 from trialbox.local.services import CREDENTIALS, ServicesProcess, client
 from trialbox.local.tasks import TaskShape, TwinTasks
 from trialbox.local.workers import WorkerPool
+from trialbox.pipeline.admission import Admission
 from trialbox.sandbox.runner import Runner
 
 # A twin worker told to stop hands its job back this soon (Fargate gives up to 90 s).
@@ -122,6 +124,17 @@ class LocalTwin:
 
     def output(self, name: str) -> str:
         return self.outputs[name]
+
+    def leased(self, slots: int, timeout_s: float = 60.0) -> Admission:
+        """The admission table, once the workers' leases hold `slots` (so that one dispatcher
+        invocation can admit that many together)."""
+        admission = Admission(self.client("dynamodb"), self.output(c.OUTPUT_ADMISSION_TABLE))
+        deadline = time.monotonic() + timeout_s
+        while admission.capacity() < slots:
+            if time.monotonic() > deadline:
+                raise TimeoutError(f"the twin's workers never leased {slots} slot(s)")
+            time.sleep(0.2)
+        return admission
 
     def stop(self) -> None:
         if self.pool is not None:
