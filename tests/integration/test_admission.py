@@ -455,3 +455,58 @@ def test_an_item_no_lease_or_admission_wrote_breaks_neither_admission_nor_the_re
     assert pool.admit("r-1") and pool.capacity() == 8
     assert pool.reconcile(aws.table.table, lambda *_: False) == []
     assert list(pool.admitted()) == ["r-1"]
+
+
+def test_dispatchers_admitting_at_once_after_the_pool_shrank_stay_within_it(
+    aws: Aws, pool: Admission
+) -> None:
+    """Was a break (red team): 64 slots shrank to 8, shard 7 still held 3 (over its share of
+    1); 7 dispatchers that read the counts at the same moment admitted 9 on 8. A shard's
+    excess now comes off the others' shares."""
+    pool.lease("w-1", 64, term_s=600)
+    ids = [f"r-{n}" for n in range(64)]
+    assert all(pool.admit(request_id) for request_id in ids)
+    pool.leave("w-1")
+    pool.lease("w-2", 8, term_s=600)
+    on_seven = [rid for rid in ids if _marker_shard(pool, rid) == 7][:3]
+    for request_id in ids:
+        if request_id not in on_seven:
+            assert pool.release(request_id)
+    assert pool._counts() == [0] * 7 + [3] and pool.capacity() == 8
+    together = threading.Barrier(7)
+    answers: list[bool | None] = []
+
+    def dispatch(n: int) -> None:
+        mine = Admission(aws.dynamodb, pool.table)
+        read, first = mine._read_counts, [True]
+
+        def at_once() -> tuple[list[int], int]:
+            seen = read()
+            if first.pop() if first else False:  # the first read, at the same moment
+                together.wait(timeout=10)
+            return seen
+
+        mine._read_counts = at_once  # type: ignore[method-assign]
+        answers.append(mine.admit_new(f"new-{n}"))
+
+    threads = [threading.Thread(target=dispatch, args=(n,)) for n in range(7)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert pool.in_flight() <= pool.capacity() == 8, (pool._counts(), answers)
+    assert answers.count(True) == 5  # every free slot, and no more
+
+
+def test_the_room_a_dispatcher_sees_is_the_capacity_less_every_slot_held() -> None:
+    room = admission_module.room_shares
+    shards = admission_module.COUNT_SHARDS
+    for counts, capacity, legacy in (
+        ([0] * 7 + [3], 8, 0),  # a shard over its share after the pool shrank
+        ([0] * shards, 8, 8),  # the unsharded count holds them all
+        ([2, 0, 0, 0, 0, 0, 0, 0], 3, 0),
+        ([1] * shards, 64, 5),
+    ):
+        shares = room(counts, capacity, legacy)
+        free = sum(max(0, s - n) for s, n in zip(shares, counts, strict=True))
+        assert free == max(0, capacity - sum(counts) - legacy), (counts, capacity, legacy)

@@ -73,6 +73,22 @@ def count_shares(capacity: int) -> list[int]:
     return [capacity // COUNT_SHARDS + (k < capacity % COUNT_SHARDS) for k in range(COUNT_SHARDS)]
 
 
+def room_shares(counts: list[int], capacity: int, elsewhere: int = 0) -> list[int]:
+    """The shares admissions may fill now. A shard over its share (the pool shrank since its
+    requests were admitted), and the unsharded count (`elsewhere`), hold slots that another
+    shard's share also counts: that excess comes off the shares of shards with room (the last
+    first, the same for every dispatcher that read the same counts), so that however many
+    admit at once on what they read, the shards together never pass the capacity."""
+    shares = count_shares(capacity)
+    excess = elsewhere
+    excess += sum(max(0, count - share) for count, share in zip(counts, shares, strict=True))
+    for number in reversed(range(COUNT_SHARDS)):
+        taken = min(excess, max(0, shares[number] - counts[number]))
+        shares[number] -= taken
+        excess -= taken
+    return shares
+
+
 def _count_key(number: int | None) -> dict[str, Any]:
     """A count shard's key; None: the count from before the shards (`pool`)."""
     return {PART: {"S": POOL if number is None else f"{POOL}#{number}"}, ID: {"S": COUNT}}
@@ -178,16 +194,14 @@ class Admission:
             if sum(counts) + legacy >= capacity:
                 return None if again or not self._marked(request_id) else False
             again = True  # the marker was read (or is read by the transaction) once
-            admitted = self._admit_on(request_id, counts, count_shares(capacity))
+            admitted = self._admit_on(request_id, counts, room_shares(counts, capacity, legacy))
             if admitted is not None:
                 return admitted
         return None
 
     def _admit_on(self, request_id: str, counts: list[int], shares: list[int]) -> bool | None:
-        """One try, on a shard with room: one exists while the sum is below the capacity. A
-        shard over its share (the pool shrank) admits nothing until its requests end; until
-        then two dispatchers that read the counts at the same moment may admit one past the
-        capacity between them (docs/pipeline.md, "Admission"). None: that shard filled."""
+        """One try, on a shard with room under `shares` (room_shares: one exists while the
+        sum is below the capacity). None: another dispatcher filled that shard meanwhile."""
         number = random.choice([k for k in range(COUNT_SHARDS) if counts[k] < shares[k]])
         update = {
             "TableName": self.table,
