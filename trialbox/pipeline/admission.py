@@ -157,9 +157,6 @@ class Admission:
         counts, legacy = self._read_counts()
         return sum(counts) + legacy
 
-    def _counts(self) -> list[int]:
-        return self._read_counts()[0]
-
     def _read_counts(self) -> tuple[list[int], int]:
         """Each count shard's requests in flight, and the unsharded count's (requests admitted
         before the count was sharded: it only drains), in one consistent BatchGetItem."""

@@ -21,6 +21,7 @@ S3_PUT_CLASS = {"PutObject", "CopyObject", "ListObjects", "ListObjectsV2", "Uplo
                 "CreateMultipartUpload", "CompleteMultipartUpload"}  # fmt: skip
 S3_FREE = {"DeleteObject", "AbortMultipartUpload"}
 DDB_WRITES = {"PutItem", "UpdateItem", "DeleteItem"}
+_PRICE = {name: quota.value for name, quota in PRICES.items()}  # $ a unit, by name
 
 
 def _write_units(item: Any) -> int:
@@ -52,18 +53,17 @@ def _dynamodb_units(call: Call) -> tuple[float, float]:
 
 def dollars(call: Call) -> float:
     """What one call costs, by its service's billing unit."""
-    price = {name: q.value for name, q in PRICES.items()}
     if call.service == "sqs":
-        return price["sqs_request"]
+        return _PRICE["sqs_request"]
     if call.service == "s3":
         if call.operation in S3_FREE:
             return 0.0
-        return price["s3_put" if call.operation in S3_PUT_CLASS else "s3_get"]
+        return _PRICE["s3_put" if call.operation in S3_PUT_CLASS else "s3_get"]
     if call.service == "dynamodb":
         read, write = _dynamodb_units(call)
-        return read * price["ddb_read_unit"] + write * price["ddb_write_unit"]
+        return read * _PRICE["ddb_read_unit"] + write * _PRICE["ddb_write_unit"]
     if call.service == "lambda" and call.operation == "Invoke":
-        return price["lambda_request"]
+        return _PRICE["lambda_request"]
     return 0.0  # Step Functions' calls are free: its transitions are billed (counted apart)
 
 
