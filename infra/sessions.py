@@ -1,7 +1,8 @@
-"""Sessions' queues: each session has an inbox and an outbox of its own, made by the client
-(the SDK) when it opens the session and deleted when it closes, or by the hosting worker at
-the session's TTL, or by the reaper when neither is left to. Their names share one prefix per
-stack, which the IAM grants name."""
+"""Sessions' queues: none is a session's own. Each pool worker makes one inbox for the calls
+of every session it hosts (deleted when it stops), and each client one reply queue for the
+replies to all its sessions (deleted when it closes); the reaper deletes those whose owner
+died, once their expiry tag passes. Their names share one prefix per stack, which the IAM
+grants name."""
 
 from __future__ import annotations
 
@@ -14,8 +15,10 @@ from constructs import Construct
 from infra.lambdas import TrialboxFunction
 from infra.nag import acknowledge
 
-# The SDK's calls on a session's queues: create (tagged with its expiry), call, read replies,
-# delete at close. The worker's: read calls, reply, delete at the TTL.
+# The SDK's calls: make its reply queue (tagged with its expiry, retagged to cover a later
+# session), send calls to workers' inboxes, read replies, delete the queue at close. The
+# worker's: make its inbox (tagged, the tag renewed while it lives), read calls, reply on the
+# clients' reply queues, delete its inbox as it stops.
 CLIENT_ACTIONS = [
     "sqs:CreateQueue",
     "sqs:TagQueue",
@@ -24,13 +27,13 @@ CLIENT_ACTIONS = [
     "sqs:DeleteMessage",
     "sqs:DeleteQueue",
 ]
-WORKER_ACTIONS = ["sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:SendMessage", "sqs:DeleteQueue"]
-WHY = "each session's own inbox and outbox, named with the stack's session queue prefix"
+WORKER_ACTIONS = CLIENT_ACTIONS
+WHY = "workers' inboxes and clients' reply queues, named with the stack's session queue prefix"
 
 
 def session_queue_prefix(stack_name: str) -> str:
-    """`<stack>-s-`: a session's queues are `<prefix><session id>-in` and `-out` (SQS names
-    take 80 characters; a session id is 32)."""
+    """`<stack>-s-`: a worker's inbox is `<prefix>w-<32 hex>`, a client's reply queue
+    `<prefix>c-<32 hex>` (SQS names take 80 characters)."""
     return f"{stack_name[:40]}-s-"
 
 
@@ -57,8 +60,8 @@ REAP_EVERY = Duration.minutes(1)
 
 
 def schedule_reaper(scope: Construct, reaper: TrialboxFunction, prefix: str) -> events.Rule:
-    """Run the reaper (trialbox.pipeline.reaper) every minute: it deletes the queues of sessions
-    past their TTL that neither their client nor their host ended."""
+    """Run the reaper (trialbox.pipeline.reaper) every minute: it deletes the session queues
+    (inboxes, reply queues) whose owner died without deleting them, once their tag passes."""
     grant_session_queues(reaper.role, scope, prefix, REAPER_ACTIONS)
     # ListQueues names no resource (IAM takes only "*"); the prefix narrows what it lists.
     reaper.role.add_to_principal_policy(

@@ -80,6 +80,7 @@ class TrialboxStack(Stack):
                 c.ENV_HEARTBEAT_S: str(config.heartbeat_s),
                 c.ENV_ADMISSION_TABLE: storage.admission.table_name,
                 c.ENV_FINISH_QUEUE_URL: finish.queue.queue_url,
+                c.ENV_SESSION_QUEUE_PREFIX: session_queue_prefix(config.stack_name),
             },
             log_retention_days=config.log_retention_days,
         )

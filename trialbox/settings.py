@@ -99,6 +99,8 @@ class WorkerSettings(EnvSettings):
     stop_grace_s: float = Field(default=STOP_GRACE_S, gt=0, alias=c.ENV_STOP_GRACE_S)
     name: str | None = Field(default=None, alias=c.ENV_WORKER_NAME)  # the host name if unset
     admission_table: str = Field(alias=c.ENV_ADMISSION_TABLE)  # its lease: the pool's slots
+    # Its inbox for the sessions it hosts is named with it (the IAM grant names the prefix).
+    session_queue_prefix: str = Field(alias=c.ENV_SESSION_QUEUE_PREFIX)
     # The pool's name in its metrics (HeldSessions); unset (the twin): no metrics.
     pool_name: str | None = Field(default=None, alias=c.ENV_POOL_NAME)
     # Set by ECS in the container; unset outside ECS (the twin): the task metadata endpoint

@@ -24,6 +24,7 @@ from trialbox.sandbox.config import SandboxConfig
 from trialbox.sandbox.processes import processes_of
 from trialbox.sandbox.slots import SlotPool
 from trialbox.sdk import Client
+from trialbox.sdk.sessions import RECEIVE_WAIT_S, REPLY_TAG_STEP_S
 
 TASK = Task.model_validate(ADD_TASK)
 WRONG = "def add(a, b):\n    return 3\n"
@@ -123,13 +124,17 @@ def test_a_resent_call_returns_its_recorded_result_and_never_runs_twice(client: 
     sqs = twin.client("sqs")
     with client.session(TASK) as s:
         once = s.step(commands=[["sh", "-c", "echo ran >> log.txt; cat log.txt"]])
-        again = Call(seq=once.seq, op="exec", commands=[["sh", "-c", "echo ran >> log.txt"]])
+        time.sleep(RECEIVE_WAIT_S + 1)  # the client's reply receivers have stopped
+        again = Call(
+            session_id=s.session_id, reply_url=s.aio._reply_url, seq=once.seq, op="exec",
+            commands=[["sh", "-c", "echo ran >> log.txt"]],
+        )  # fmt: skip
         sqs.send_message(QueueUrl=s.aio._inbox, MessageBody=again.model_dump_json())
         deadline = time.monotonic() + 30
         replies: list[Reply] = []
-        while not any(r.kind == "result" for r in replies):
+        while not any(r.kind == "result" for r in replies):  # no call of the client's waits
             assert time.monotonic() < deadline, "the re-sent call got no reply"
-            got = sqs.receive_message(QueueUrl=s.aio._outbox, WaitTimeSeconds=1)
+            got = sqs.receive_message(QueueUrl=s.aio._reply_url, WaitTimeSeconds=1)
             replies += [Reply.model_validate_json(m["Body"]) for m in got.get("Messages", [])]
         (result,) = [r for r in replies if r.kind == "result"]
         assert result.result is not None and result.result.commands == once.commands
@@ -160,48 +165,58 @@ session = boto3.session.Session(aws_access_key_id="local", aws_secret_access_key
 client = Client(Resources.from_outputs(outputs), endpoint_url=endpoint, session=session)
 s = client.session(Task.model_validate(task), ttl_s=6, idle_release_s=600)
 s.step(commands=[["sh", "-c", "sleep 600 & echo started"]])
-print(s.session_id, flush=True)
+print(s.aio._reply_url, flush=True)
 import os, signal
 os.kill(os.getpid(), signal.SIGKILL)
 """
 
 
 def _killed_trainer(twin: LocalTwin) -> str:
-    """Run TRAINER until it SIGKILLs itself mid-session; its session's queue name prefix."""
+    """Run TRAINER until it SIGKILLs itself mid-session; its client's reply queue."""
     argv = [sys.executable, "-c", TRAINER, json.dumps(twin.outputs), twin.endpoint_url,
             json.dumps(ADD_TASK)]  # fmt: skip
     trainer = subprocess.run(argv, capture_output=True, text=True, timeout=120)
     assert trainer.returncode == -9, trainer.stderr
-    return twin.output(c.OUTPUT_SESSION_QUEUE_PREFIX) + trainer.stdout.strip()
+    return trainer.stdout.strip()
+
+
+def _exists(sqs: object, url: str) -> bool:
+    name = url.rsplit("/", 1)[-1]
+    return url in sqs.list_queues(QueueNamePrefix=name).get("QueueUrls", [])  # type: ignore[attr-defined]
 
 
 def test_a_killed_trainers_session_ends_at_its_ttl_and_leaves_nothing(client: Client) -> None:
     twin = twin_of(client)
-    prefix = _killed_trainer(twin)
-    sqs = twin.client("sqs")
-    assert len(sqs.list_queues(QueueNamePrefix=prefix).get("QueueUrls", [])) == 2
+    reply_queue = _killed_trainer(twin)
     config = SandboxConfig.from_env()
     pool = SlotPool(config, lambda _: None, lambda _: None, lambda _: None)
-    deadline = time.monotonic() + 20  # before the reaper's turn: the host ended it
-    while sqs.list_queues(QueueNamePrefix=prefix).get("QueueUrls"):
-        assert time.monotonic() < deadline, "the session's queues outlived its TTL"
-        time.sleep(0.5)
     uids = tuple(uid for i in range(config.slots) for uid in pool.slot(i).uids)
-    assert processes_of(uids) == []  # the background sleep went with the slot
-    with pool.idle(list(range(config.slots))) as idle:
-        assert len(idle) == config.slots  # no slot held
+    assert processes_of(uids) == []  # the background sleep went as its call returned
+
+    def held() -> int:
+        with pool.idle(list(range(config.slots))) as idle:
+            return config.slots - len(idle)
+
+    assert held() == 1  # the session's, until its TTL (6 s)
+    deadline = time.monotonic() + 20
+    while held():
+        assert time.monotonic() < deadline, "the session outlived its TTL"
+        time.sleep(0.5)
+    assert _exists(twin.client("sqs"), reply_queue)  # the reaper's, once its tag passes
 
 
 def test_a_session_whose_trainer_and_worker_both_died_leaves_no_queue(client: Client) -> None:
-    """Nobody is left to end it: the scheduled reaper deletes its queues after the TTL."""
+    """Nobody is left to delete the trainer's reply queue: the scheduled reaper deletes it
+    once its tag (the session's TTL, rounded up) passes. The dead workers' inboxes are the
+    reaper's too, an hour on (their tags are renewed while they live)."""
     twin = twin_of(client)
-    prefix = _killed_trainer(twin)
+    reply_queue = _killed_trainer(twin)
     assert twin.pool is not None
     twin.pool.kill()  # the host goes too, before the TTL
     sqs = twin.client("sqs")
-    assert len(sqs.list_queues(QueueNamePrefix=prefix).get("QueueUrls", [])) == 2
-    deadline = time.monotonic() + 6 + GRACE_S + SCHEDULE_CAP_S + 20
-    while sqs.list_queues(QueueNamePrefix=prefix).get("QueueUrls"):
-        assert time.monotonic() < deadline, "the reaper left the session's queues"
+    assert _exists(sqs, reply_queue)
+    deadline = time.monotonic() + 6 + REPLY_TAG_STEP_S + GRACE_S + SCHEDULE_CAP_S + 20
+    while _exists(sqs, reply_queue):
+        assert time.monotonic() < deadline, "the reaper left the trainer's reply queue"
         time.sleep(1)
     twin.pool.wait_for(twin.workers)

@@ -14,6 +14,7 @@ import json
 import tarfile
 import threading
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +27,7 @@ from trialbox.keys import checkpoint_key
 from trialbox.models import ExecutionRequest, Status, Task
 from trialbox.models.common import FileContent
 from trialbox.models.report import CommandResult
-from trialbox.models.sessions import CallResult
+from trialbox.models.sessions import Call, CallResult, Reply
 from trialbox.sdk import Client, Session
 from trialbox.sdk.sessions import AsyncSession
 
@@ -64,12 +65,6 @@ def checkpoint_bytes(client: Client, checkpoint: str) -> bytes:
         "Body"
     ].read()
     return gzip.decompress(body)
-
-
-def session_queues(client: Client) -> list[str]:
-    twin = twin_of(client)
-    prefix = client.aio.resources.session_queue_prefix or ""
-    return list(twin.client("sqs").list_queues(QueueNamePrefix=prefix).get("QueueUrls", []))
 
 
 # --- read_file / write_files paths ------------------------------------------------------------
@@ -507,20 +502,31 @@ def test_lifecycle_misuse_gets_clear_errors(client: Client) -> None:
     assert s.grade(timeout=120).reward == 1.0  # the last state stays gradable
 
 
-def test_a_session_past_its_ttl_refuses_calls_and_its_queues_go(client: Client) -> None:
+def test_a_session_past_its_ttl_refuses_calls_and_its_host_ends_it(client: Client) -> None:
+    """The client refuses the call; the host no longer hosts the session (a call sent to its
+    inbox anyway is answered `released`, on the queue the call names)."""
+    sqs = twin_of(client).client("sqs")
+    probe = sqs.create_queue(QueueName=f"probe-{uuid.uuid4().hex}")["QueueUrl"]
     s = client.session(TASK, ttl_s=2)
     try:
         s.write_files({"solution.py": CORRECT})
         time.sleep(2.5)
         with pytest.raises(SessionError, match="expired"):
             s.step(commands=[["true"]])
+        late = Call(session_id=s.session_id, reply_url=probe, seq=s.aio.seq + 1, op="exec",
+                    commands=[["true"]])  # fmt: skip
         deadline = time.monotonic() + 30
-        while any(s.session_id in url for url in session_queues(client)):
-            assert time.monotonic() < deadline, "the expired session's queues stayed"
-            time.sleep(0.5)
+        replies: list[Reply] = []
+        while not replies:
+            assert time.monotonic() < deadline, "the expired session's host still took calls"
+            sqs.send_message(QueueUrl=s.aio._inbox, MessageBody=late.model_dump_json())
+            got = sqs.receive_message(QueueUrl=probe, WaitTimeSeconds=2)
+            replies = [Reply.model_validate_json(m["Body"]) for m in got.get("Messages", [])]
+        assert replies[0].kind == "released" and replies[0].session_id == s.session_id
         assert s.grade(timeout=120).reward == 1.0
     finally:
         s.close()
+        sqs.delete_queue(QueueUrl=probe)
 
 
 @pytest.mark.parametrize("idle", [float("inf"), float("nan")], ids=["inf", "nan"])

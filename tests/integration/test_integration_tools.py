@@ -41,9 +41,10 @@ BAD_ARGUMENTS = {
 
 @pytest.fixture(autouse=True)
 def short_polls(monkeypatch: pytest.MonkeyPatch) -> None:
-    """A session's outbox is read without a long poll: moto serves one call at a time, and a
-    1 s poll would hold up the echo worker."""
+    """A client's reply queue is read without a long poll: moto serves one call at a time,
+    and a 2 s poll would hold up the echo worker."""
     monkeypatch.setattr(sessions, "REPLY_WAIT_S", 0)
+    monkeypatch.setattr(sessions, "RECEIVE_WAIT_S", 0)
 
 
 @pytest.fixture

@@ -434,7 +434,7 @@ def test_a_work_message_is_read_by_its_type_not_by_its_first_characters(aws: Aws
     spec = {
         "session_id": "a" * 32, "task_id": "add", "limits": limits,
         "expires_at": time.time() + 60, "idle_release_s": 30.0,
-        "inbox_url": "https://sqs/in", "outbox_url": "https://sqs/out",
+        "reply_url": "https://sqs/out",
     }  # fmt: skip
     opening = " " * 30 + json.dumps({"session": spec})
     the_worker = worker(aws, job_runner(Runner(), aws.traces))  # it hosts no session

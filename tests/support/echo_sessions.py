@@ -1,11 +1,13 @@
 """A session worker for moto in-process tests of what sits above a session (the SDK's faces,
 the trainer adapters' tools): it takes session opens from the work queue and answers each
-call on the session's outbox with feedback that echoes the call, without a sandbox."""
+call, read from its one inbox, on the session's reply queue with feedback that echoes the
+call, without a sandbox."""
 
 from __future__ import annotations
 
 import threading
 import time
+import uuid
 from typing import Any
 
 from trialbox.models import Status
@@ -18,6 +20,7 @@ class EchoSessions:
 
     def __init__(self, sqs: Any, work_queue_url: str) -> None:
         self.sqs, self.work_queue_url = sqs, work_queue_url
+        self.inbox = sqs.create_queue(QueueName=f"echo-inbox-{uuid.uuid4().hex}")["QueueUrl"]
         self.opened: list[SessionSpec] = []
         self.calls: list[Call] = []
         self._stopping = threading.Event()
@@ -33,10 +36,15 @@ class EchoSessions:
             for body in self._take(self.work_queue_url):
                 spec = SessionOpen.model_validate_json(body).session
                 self.opened.append(spec)
-                self._reply(spec, Reply(kind="opened", session_id=spec.session_id, worker="echo"))
-            for spec in list(self.opened):
-                for body in self._take(spec.inbox_url):
-                    self._answer(spec, Call.model_validate_json(body))
+                opened = Reply(
+                    kind="opened", session_id=spec.session_id, epoch=spec.epoch, worker="echo",
+                    inbox_url=self.inbox,
+                )  # fmt: skip
+                self._reply(spec, opened)
+            specs = {spec.session_id: spec for spec in self.opened}
+            for body in self._take(self.inbox):
+                call = Call.model_validate_json(body)
+                self._answer(specs[call.session_id], call)
             time.sleep(0.01)
 
     def _answer(self, spec: SessionSpec, call: Call) -> None:
@@ -52,13 +60,16 @@ class EchoSessions:
             feedback="\n".join(said),
             checkpoint=f"s3://traces/echo/{spec.session_id}/{call.seq}",
         )
-        reply = Reply(kind="result", session_id=spec.session_id, seq=call.seq, result=result)
+        reply = Reply(
+            kind="result", session_id=spec.session_id, epoch=spec.epoch, seq=call.seq,
+            result=result,
+        )  # fmt: skip
         self._reply(spec, reply.model_copy(update={"worker": "echo"}))
 
     def _take(self, url: str) -> list[str]:
         try:
             answer = self.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)
-        except Exception:  # the session's queues were deleted as it closed
+        except Exception:  # the work queue's outage: the next turn reads it again
             return []
         for message in answer.get("Messages", []):
             self.sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
@@ -67,6 +78,6 @@ class EchoSessions:
     def _reply(self, spec: SessionSpec, reply: Reply) -> None:
         try:
             body = reply.model_dump_json(exclude_defaults=True)
-            self.sqs.send_message(QueueUrl=spec.outbox_url, MessageBody=body)
+            self.sqs.send_message(QueueUrl=spec.reply_url, MessageBody=body)
         except Exception:
-            pass  # the session closed meanwhile: nobody waits for this reply
+            pass  # the client closed meanwhile (its reply queue went): nobody waits for this

@@ -19,6 +19,7 @@ WORKER = {
     c.ENV_WORK_QUEUE_URL: "https://sqs/work",
     c.ENV_FINISH_QUEUE_URL: "https://sqs/finish",
     c.ENV_ADMISSION_TABLE: "admission-t",
+    c.ENV_SESSION_QUEUE_PREFIX: "stack-s-",
 }
 
 
@@ -118,7 +119,8 @@ def test_a_missing_required_variable_is_named() -> None:
         WorkerSettings.from_env({c.ENV_TRACES_BUCKET: "traces-b"})
     assert str(exc.value) == (
         f"invalid environment for WorkerSettings: {c.ENV_WORK_QUEUE_URL}: Field required; "
-        f"{c.ENV_FINISH_QUEUE_URL}: Field required; {c.ENV_ADMISSION_TABLE}: Field required"
+        f"{c.ENV_FINISH_QUEUE_URL}: Field required; {c.ENV_ADMISSION_TABLE}: Field required; "
+        f"{c.ENV_SESSION_QUEUE_PREFIX}: Field required"
     )
 
 

@@ -112,6 +112,7 @@ class LocalTwin:
                 c.ENV_WORK_QUEUE_URL: self.output(c.OUTPUT_WORK_QUEUE_URL),
                 c.ENV_FINISH_QUEUE_URL: self.output(c.OUTPUT_FINISH_QUEUE_URL),
                 c.ENV_ADMISSION_TABLE: self.output(c.OUTPUT_ADMISSION_TABLE),
+                c.ENV_SESSION_QUEUE_PREFIX: self.output(c.OUTPUT_SESSION_QUEUE_PREFIX),
                 c.ENV_HEARTBEAT_S: str(self.heartbeat_s),
                 c.ENV_STOP_GRACE_S: str(STOP_GRACE_S),
             }

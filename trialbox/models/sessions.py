@@ -1,6 +1,9 @@
-"""A session's messages: the open (on the pool's work queue), each call (on the session's
-inbox queue) and each reply (on its outbox queue). Queues are per session, so a call never
-waits behind another session's, and none goes through a state machine or a function."""
+"""A session's messages: the open (on the pool's work queue), each call (on its hosting
+worker's inbox queue) and each reply (on its client's reply queue). No queue is a session's
+own: a worker's inbox carries the calls of every session it hosts and a client's reply queue
+the replies of every session it opened, each message naming its session (SQS "virtual
+queues"), so queues are made per worker and per client, never per session. None goes
+through a state machine or a function."""
 
 from __future__ import annotations
 
@@ -19,7 +22,8 @@ MAX_TTL_S = 24 * 3600
 MAX_STEP_COMMANDS = 32
 ALIVE_S = 1.0  # a worker's sign of life while a call runs (the first on receipt)
 FAILOVER_S = 5.0  # a client hearing nothing this long during a call takes the worker for lost
-# A session queue's tag: when its session ends (epoch s). The reaper deletes queues past it.
+# A session queue's tag (a worker's inbox, a client's reply queue): when its owner stops
+# needing it (epoch s), renewed while it does. The reaper deletes queues past it.
 TAG_EXPIRES = "trialbox:expires_at"
 
 
@@ -41,8 +45,10 @@ class SessionSpec(StrictModel):
     )
     expires_at: float = Field(description="epoch s: the TTL; the host ends the session then")
     idle_release_s: float = Field(gt=0, description="checkpoint and free the slot when idle")
-    inbox_url: str
-    outbox_url: str
+    reply_url: str = Field(description="the client's reply queue")
+    stored_bytes: int = Field(
+        default=0, ge=0, description="checkpoint bytes its earlier hosts stored (its quota's)"
+    )
     run_id: str | None = None
     episode_id: str | None = None
     tags: dict[str, str] = Field(default_factory=dict)
@@ -59,9 +65,12 @@ Op = Literal["exec", "write", "read", "close"]
 
 
 class Call(StrictModel):
-    """One tool call. `seq` numbers a session's calls from 1; a call whose seq was answered
-    already gets its recorded reply again, and never runs twice."""
+    """One tool call, on the hosting worker's inbox. `seq` numbers a session's calls from 1;
+    a call whose seq was answered already gets its recorded reply again, and never runs
+    twice. `reply_url` lets a worker that no longer hosts the session say so."""
 
+    session_id: SessionId
+    reply_url: str
     seq: int = Field(ge=1)
     epoch: int = Field(default=0, ge=0, description="the session's failovers when it was sent")
     op: Op
@@ -69,6 +78,14 @@ class Call(StrictModel):
     files: Files = Field(default_factory=dict)
     path: str | None = None
     timeout_s: float | None = Field(default=None, gt=0)
+
+
+class StepAside(StrictModel):
+    """On a worker's inbox, after a failover: a host of an earlier epoch of the session ends
+    it (the client took it for lost and reopened it elsewhere)."""
+
+    session_id: SessionId
+    epoch: int = Field(ge=1, description="the session's epoch now")
 
 
 class CallResult(StrictModel):
@@ -92,12 +109,19 @@ class CallResult(StrictModel):
 
 
 class Reply(StrictModel):
-    """An outbox message: the session is open, a call's result, or a worker's sign of life
-    while a call runs (the client fails over when these stop)."""
+    """A reply-queue message: the session is open (on which inbox), a call's result, a
+    worker's sign of life while a call runs (the client fails over when these stop), or the
+    worker no longer hosts it (`released`: idle under rlimit, its task freed for other work;
+    the client reopens it from its checkpoint on its next call)."""
 
-    kind: Literal["opened", "alive", "result", "failed"]
+    kind: Literal["opened", "alive", "result", "failed", "released"]
     session_id: str
+    epoch: int = Field(default=0, ge=0, description="the session's epoch on the sending host")
     seq: int = 0
+    inbox_url: str | None = Field(default=None, description="opened: where its calls go")
+    stored_bytes: int = Field(
+        default=0, ge=0, description="released: the checkpoint bytes stored so far"
+    )
     worker: str | None = None
     checkpoint: str | None = None
     result: CallResult | None = None

@@ -1,8 +1,9 @@
-"""The reaper: ends what a session leaves behind when nobody else can. The hosting worker ends
-a session at its TTL and the client at its close; when both died (a trainer SIGKILLed and its
-session's task lost), the session's two queues would stay. A scheduled function deletes every
-session queue whose `trialbox:expires_at` tag (set when the queue is made) is past, and an
-untagged one (made by hand with the prefix) once it is older than the longest TTL."""
+"""The reaper: deletes the session queues nobody is left to delete. A worker deletes its inbox
+as it stops and a client its reply queue as it closes; one that died (a task lost, a trainer
+SIGKILLed) leaves its queue. A scheduled function deletes every session queue whose
+`trialbox:expires_at` tag (set when the queue is made, renewed while its owner needs it) is
+past, and an untagged one (made by hand with the prefix) once it is older than the longest
+TTL. Its work grows with the workers and clients, never with the sessions."""
 
 from __future__ import annotations
 
@@ -32,7 +33,7 @@ class Reaped:
 
 
 def expiry(sqs: Any, url: str) -> float:
-    """When the queue's session ends (epoch s)."""
+    """When the queue's owner stops needing it (epoch s)."""
     tags = sqs.list_queue_tags(QueueUrl=url).get("Tags", {})
     with contextlib.suppress(KeyError, ValueError):
         tagged = float(tags[TAG_EXPIRES])
@@ -62,6 +63,6 @@ def reap(sqs: Any, prefix: str, now: float | None = None) -> Reaped:
                 if exc.response.get("Error", {}).get("Code") not in GONE:  # else: ended meanwhile
                     log.error("%s: %s; the next run tries again", url, exc)
                 continue
-            log.info("deleted %s: its session's TTL passed", url)
+            log.info("deleted %s: its expiry passed", url)
             reaped.deleted.append(url)
     return reaped

@@ -559,7 +559,7 @@ class AsyncClient:
         self._closed = True
         for session in list(self.sessions.open):  # their workers free the slots at once
             await session.close()
-        self.sessions.close()
+        await self.sessions.close()
         if self._pump is not None:
             self._pump.cancel()
             await asyncio.gather(self._pump, return_exceptions=True)

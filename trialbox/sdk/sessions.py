@@ -1,23 +1,28 @@
 """Sessions: one workspace that evolves over many tool calls, then a grade (DESIGN section 3).
 
-A session has two SQS queues of its own, made by the client: calls go to its inbox, the
-hosting worker's replies come back on its outbox. Opening one sends a message on the pool's
-work queue; a worker with a free slot takes it. No call goes through a state machine or a
-function; a grade is one ordinary execution, from the session's last checkpoint.
+No queue is a session's own. Opening one sends a message on the pool's work queue; a worker
+with a free slot takes it and answers `opened`, naming its inbox (one per worker, for every
+session it hosts). Calls go to that inbox and replies come back on the client's one reply
+queue (made at its first session, deleted when it closes), each message naming its session:
+SQS "virtual queues". No call goes through a state machine or a function; a grade is one
+ordinary execution, from the session's last checkpoint.
 
 Failover: a worker says `alive` as soon as it receives a call and every second while it
 runs. Silence for FAILOVER_S means the worker is lost: the client reopens the session on the
 work queue from its last checkpoint (durable before any reply named it). A call the lost
 worker had not started is sent again; one it had started returns `sandbox_error` with
 `loss_mask` (its effects, if any, are not in the checkpoint). Either way the session goes on.
+A worker that no longer hosts the session (released when idle under rlimit, so that its task
+serves other work) answers `released`: the client reopens it from its checkpoint and sends
+the call again, as for a call the lost worker had not started.
 """
 
 from __future__ import annotations
 
 import asyncio
 import base64
-import contextlib
 import json
+import logging
 import math
 import time
 import uuid
@@ -44,6 +49,7 @@ from trialbox.models.sessions import (
     Reply,
     SessionOpen,
     SessionSpec,
+    StepAside,
 )
 from trialbox.sdk.arguments import ForkArguments, ReadArguments, arguments
 from trialbox.sdk.aws import call
@@ -54,8 +60,17 @@ if TYPE_CHECKING:
     from trialbox.sdk.aws import Aws
     from trialbox.sdk.resources import Resources
 
+log = logging.getLogger("trialbox.sdk.sessions")
+
 OPEN_TIMEOUT_S = 300.0  # a worker takes the open (a pool scaling out from zero takes minutes)
-REPLY_WAIT_S = 1  # the outbox's long poll: short, so that silence is noticed
+REPLY_WAIT_S = 1  # a session's wait for its next reply: short, so that silence is noticed
+RECEIVE_WAIT_S = 2  # the reply queue's long poll (its receivers run while a session waits)
+WAITERS_PER_RECEIVER = 16  # one receiver of the reply queue per this many waiting sessions
+MAX_RECEIVERS = 8
+# The reply queue's expiry tag: the latest session's TTL, rounded up to this step, so that
+# sessions opened together retag it once (SQS allows 30 tagging calls/s).
+REPLY_TAG_STEP_S = 30
+GONE = {"AWS.SimpleQueueService.NonExistentQueue", "QueueDoesNotExist"}
 MAX_MESSAGE_BYTES = 1000 * 1024  # SQS takes 1 MiB; the rest of the message is small
 IO_THREADS = 256  # blocking SQS calls of concurrent sessions (long polls, mostly)
 OOM_MARK = "OutOfMemoryError"  # ECS's reason for a container killed at its memory limit
@@ -80,6 +95,12 @@ def _commands(commands: Iterable[Sequence[str]]) -> list[list[str]]:
     return [list(c) if isinstance(c, Sequence) else c for c in listed]
 
 
+def _gone(exc: AwsCallError) -> bool:
+    """The queue does not exist (a worker's inbox, deleted as it stopped)."""
+    cause = exc.__cause__
+    return isinstance(cause, ClientError) and cause.response["Error"]["Code"] in GONE
+
+
 def _fits(body: str, what: str) -> str:
     """A message SQS takes, or an InputError saying what to do: the caller's files (or a
     model's answer written as one) are too large, nothing is sent, and the session goes on."""
@@ -94,8 +115,8 @@ def _fits(body: str, what: str) -> str:
 
 class SessionContext:
     """What a client's sessions share with it, and all they use of it: its AWS calls (and so
-    where the stack is), a way to grade, their I/O threads, and the sessions still open (the
-    client closes them with itself)."""
+    where the stack is), a way to grade, their I/O threads, their reply queue, and the
+    sessions still open (the client closes them with itself)."""
 
     def __init__(
         self,
@@ -106,6 +127,7 @@ class SessionContext:
         self.grade = grade
         self.open: set[AsyncSession] = set()
         self._io: SessionIO | None = None
+        self._replies: ReplyQueue | None = None
 
     @property
     def resources(self) -> Resources:
@@ -117,14 +139,140 @@ class SessionContext:
             self._io = SessionIO(self.aws)
         return self._io
 
+    @property
+    def replies(self) -> ReplyQueue:
+        if self._replies is None:
+            self._replies = ReplyQueue(self.io, self.resources.session_queue_prefix or "")
+        return self._replies
+
     def track(self, session: AsyncSession) -> None:
         """Open until it closes, or until the client does."""
         self.open.add(session)
         session.on_close = self.open.discard
 
-    def close(self) -> None:
+    async def close(self) -> None:
+        if self._replies is not None:
+            await self._replies.close()
         if self._io is not None:
             self._io.close()
+
+
+class ReplyQueue:
+    """A client's one queue for the replies to all its sessions, each to its session's
+    mailbox. Receivers run only while some session waits for a reply (an idle session costs
+    no call), one per WAITERS_PER_RECEIVER waiting sessions."""
+
+    def __init__(self, io: SessionIO, prefix: str) -> None:
+        self.io = io
+        self.prefix = prefix
+        self.url: str | None = None
+        self.tagged_until = 0.0
+        self.mailboxes: dict[str, asyncio.Queue[Reply]] = {}
+        self.waiting = 0
+        self._made: asyncio.Lock | None = None
+        self._receivers: set[asyncio.Future[None]] = set()
+
+    async def register(self, session_id: str, expires_at: float) -> str:
+        """The queue's URL (made on first use, or again once the reaper may have taken it),
+        its tag covering `expires_at`; the session's replies are kept for it from now."""
+        if self._made is None:
+            self._made = asyncio.Lock()
+        async with self._made:
+            now = time.time()
+            tag = min(now + MAX_TTL_S, math.ceil(expires_at / REPLY_TAG_STEP_S) * REPLY_TAG_STEP_S)
+            sqs = self.io.aws.sqs
+            if self.url is None or self.tagged_until <= now:
+                made = await self.io.run(
+                    sqs.create_queue,
+                    QueueName=f"{self.prefix}c-{uuid.uuid4().hex}",
+                    tags={TAG_EXPIRES: str(int(tag))},
+                )
+                self.url, self.tagged_until = made["QueueUrl"], tag
+            elif expires_at > self.tagged_until:
+                await self.io.run(
+                    sqs.tag_queue, QueueUrl=self.url, Tags={TAG_EXPIRES: str(int(tag))}
+                )
+                self.tagged_until = tag
+        self.mailboxes.setdefault(session_id, asyncio.Queue())
+        return self.url
+
+    def unregister(self, session_id: str) -> None:
+        self.mailboxes.pop(session_id, None)
+
+    async def wait(self, session_id: str, timeout: float) -> list[Reply]:
+        """The session's replies: those that came, or the first within `timeout` ([] if none)."""
+        box = self.mailboxes.get(session_id)
+        if box is None:
+            return []
+        if box.empty():
+            self.waiting += 1
+            self._pump()
+            try:
+                first = await asyncio.wait_for(box.get(), timeout)
+            except TimeoutError:
+                return []
+            finally:
+                self.waiting -= 1
+            replies = [first]
+        else:
+            replies = []
+        while not box.empty():
+            replies.append(box.get_nowait())
+        return replies
+
+    def _pump(self) -> None:
+        wanted = min(MAX_RECEIVERS, math.ceil(self.waiting / WAITERS_PER_RECEIVER))
+        while len(self._receivers) < wanted:
+            receiver = asyncio.ensure_future(self._receive())
+            self._receivers.add(receiver)
+            receiver.add_done_callback(self._receivers.discard)
+
+    async def _receive(self) -> None:
+        sqs = self.io.aws.sqs
+        while self.url is not None:  # once at least: a waiter started it
+            url = self.url
+            try:
+                answer = await self.io.run(
+                    sqs.receive_message,
+                    QueueUrl=url,
+                    MaxNumberOfMessages=10,
+                    WaitTimeSeconds=RECEIVE_WAIT_S,
+                )
+                messages = answer.get("Messages", [])
+                if messages:
+                    await self.io.run(
+                        sqs.delete_message_batch,
+                        QueueUrl=url,
+                        Entries=[
+                            {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]}
+                            for i, m in enumerate(messages)
+                        ],
+                    )
+            except AwsCallError as exc:  # the waiting sessions hear nothing, and fail over
+                log.warning("reading the session reply queue failed: %s", exc)
+                await asyncio.sleep(1)
+                messages = []
+            for message in messages:
+                try:
+                    reply = Reply.model_validate_json(message["Body"])
+                except ValidationError as exc:
+                    log.error("dropping a reply that is not one: %s", exc)
+                    continue
+                box = self.mailboxes.get(reply.session_id)
+                if box is not None:  # else: a closed session's late reply
+                    box.put_nowait(reply)
+            if self.waiting == 0:
+                return
+
+    async def close(self) -> None:
+        for receiver in list(self._receivers):
+            receiver.cancel()
+        url, self.url = self.url, None
+        if url is not None:
+            try:
+                await self.io.run(self.io.aws.sqs.delete_queue, QueueUrl=url)
+            except TrialboxError as exc:  # the reaper deletes it once its tag passes
+                log.warning("deleting the session reply queue %s failed: %s", url, exc)
 
 
 class SessionIO:
@@ -213,9 +361,12 @@ class AsyncSession:
         self.seq = 0  # calls answered (or settled by a failover)
         self.worker: str | None = None
         self.failovers = 0
+        self.epoch = 0  # opens after the first (failovers, and reopens after a release)
         self.closed = False
         self._files = files or {}
-        self._inbox = self._outbox = ""
+        self._inbox = ""  # the hosting worker's
+        self._stored_bytes = 0  # checkpoint bytes stored, as a releasing host said
+        self._reply_url = ""
         self.on_close: Callable[[AsyncSession], None] | None = None
         self._turn = asyncio.Lock()  # one call at a time: calls are numbered in order
 
@@ -228,24 +379,12 @@ class AsyncSession:
                 "this deployment names no work queue or session queue prefix: deploy this "
                 "version's stack (its outputs name them)"
             )
-        prefix = resources.session_queue_prefix + self.session_id
-        tags = {TAG_EXPIRES: str(int(self.expires_at))}
-        attributes = {
-            "MessageRetentionPeriod": str(max(60, min(1_209_600, int(self.ttl_left()) + 60)))
-        }
-        sqs = self.io.aws.sqs
-        made = await asyncio.gather(
-            *(
-                self.io.run(sqs.create_queue, QueueName=f"{prefix}-{end}", Attributes=attributes,
-                            tags=tags)
-                for end in ("in", "out")
-            )
-        )  # fmt: skip
-        self._inbox, self._outbox = (answer["QueueUrl"] for answer in made)
+        replies = self.context.replies
+        self._reply_url = await replies.register(self.session_id, self.expires_at)
         try:
             await self._open_on_a_worker(self._files, settled=0)
         except BaseException:
-            await self._delete_queues()
+            replies.unregister(self.session_id)
             raise
         self._files = {}
         return self
@@ -261,17 +400,16 @@ class AsyncSession:
         if self.on_close is not None:
             self.on_close(self)
         try:
-            if self.ttl_left() > 0:
+            if self.ttl_left() > 0 and self._inbox:
                 async with self._turn:  # after the call in flight, if any
-                    close = Call(seq=self.seq + 1, op="close")
-                    await self._call(close, timeout=30, failover=False)
-        except TrialboxError:
-            pass  # the worker is gone or the session expired: nothing is held
+                    await self._call(self._make_call(op="close"), timeout=30, failover=False)
+        except TrialboxError as exc:  # the worker is gone or the session expired: nothing held
+            log.info("session %s: closing: %s", self.session_id, exc)
         finally:
-            await self._delete_queues()
+            self.context.replies.unregister(self.session_id)
 
     async def __aenter__(self) -> AsyncSession:
-        if not self._inbox:
+        if not self._reply_url:
             await self.open()
         return self
 
@@ -319,7 +457,7 @@ class AsyncSession:
         outcomes = await asyncio.gather(*(f.open() for f in forks), return_exceptions=True)
         failed = [o for o in outcomes if isinstance(o, BaseException)]
         if failed:
-            await asyncio.gather(*(f.close() for f in forks if f._inbox))
+            await asyncio.gather(*(f.close() for f in forks if f._reply_url))
             raise failed[0]
         for fork in forks:
             self.context.track(fork)
@@ -363,30 +501,43 @@ class AsyncSession:
             if self.ttl_left() <= 0:
                 raise SessionError(f"session {self.session_id} expired (its TTL passed)")
             try:
-                call = Call(seq=self.seq + 1, **fields)
+                call = self._make_call(**fields)
             except ValidationError as exc:  # nothing is sent, and the session goes on
                 raise InputError(located(exc, "")) from None
             return await self._call(call)
 
+    def _make_call(self, **fields: Any) -> Call:
+        return Call(
+            session_id=self.session_id, reply_url=self._reply_url, seq=self.seq + 1, **fields
+        )
+
     async def _call(
         self, request: Call, timeout: float | None = None, failover: bool = True
     ) -> CallResult:
-        """Send the call; its result. On a lost worker (silence, or its session thread
-        failed): reopen elsewhere and send it again if it had not started, or return it as
-        `sandbox_error` if it had. Without `failover`, a lost worker is a SessionError."""
-        request = request.model_copy(update={"epoch": self.failovers})
-        await self._send(request)
+        """Send the call; its result. On a lost worker (silence, its session thread failed,
+        or its inbox gone): reopen elsewhere and send it again if it had not started, or
+        return it as `sandbox_error` if it had. A worker that released the session: reopen
+        and send it again. Without `failover`, a lost worker is a SessionError (and a
+        released session is closed already)."""
+        request = request.model_copy(update={"epoch": self.epoch})
+        sent = await self._send(request)
         started = alone = False
         host = self.worker
         heard = time.monotonic()
         deadline = None if timeout is None else heard + timeout
         while True:
-            failed = False
-            for reply in await self._replies():
+            failed = not sent
+            released = False
+            for reply in await self._replies() if sent else []:
+                if reply.epoch != self.epoch:
+                    continue  # a superseded host's
                 if reply.kind == "failed":
                     failed = True  # the host's session thread died: as good as lost
+                if reply.kind == "released":
+                    released = True
+                    self._stored_bytes = max(self._stored_bytes, reply.stored_bytes)
                 if reply.seq != request.seq or reply.kind not in ("alive", "result"):
-                    continue  # a stale reply (an earlier call's, or a lost worker's)
+                    continue  # a stale reply (an earlier call's)
                 heard = time.monotonic()
                 if reply.kind == "alive":
                     started, alone, host = True, reply.others == 0, reply.worker
@@ -395,7 +546,11 @@ class AsyncSession:
             now = time.monotonic()
             if deadline is not None and now > deadline:
                 raise SessionError(f"session {self.session_id}: no answer within {timeout} s")
-            if failed or now - heard > FAILOVER_S:
+            if released and not started:
+                if request.op == "close":  # nothing is held: closed already
+                    return self._closed_result(request)
+                await self._reopen(request.seq - 1, failover=False)
+            elif failed or now - heard > FAILOVER_S:
                 if not failover:
                     raise SessionError(f"session {self.session_id}: its worker was lost")
                 if self.ttl_left() <= 0:
@@ -403,23 +558,42 @@ class AsyncSession:
                 # Why the worker stopped, asked while the session reopens: only a call that
                 # ran alone on it can be blamed for its running out of memory.
                 fate = asyncio.ensure_future(
-                    self._stop_reason(host if alone and not failed else None)
+                    self._stop_reason(host if alone and not failed and sent else None)
                 )
                 try:
-                    await self._failover(request.seq if started else request.seq - 1)
+                    await self._reopen(request.seq if started else request.seq - 1)
                 except BaseException:
                     fate.cancel()
                     raise
                 if started:
                     return self._lost(request, await fate)
                 fate.cancel()
-                request = request.model_copy(update={"epoch": self.failovers})
-                await self._send(request)
-                heard = time.monotonic()
+            else:
+                continue
+            request = request.model_copy(update={"epoch": self.epoch})
+            sent = await self._send(request)
+            heard = time.monotonic()
 
-    async def _send(self, request: Call) -> None:
+    async def _send(self, request: Call) -> bool:
+        """Whether the call reached the host's inbox (False: the inbox is gone, the worker
+        stopped)."""
         body = _fits(request.model_dump_json(exclude_defaults=True), "a call's files")
-        await self.io.run(self.io.aws.sqs.send_message, QueueUrl=self._inbox, MessageBody=body)
+        try:
+            await self.io.run(self.io.aws.sqs.send_message, QueueUrl=self._inbox, MessageBody=body)
+        except AwsCallError as exc:
+            if _gone(exc):
+                return False
+            raise
+        return True
+
+    def _closed_result(self, request: Call) -> CallResult:
+        return CallResult(
+            session_id=self.session_id,
+            seq=request.seq,
+            op=request.op,
+            status=Status.SUCCEEDED,
+            checkpoint=self.checkpoint,
+        )
 
     async def _settle(self, reply: Reply) -> CallResult:
         result = reply.result
@@ -471,9 +645,23 @@ class AsyncSession:
             checkpoint=self.checkpoint,
         )
 
-    async def _failover(self, settled: int) -> None:
-        self.failovers += 1
+    async def _reopen(self, settled: int, failover: bool = True) -> None:
+        """Open the session again, from its last checkpoint, on whichever worker takes it; a
+        host of the earlier epoch that is still there (it was only slow) ends its own."""
+        earlier = self._inbox
+        self.epoch += 1
+        self.failovers += failover
         await self._open_on_a_worker({}, settled)
+        if failover and earlier and earlier != self._inbox:
+            aside = StepAside(session_id=self.session_id, epoch=self.epoch)
+            try:
+                await self.io.run(
+                    self.io.aws.sqs.send_message,
+                    QueueUrl=earlier,
+                    MessageBody=aside.model_dump_json(),
+                )
+            except AwsCallError as exc:  # gone with its worker: nothing to end
+                log.info("session %s: the earlier host's inbox: %s", self.session_id, exc)
 
     async def _open_on_a_worker(self, files: dict[str, FileContent], settled: int) -> None:
         spec = SessionSpec(
@@ -484,11 +672,11 @@ class AsyncSession:
             checkpoint=self.checkpoint,
             files=files,
             seq=settled,
-            epoch=self.failovers,
+            epoch=self.epoch,
             expires_at=self.expires_at,
             idle_release_s=self.idle_release_s,
-            inbox_url=self._inbox,
-            outbox_url=self._outbox,
+            reply_url=self._reply_url,
+            stored_bytes=self._stored_bytes,
             run_id=self.run_id,
             episode_id=self.episode_id,
             tags=self.tags,
@@ -503,8 +691,11 @@ class AsyncSession:
         deadline = time.monotonic() + min(OPEN_TIMEOUT_S, max(1.0, self.ttl_left()))
         while time.monotonic() < deadline:
             for reply in await self._replies():
-                if reply.kind == "opened":
+                if reply.epoch != self.epoch:
+                    continue  # an earlier open's
+                if reply.kind == "opened" and reply.inbox_url:
                     self.worker, self.checkpoint, self.seq = reply.worker, reply.checkpoint, settled
+                    self._inbox = reply.inbox_url
                     return
                 if reply.kind == "failed" and reply.seq == 0:
                     raise SessionError(f"session {self.session_id} could not open: {reply.error}")
@@ -514,27 +705,4 @@ class AsyncSession:
         )
 
     async def _replies(self) -> list[Reply]:
-        sqs = self.io.aws.sqs
-        answer = await self.io.run(
-            sqs.receive_message,
-            QueueUrl=self._outbox,
-            MaxNumberOfMessages=10,
-            WaitTimeSeconds=REPLY_WAIT_S,
-        )
-        messages = answer.get("Messages", [])
-        if messages:
-            await self.io.run(
-                sqs.delete_message_batch,
-                QueueUrl=self._outbox,
-                Entries=[
-                    {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]}
-                    for i, m in enumerate(messages)
-                ],
-            )
-        return [Reply.model_validate_json(m["Body"]) for m in messages]
-
-    async def _delete_queues(self) -> None:
-        for url in (self._inbox, self._outbox):
-            if url:
-                with contextlib.suppress(TrialboxError):  # gone: the worker ended it at the TTL
-                    await self.io.run(self.io.aws.sqs.delete_queue, QueueUrl=url)
+        return await self.context.replies.wait(self.session_id, REPLY_WAIT_S)

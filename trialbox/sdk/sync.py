@@ -358,6 +358,11 @@ class Session:
     def failovers(self) -> int:
         return self.aio.failovers
 
+    @property
+    def epoch(self) -> int:
+        """Opens after the first: failovers, and reopens after a release."""
+        return self.aio.epoch
+
     def ttl_left(self) -> float:
         """Seconds until the session ends server-side (its TTL)."""
         return self.aio.ttl_left()

@@ -36,6 +36,14 @@ def main() -> int:
     name = worker_name(settings.name, settings.ecs_metadata_uri)
     dynamodb = boto3.client("dynamodb", config=retries)
     claims = Claims(dynamodb, settings.admission_table, lease_s(settings.heartbeat_s))
+    sessions = SessionHost(
+        runner,
+        sqs,
+        jobs,
+        name,
+        TaskProtection(settings.ecs_agent_uri),
+        queue_prefix=settings.session_queue_prefix,
+    )
     worker = Worker(
         sqs=sqs,
         sfn=boto3.client("stepfunctions", config=retries),
@@ -46,7 +54,7 @@ def main() -> int:
         name=name,
         recycle_after_jobs=settings.recycle_after_jobs,
         residue=runner.residue,
-        sessions=SessionHost(runner, sqs, jobs, name, TaskProtection(settings.ecs_agent_uri)),
+        sessions=sessions,
         admission=Admission(dynamodb, settings.admission_table),
         batched=BatchedJobs(
             sqs,
@@ -60,9 +68,12 @@ def main() -> int:
     # ECS sends SIGTERM, then SIGKILL after the container's stop timeout: finish the job in
     # hand, or hand it back before the kill.
     signal.signal(signal.SIGTERM, lambda *_: worker.shut_down(settings.stop_grace_s))
-    if settings.pool_name and worker.sessions is not None:
-        report_held_sessions(settings.pool_name, worker.sessions.held, worker.stop)
-    worker.serve()
+    if settings.pool_name:
+        report_held_sessions(settings.pool_name, sessions.held, worker.stop)
+    try:
+        worker.serve()
+    finally:
+        sessions.stop()  # its inbox goes with it
     return 0
 
 

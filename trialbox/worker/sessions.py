@@ -1,9 +1,12 @@
-"""A worker hosts sessions: each on a thread of its own, reading calls from the session's
-inbox queue and answering on its outbox. After every call that ran, the workspace is
+"""A worker hosts sessions: each on a thread of its own, fed the calls that name it by the
+worker's one inbox queue (made when the worker first hosts a session, deleted when it stops),
+and answering on its client's reply queue. After every call that ran, the workspace is
 checkpointed (content-addressed: an unchanged workspace stores nothing new) before the reply
 goes, so a reply always names a durable checkpoint. Idle for `idle_release_s`, the slot is
-freed; the next call restores the last checkpoint. At the TTL the host ends the session and
-deletes its queues, whether or not the trainer is still there.
+freed; the next call restores the last checkpoint. Under rlimit (a task hosts one session and
+nothing else), an idle release ends the hosting too: the client is told `released`, the
+task's wipe check runs and it takes other work, and the session's next call reopens it on any
+worker from its checkpoint. At the TTL the host ends the session.
 
 While a call runs, the host sends `alive` every ALIVE_S (the first on receipt: the client
 knows the call started). A client that hears nothing for FAILOVER_S takes the worker for
@@ -14,20 +17,29 @@ from __future__ import annotations
 import base64
 import contextlib
 import logging
-import math
 import os
+import queue
 import threading
 import time
+import uuid
 from collections import OrderedDict
 from collections.abc import Iterator
 from typing import Any
 
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 
 from trialbox.keys import session_call_key, sha256_hex
 from trialbox.models import Status
 from trialbox.models.result import reward_for
-from trialbox.models.sessions import ALIVE_S, Call, CallResult, Reply, SessionSpec
+from trialbox.models.sessions import (
+    ALIVE_S,
+    TAG_EXPIRES,
+    Call,
+    CallResult,
+    Reply,
+    SessionSpec,
+    StepAside,
+)
 from trialbox.pipeline.stores import ObjectStore
 from trialbox.sandbox.runner import MiB, Runner
 from trialbox.sandbox.session import SessionWorkspace, WorkspaceError
@@ -38,6 +50,10 @@ from trialbox.worker.protection import TaskProtection
 log = logging.getLogger("trialbox.worker.sessions")
 
 POLL_S = 20  # the inbox's long poll, at most
+# The inbox's expiry tag: this far ahead, renewed halfway (the reaper deletes the inbox of a
+# worker that died without deleting it, once the tag passes).
+INBOX_TAG_S = 3600
+INBOX_MESSAGE: TypeAdapter[Call | StepAside] = TypeAdapter(Call | StepAside)
 KEPT_REPLIES = 8  # answered calls kept for a re-sent seq
 MAX_REPLY_CHARS = 200_000  # SQS takes 256 KiB; a larger result is read from its trace file
 # A session stores at most this many times its disk_mb of checkpoints over its life: past
@@ -55,8 +71,10 @@ class SessionHost:
         store: ObjectStore,
         name: str,
         protection: TaskProtection | None = None,
+        queue_prefix: str = "trialbox-s-",
     ) -> None:
         self.runner = runner
+        self.inbox = Inbox(sqs, f"{queue_prefix}w-{uuid.uuid4().hex}", self._route)
         self.protection = protection or TaskProtection(None)
         self.sqs = sqs
         self.store = store
@@ -94,6 +112,7 @@ class SessionHost:
         return self.held() >= most
 
     def open(self, spec: SessionSpec) -> None:
+        self.inbox.ensure()  # before the session says `opened`, naming it
         session = HostedSession(self, spec)
         with self._lock:
             hosted = self._sessions.get(spec.session_id)
@@ -112,7 +131,27 @@ class SessionHost:
             return len(self._sessions)
 
     def stop(self) -> None:
+        """End hosting: the sessions' threads end (their clients fail over) and the inbox
+        goes."""
         self.stopping.set()
+        self.inbox.close()
+
+    def _route(self, message: Call | StepAside) -> None:
+        """An inbox message to the session it names; a call for a session not hosted here
+        (released, ended, or moved on) is answered `released`, so its client reopens it."""
+        with self._lock:
+            hosted = self._sessions.get(message.session_id)
+        if hosted is not None:
+            hosted.mailbox.put(message)
+            return
+        if isinstance(message, Call):
+            reply = Reply(
+                kind="released", session_id=message.session_id, epoch=message.epoch,
+                seq=message.seq, worker=self.name,
+            )  # fmt: skip
+            self.sqs.send_message(
+                QueueUrl=message.reply_url, MessageBody=reply.model_dump_json(exclude_defaults=True)
+            )
 
     def _ended(self, session: HostedSession) -> None:
         with self._lock:
@@ -140,7 +179,8 @@ class HostedSession:
         # The bytes of checkpoints this host stored for the session (CHECKPOINT_QUOTA_FACTOR),
         # and the last KEPT_STORED of them: going back to one of those stores nothing.
         self.stored: OrderedDict[str, None] = OrderedDict()
-        self.stored_bytes = 0
+        self.stored_bytes = spec.stored_bytes  # a reopened session's quota goes on
+        self.mailbox: queue.Queue[Call | StepAside] = queue.Queue()  # from the inbox
 
     # --- the thread -----------------------------------------------------------------------
 
@@ -156,6 +196,12 @@ class HostedSession:
                 idle = time.monotonic() - self.last_call
                 if self.workspace is not None and idle >= self.spec.idle_release_s:
                     self._release()  # durable already: every reply named a checkpoint
+                    if self.host.exclusive:  # the task goes back to the pool's work
+                        self._tell(
+                            "released", seq=self.answered, checkpoint=self.checkpoint,
+                            stored_bytes=self.stored_bytes,
+                        )  # fmt: skip
+                        return
                 self._poll(left)
         except Exception as exc:
             log.exception("%s: the session failed", self.spec.session_id)
@@ -165,12 +211,18 @@ class HostedSession:
             self.host._ended(self)
 
     def _open(self) -> None:
-        started = time.monotonic()
-        self.workspace = self._workspace(self.checkpoint, self.spec.files)
-        if self.checkpoint is not None:  # a failover's or a fork's: its first call says so
-            self.restored_s = time.monotonic() - started
-        self._save()
-        self._tell("opened", seq=self.answered, checkpoint=self.checkpoint)
+        """Its workspace is made now when the open brings state (a checkpoint, files: made
+        durable before `opened` names them); a fresh session of a task is only the task's
+        starter files, written at its first call (an open costs the queue's round trips)."""
+        if self.checkpoint is not None or self.spec.files:
+            started = time.monotonic()
+            self.workspace = self._workspace(self.checkpoint, self.spec.files)
+            if self.checkpoint is not None:  # a failover's or a fork's: its first call says so
+                self.restored_s = time.monotonic() - started
+            self._save()
+        self._tell(
+            "opened", seq=self.answered, checkpoint=self.checkpoint, inbox_url=self.host.inbox.url
+        )
 
     def _poll(self, left: float) -> None:
         wait = min(POLL_S, left)
@@ -178,32 +230,23 @@ class HostedSession:
             wait = min(
                 wait, max(0.0, self.spec.idle_release_s - (time.monotonic() - self.last_call))
             )
-        answer = self.host.sqs.receive_message(
-            QueueUrl=self.spec.inbox_url,
-            MaxNumberOfMessages=1,
-            WaitTimeSeconds=max(1, math.ceil(wait)),  # never a busy loop of empty receives
-        )
-        for message in answer.get("Messages", []):
-            # Deleted on receipt: a call never runs twice, even if this worker dies mid-call.
-            self.host.sqs.delete_message(
-                QueueUrl=self.spec.inbox_url, ReceiptHandle=message["ReceiptHandle"]
-            )
-            try:
-                call = Call.model_validate_json(message["Body"])
-            except ValidationError as exc:
-                log.error(
-                    "%s: dropping a message that is not a call: %s", self.spec.session_id, exc
-                )
-                continue
-            self._handle(call)
+        try:
+            message = self.mailbox.get(timeout=max(0.05, wait))
+        except queue.Empty:
+            return
+        if isinstance(message, StepAside):
+            if message.epoch > self.spec.epoch:  # reopened elsewhere: this host ends it
+                log.warning("%s: superseded by epoch %d", self.spec.session_id, message.epoch)
+                self.closed = True
+            return
+        self._handle(message)
 
     def _handle(self, call: Call) -> None:
-        if call.epoch > self.spec.epoch:  # the client reopened it elsewhere: step aside
-            log.warning("%s: superseded by epoch %d", self.spec.session_id, call.epoch)
-            self.host.sqs.send_message(
-                QueueUrl=self.spec.inbox_url, MessageBody=call.model_dump_json()
-            )
-            self.closed = True
+        if call.epoch != self.spec.epoch:  # sent to an earlier or a later host: not this one's
+            log.warning(
+                "%s: a call of epoch %d on the host of epoch %d; ignored",
+                self.spec.session_id, call.epoch, self.spec.epoch,
+            )  # fmt: skip
             return
         if call.seq <= self.answered:
             kept = self.replies.get(call.seq)
@@ -258,10 +301,11 @@ class HostedSession:
             return CallResult(**base, status=Status.SUCCEEDED, checkpoint=self.checkpoint)
         restored_s, self.restored_s = self.restored_s, None
         try:
-            if self.workspace is None:
+            if self.workspace is None:  # released when idle, or never made (a fresh open)
                 started = time.monotonic()
                 self.workspace = self._workspace(self.checkpoint, {})
-                restored_s = time.monotonic() - started
+                if self.checkpoint is not None:
+                    restored_s = time.monotonic() - started
             workspace = self.workspace
             if call.op == "read":
                 data = workspace.read(call.path or "")
@@ -334,8 +378,8 @@ class HostedSession:
         return None
 
     def _timeout(self, call: Call) -> float:
-        """A command's timeout: the call's, cut at the TTL (the reaper deletes the queues
-        soon after it, so nothing runs on past it)."""
+        """A command's timeout: the call's, cut at the TTL (the host ends the session then,
+        so nothing runs on past it)."""
         left = max(0.001, self.spec.expires_at - time.time())
         return left if call.timeout_s is None else min(call.timeout_s, left)
 
@@ -385,11 +429,6 @@ class HostedSession:
     def _expire(self) -> None:
         log.info("%s: TTL reached; ending it", self.spec.session_id)
         self._release()
-        for url in (self.spec.inbox_url, self.spec.outbox_url):
-            try:
-                self.host.sqs.delete_queue(QueueUrl=url)
-            except Exception:  # the reaper deletes an expired session's queues
-                log.warning("%s: deleting %s failed", self.spec.session_id, url, exc_info=True)
 
     def _reply(self, result: CallResult, trace: str | None = None) -> None:
         fields: dict[str, Any] = {"seq": result.seq, "checkpoint": result.checkpoint}
@@ -400,13 +439,19 @@ class HostedSession:
 
     def _tell(self, kind: str, **fields: Any) -> None:
         reply = Reply.model_validate(
-            {"kind": kind, "session_id": self.spec.session_id, "worker": self.host.name} | fields
+            {
+                "kind": kind,
+                "session_id": self.spec.session_id,
+                "epoch": self.spec.epoch,
+                "worker": self.host.name,
+            }
+            | fields
         )
         self._send(reply)
 
     def _send(self, reply: Reply) -> None:
         self.host.sqs.send_message(
-            QueueUrl=self.spec.outbox_url, MessageBody=reply.model_dump_json(exclude_defaults=True)
+            QueueUrl=self.spec.reply_url, MessageBody=reply.model_dump_json(exclude_defaults=True)
         )
 
 
@@ -423,3 +468,83 @@ def _lowered_priority() -> Iterator[None]:
             os.setpriority(os.PRIO_PROCESS, thread, before)
         except OSError as exc:  # raising it back needs CAP_SYS_NICE: the thread stays niced
             log.warning("cannot restore the session thread's priority: %s", exc)
+
+
+class Inbox:
+    """A worker's one queue for the calls of every session it hosts: made on first use,
+    tagged with an expiry it renews while it lives, and read by one thread that hands each
+    message to `route`. Deleted at `close`; a worker that dies leaves it to the reaper."""
+
+    def __init__(self, sqs: Any, name: str, route: Any) -> None:
+        self.sqs, self.name, self.route = sqs, name, route
+        self.url: str | None = None
+        self._lock = threading.Lock()
+        self._closed = threading.Event()
+        self._tagged_until = 0.0
+
+    def ensure(self) -> str:
+        with self._lock:
+            if self.url is None:
+                expires = time.time() + INBOX_TAG_S
+                made = self.sqs.create_queue(
+                    QueueName=self.name, tags={TAG_EXPIRES: str(int(expires))}
+                )
+                self.url, self._tagged_until = made["QueueUrl"], expires
+                threading.Thread(target=self._read, daemon=True, name=self.name).start()
+            return self.url
+
+    def close(self) -> None:
+        self._closed.set()
+        with self._lock:
+            url, self.url = self.url, None
+        if url is not None:
+            try:
+                self.sqs.delete_queue(QueueUrl=url)
+            except Exception:  # the reaper deletes it once its tag passes
+                log.warning("deleting the inbox %s failed", url, exc_info=True)
+
+    def _read(self) -> None:
+        while not self._closed.is_set():
+            try:
+                self._renew()
+                self._take()
+            except Exception:
+                if self._closed.is_set():
+                    return
+                log.exception("%s: reading the inbox failed; reading again", self.name)
+                self._closed.wait(1)
+
+    def _renew(self) -> None:
+        if self._tagged_until - time.time() > INBOX_TAG_S / 2 or self.url is None:
+            return
+        expires = time.time() + INBOX_TAG_S
+        self.sqs.tag_queue(QueueUrl=self.url, Tags={TAG_EXPIRES: str(int(expires))})
+        self._tagged_until = expires
+
+    def _take(self) -> None:
+        url = self.url
+        if url is None:
+            return
+        answer = self.sqs.receive_message(
+            QueueUrl=url, MaxNumberOfMessages=10, WaitTimeSeconds=POLL_S
+        )
+        messages = answer.get("Messages", [])
+        if not messages:
+            return
+        # Deleted on receipt: a call never runs twice, even if this worker dies mid-call.
+        self.sqs.delete_message_batch(
+            QueueUrl=url,
+            Entries=[
+                {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(messages)
+            ],
+        )
+        for message in messages:
+            try:
+                routed = INBOX_MESSAGE.validate_json(message["Body"])
+            except ValidationError as exc:
+                log.error("%s: dropping a message that is not a call: %s", self.name, exc)
+                continue
+            try:
+                self.route(routed)
+            except Exception:  # one session's reply queue gone: the others' calls go on
+                log.exception("%s: routing a message failed", self.name)
