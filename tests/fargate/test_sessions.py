@@ -75,3 +75,30 @@ def test_checkpoints_keep_hard_links_and_are_bounded_per_session(
         assert "checkpoint storage" in refused[1] and "the call is undone" in refused[1]
         assert s.exec(["sh", "-c", "stat -c %h one"]).stdout == "3001\n"
     assert service.failures() == []
+
+
+def test_an_idle_released_session_frees_the_task_for_other_work_then_comes_back(
+    client: Client, service: Service, harness: Harness
+) -> None:
+    """Issue 24: under rlimit an idle release ends the hosting, not only the workspace. The
+    pool's one task runs a job and hosts another session meanwhile, each behind the wipe
+    check; the first session's next call reopens it on the task from its checkpoint."""
+    harness.activate(service)  # the pool's only worker
+    task = Task.model_validate(ADD_TASK)
+    with client.session(task, ttl_s=300, idle_release_s=1) as first:
+        made = first.step(files={"mine.txt": "first\n"}, commands=[python(LEAVE)])
+        assert made.status == Status.SUCCEEDED and made.commands[0].exit_code == 0, made
+        time.sleep(2.5)  # released: the task takes other work
+        check = request(
+            commands=[python("import os; print(os.path.exists('/tmp/left-by-session'))")]
+        )
+        (job,) = client.run([check], timeout=JOB_TIMEOUT_S)
+        assert_not_sandbox_error(job)
+        assert job.commands[0].stdout == "False\n"  # the session's slot was wiped first
+        with client.session(task, ttl_s=300) as second:
+            assert second.exec(["test", "-e", "mine.txt"]).exit_code == 1
+            assert second.worker == made.worker  # the same task, one session at a time
+        back = first.step(commands=[["cat", "mine.txt"]])
+        assert back.commands[0].stdout == "first\n" and back.restored_s is not None
+        assert (first.epoch, first.failovers, back.worker) == (1, 0, made.worker)
+    assert service.failures() == []
