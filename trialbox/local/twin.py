@@ -159,9 +159,23 @@ class LocalTwin:
             except Exception:  # the services stopping with the twin: the next read decides
                 log.warning("reading the pool's desired count failed", exc_info=True)
                 continue
-            if desired != self.pool.size:
-                log.info("the pool follows its service: %d -> %d", self.pool.size, desired)
-                self.pool.resize(desired)
+            if desired == self.pool.size:
+                continue
+            log.info("the pool follows its service: %d -> %d", self.pool.size, desired)
+            try:
+                busy = self._busy() if desired < self.pool.size else set()
+            except Exception:
+                log.warning("reading which workers hold a job failed", exc_info=True)
+                continue
+            self.pool.resize(desired, busy)
+
+    def _busy(self) -> set[str]:
+        """The workers (task ARNs) holding an admitted job: an elastic pool stops them last."""
+        markers = Admission(
+            client(self.endpoint_url, "dynamodb", principals.SETUP),
+            self.output(c.OUTPUT_ADMISSION_TABLE),
+        ).admitted()
+        return {m.taken_by for m in markers.values() if m.taken_by}
 
     def worker_env(self) -> dict[str, str]:
         """A pool worker's environment: this process's (the sandbox settings with it), the

@@ -21,7 +21,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 
 from trialbox import constants as c
@@ -71,14 +71,15 @@ class WorkerPool:
         self._changed.set()
         self.wait_for(self.size)
 
-    def resize(self, size: int) -> None:
+    def resize(self, size: int, busy: Collection[str] = ()) -> None:
         """Grow to `size` (the supervisor starts the workers) or shrink to it, as ECS does
-        when a service's desired count falls: SIGTERM to the newest workers, each of which
-        finishes or hands back the job in hand (trialbox.worker: STOP_GRACE_S) and leaves
-        its lease. The scaler shrinks a pool only after it idled (trialbox.pipeline.scaling),
-        so in practice a retired worker holds nothing."""
+        when a service's desired count falls: SIGTERM to idle workers first (`busy`: the task
+        ARNs of workers holding a job), the newest first; each finishes or hands back the job
+        in hand (trialbox.worker: STOP_GRACE_S) and leaves its lease. The scaler shrinks a
+        pool only after it idled (trialbox.pipeline.scaling), so none should hold one."""
         with self._lock:
             live = [p for p in self._procs if p.poll() is None and p.pid not in self._retiring]
+            live.sort(key=lambda p: self._task[p.pid].arn not in busy)  # idle last, kept order
             self.size = size
             retire = live[size:] if len(live) > size else []
             for proc in retire:
