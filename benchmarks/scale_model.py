@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import dataclasses
 
-from trialbox.pipeline.scaling import PoolBounds
 from trialbox.scalemodel.cost import fargate_dollars
 from trialbox.scalemodel.quotas import value
 from trialbox.scalemodel.sim import ALONE, Load, Shape, ceiling, simulate
-from trialbox.scalemodel.template import pool_scaling
+from trialbox.scalemodel.template import STEP_POLICIES, pool_scaling
 
 # Measured on the twin: benchmarks/transitions.py --size 8 (0.125 a sample, one start a batch).
 BATCHED = Shape(transitions=0.125, starts=1 / 8)
@@ -21,8 +20,9 @@ AUDIT = {"ceiling": 375.0, "minutes_to_4096": 205.0, "idle_task_hours": 280_000.
 
 def main() -> None:
     template = pool_scaling()
-    print(f"template: min {template.min_tasks}, max {template.max_tasks} tasks;", end=" ")
-    print(", ".join(f"{p.name[:40]} cooldown {p.cooldown_s} s" for p in template.policies))
+    print(f"template: min {template.min_tasks}, max {template.max_tasks} tasks; the scaler "
+          f"every {template.tick_s:g} s, in after {template.scaler and template.scaler.idle_s:g} "
+          "s idle")  # fmt: skip
     print("\nceiling, samples/s, by quota:")
     for name, shape in (("alone", ALONE), ("batches of 8", BATCHED)):
         limits = ceiling(shape)
@@ -30,8 +30,8 @@ def main() -> None:
         shown = ", ".join(f"{k} {v:,.0f}" for k, v in limits.items())
         print(f"  {name:13} {limits[first]:8,.0f}  (first: {first}; {shown})")
 
-    print("\nthe audit's figures, on today's template with max_workers 4,096:")
-    wide = dataclasses.replace(template, max_tasks=4096)
+    print("\nthe audit's figures, on the step policies (before the scaler), max_workers 4,096:")
+    wide = dataclasses.replace(STEP_POLICIES, max_tasks=4096)
     run = simulate(Load.concurrent(4096, 60, 6 * 3600), wide)
     assert run.peak_reached_s is not None
     rows = [
@@ -44,10 +44,9 @@ def main() -> None:
         print(
             f"  {what:50} audit {audit:>10,.0f}   model {model:>10,.0f}   ratio {model / audit:.3f}"
         )
-    elastic = simulate(Load.concurrent(4096, 60, 6 * 3600), wide, scaler=PoolBounds(0, 4096))
-    print(
-        "the same load under the elastic scaler's rule (trialbox.pipeline.scaling; not deployed):"
-    )
+    today = dataclasses.replace(template, max_tasks=4096)
+    elastic = simulate(Load.concurrent(4096, 60, 6 * 3600), today)
+    print("the same load under the deployed scaler (trialbox.pipeline.scaler):")
     print(f"  minutes from idle to 4,096 tasks {(elastic.peak_reached_s or 0) / 60:.1f}; "
           f"idle task-hours after the peak {elastic.idle_task_hours:,.0f}")  # fmt: skip
 
@@ -58,9 +57,8 @@ def main() -> None:
         (n, s, e) for e in (False, True) for n in (1000, 10_000) for s in (10, 60)
     ):
         most = min(sandboxes, int(value("ecs_tasks_per_service")))
-        pool = dataclasses.replace(template, max_tasks=most)
-        bounds = PoolBounds(0, most) if scaler else None
-        out = simulate(Load.concurrent(sandboxes, job_s, 1800), pool, scaler=bounds)
+        pool = dataclasses.replace(template if scaler else STEP_POLICIES, max_tasks=most)
+        out = simulate(Load.concurrent(sandboxes, job_s, 1800), pool)
         print(
             f"  {sandboxes:>6,} x {job_s:>2} s {'elastic' if scaler else 'steps  '}"
             f"{out.first_result_s or 0:>10.0f} s "

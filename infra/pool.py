@@ -4,14 +4,11 @@ from __future__ import annotations
 
 import jsii
 from aws_cdk import AspectPriority, Aspects, Duration, IAspect, RemovalPolicy, Stack
-from aws_cdk import aws_applicationautoscaling as autoscaling
-from aws_cdk import aws_cloudwatch as cloudwatch
 from aws_cdk import aws_ec2 as ec2
 from aws_cdk import aws_ecr_assets as ecr_assets
 from aws_cdk import aws_ecs as ecs
 from aws_cdk import aws_iam as iam
 from aws_cdk import aws_logs as logs
-from aws_cdk import aws_sqs as sqs
 from constructs import Construct, IConstruct
 
 from infra.config import PoolConfig
@@ -20,13 +17,10 @@ from infra.nag import acknowledge, logical_id
 from infra.queues import QueueWithDlq
 from trialbox import aws_retries
 from trialbox.constants import (
-    DIMENSION_POOL,
     ENV_POOL_NAME,
     ENV_RECYCLE_AFTER_JOBS,
     ENV_STOP_GRACE_S,
     ENV_WORK_QUEUE_URL,
-    METRIC_HELD_SESSIONS,
-    METRICS_NAMESPACE,
 )
 from trialbox.settings import STOP_GRACE_S, STOP_TIMEOUT_S, work_visibility_s
 
@@ -55,14 +49,6 @@ KEPT = {
 }
 # Writable scratch on a read-only root: the slot state (workspaces, checkpoints) and /tmp.
 SCRATCH = {"state": "/var/lib/trialbox", "tmp": "/tmp"}
-# Scale-out: one metric period. A step is not repeated on the same backlog before the tasks it
-# started are running (Fargate takes 30-45 s), yet a growing backlog adds more a minute later
-# (a larger step applies at once, even in the cooldown).
-SCALE_OUT_COOLDOWN = Duration.seconds(60)
-# Scale-in runs only when no job waits or runs, so it never stops a busy task; the cooldown
-# keeps a warm pool across a trainer's pause between batches (a gradient step) instead of
-# dropping a task every minute, while an idle pool of 10 is still gone within about 20 min.
-SCALE_IN_COOLDOWN = Duration.seconds(120)
 
 
 class Pool(Construct):
@@ -76,7 +62,6 @@ class Pool(Construct):
         subnets: ec2.SubnetSelection,
         security_groups: list[ec2.ISecurityGroup],
         heartbeat_s: int,
-        requests: sqs.IQueue,
         environment: dict[str, str],
         log_retention_days: int,
     ) -> None:
@@ -204,73 +189,16 @@ class Pool(Construct):
             circuit_breaker=ecs.DeploymentCircuitBreaker(enable=True, rollback=True),
             # No desired_count, on purpose: a DesiredCount in the template is applied again on
             # every update, so an image deploy would drop a busy pool to it mid-training. With
-            # none, CloudFormation creates the service with 1 task (which the Idle policy
-            # removes, and which lets the circuit breaker test the image on the first deploy)
-            # and leaves the count to auto scaling on every update after.
+            # none, CloudFormation creates the service with 1 task (which the scaler removes
+            # once idle, and which lets the circuit breaker test the image on the first
+            # deploy) and leaves the count to the scaler on every update after.
         )
         # The association is created by an aspect of the cluster at synth; without this, the
         # service may be created before FARGATE_SPOT is attached to its cluster and fail.
         Aspects.of(self.cluster).add(
             _DependsOnCapacityProviders(self.service), priority=AspectPriority.DEFAULT + 1
         )
-        scaling = self.service.auto_scale_task_count(
-            min_capacity=config.min_workers, max_capacity=config.max_workers
-        )
-        # Out on work waiting for a worker: jobs in the work queue, and requests waiting to be
-        # admitted (the requests queue, visible or held by a dispatcher waiting for a slot):
-        # admission starts executions only for live slots, so with no worker (a warm minimum
-        # of 0) the backlog is all in the requests queue, and counting it is what starts one.
-        # In only when no job is waiting or running, no request waits and no session is held,
-        # because a job being run is invisible in the queue, a session's host is busy between
-        # its calls, and scale-in stops an arbitrary task (a session's host also protects
-        # itself: trialbox/worker/protection.py).
-        minute = Duration.minutes(1)
-        waiting = self.work.queue.metric_approximate_number_of_messages_visible(period=minute)
-        running = self.work.queue.metric_approximate_number_of_messages_not_visible(period=minute)
-        queued = requests.metric_approximate_number_of_messages_visible(period=minute)
-        admitting = requests.metric_approximate_number_of_messages_not_visible(period=minute)
-        backlog = cloudwatch.MathExpression(
-            expression="waiting + queued + admitting",
-            using_metrics={"waiting": waiting, "queued": queued, "admitting": admitting},
-            period=minute,
-        )
-        step = autoscaling.AdjustmentType.CHANGE_IN_CAPACITY
-        scaling.scale_on_metric(
-            "Backlog",
-            metric=backlog,
-            scaling_steps=[
-                {"upper": 0, "change": 0},
-                {"lower": 1, "change": +1},
-                {"lower": 20, "change": +5},
-                {"lower": 100, "change": +20},
-            ],
-            adjustment_type=step,
-            cooldown=SCALE_OUT_COOLDOWN,
-        )
-        held = cloudwatch.Metric(
-            namespace=METRICS_NAMESPACE,
-            metric_name=METRIC_HELD_SESSIONS,
-            dimensions_map={DIMENSION_POOL: Stack.of(self).stack_name},
-            statistic="Maximum",
-            period=minute,
-        )
-        scaling.scale_on_metric(
-            "Idle",
-            metric=cloudwatch.MathExpression(
-                expression="waiting + running + queued + admitting + FILL(held, 0)",
-                using_metrics={
-                    "waiting": waiting,
-                    "running": running,
-                    "queued": queued,
-                    "admitting": admitting,
-                    "held": held,
-                },
-                period=minute,
-            ),
-            scaling_steps=[{"upper": 0, "change": -1}, {"lower": 1, "change": 0}],
-            adjustment_type=step,
-            cooldown=SCALE_IN_COOLDOWN,
-        )
+        # The desired count is the scaler's alone (infra/scaler.py): no auto scaling target.
 
 
 @jsii.implements(IAspect)

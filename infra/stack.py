@@ -20,6 +20,7 @@ from infra.orchestration import Orchestration
 from infra.pool import Pool
 from infra.queues import QueueWithDlq
 from infra.run_code import RUN_CODE_TIMEOUT, RunCode
+from infra.scaler import SCALER_MEMORY_MB, SCALER_TIMEOUT, scaler_environment, schedule_scaler
 from infra.sessions import (
     WORKER_ACTIONS,
     grant_session_queues,
@@ -74,7 +75,6 @@ class TrialboxStack(Stack):
             subnets=network.subnets,
             security_groups=[network.workers_sg],
             heartbeat_s=config.heartbeat_s,
-            requests=intake.requests.queue,
             environment={
                 c.ENV_TRACES_BUCKET: storage.traces.bucket_name,
                 c.ENV_HEARTBEAT_S: str(config.heartbeat_s),
@@ -86,7 +86,9 @@ class TrialboxStack(Stack):
         )
         code = lambda_code()
 
-        def function(name: str, env: dict[str, str], timeout: Duration) -> TrialboxFunction:
+        def function(
+            name: str, env: dict[str, str], timeout: Duration, memory_mb: int = 512
+        ) -> TrialboxFunction:
             return TrialboxFunction(
                 self,
                 name.title().replace("_", ""),
@@ -95,6 +97,7 @@ class TrialboxStack(Stack):
                 environment=env,
                 log_retention_days=config.log_retention_days,
                 timeout=timeout,
+                memory_mb=memory_mb,
             )
 
         prepare_env = {
@@ -173,6 +176,14 @@ class TrialboxStack(Stack):
             Duration.seconds(60),
         )
         schedule_reaper(self, reaper, session_prefix)
+        scaler = function(
+            "scaler",
+            buckets
+            | scaler_environment(pool, config.pool, intake.requests.queue, storage.admission),
+            SCALER_TIMEOUT,
+            SCALER_MEMORY_MB,
+        )
+        schedule_scaler(self, scaler, pool, intake.requests.queue, storage.admission)
 
         # Each role reaches only the keys its step reads or writes (layout: trialbox.constants).
         # A sandbox worker can write reports, never job specs, results or traces.

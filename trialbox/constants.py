@@ -26,6 +26,14 @@ ENV_POOL_CAPACITY = "TRIALBOX_POOL_CAPACITY"  # optional: jobs the pool runs at 
 ENV_CLUSTER = (
     "TRIALBOX_CLUSTER"  # optional: the pool's ECS cluster (why a session's worker stopped)
 )
+# The pool's scaler (functions/scaler: trialbox.pipeline.scaler), with the cluster above.
+ENV_POOL_SERVICE = "TRIALBOX_POOL_SERVICE"  # the pool's ECS service (its ARN or name)
+ENV_POOL_MIN_TASKS = "TRIALBOX_POOL_MIN_TASKS"  # the warm minimum
+ENV_POOL_MAX_TASKS = "TRIALBOX_POOL_MAX_TASKS"  # max_workers
+ENV_POOL_SLOTS_PER_TASK = "TRIALBOX_POOL_SLOTS_PER_TASK"  # jobs one task runs at once
+ENV_SCALE_IN_IDLE_S = "TRIALBOX_SCALE_IN_IDLE_S"  # idle this long: in to the warm minimum
+ENV_SCALER_TICK_S = "TRIALBOX_SCALER_TICK_S"  # how often one invocation decides
+ENV_SCALER_RUN_S = "TRIALBOX_SCALER_RUN_S"  # how long one invocation keeps deciding
 
 # Stack outputs, by the names the SDK reads.
 OUTPUT_REQUESTS_QUEUE_URL = "RequestsQueueUrl"

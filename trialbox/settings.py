@@ -26,6 +26,15 @@ STOP_TIMEOUT_S = 120  # Fargate's most: SIGTERM, then SIGKILL after this
 STOP_GRACE_S = STOP_TIMEOUT_S - 30  # a running job is handed back with time left to answer
 # A work-queue message stays invisible this many heartbeats; the worker extends it on each.
 WORK_VISIBILITY_HEARTBEATS = 3
+# Jobs a pool task runs at once: its lease offers one slot (trialbox.worker.loop.free_slots),
+# and the scaler sizes the pool by it.
+TASK_SLOTS = 1
+# The pool's scaler (trialbox.pipeline.scaler): in to the warm minimum after this long idle
+# ("scale in to the warm minimum within about 5 minutes of idle", issue 24), deciding every
+# SCALER_TICK_S for SCALER_RUN_S an invocation (EventBridge runs it at most once a minute).
+SCALE_IN_IDLE_S = 300.0
+SCALER_TICK_S = 10.0
+SCALER_RUN_S = 50.0
 
 
 def work_visibility_s(heartbeat_s: int) -> int:
@@ -84,6 +93,16 @@ class FunctionSettings(EnvSettings):
     heartbeat_s: int = Field(default=HEARTBEAT_S, ge=5, alias=c.ENV_HEARTBEAT_S)
     execute_margin_s: int = Field(default=EXECUTE_MARGIN_S, ge=1, alias=c.ENV_EXECUTE_MARGIN_S)
     session_queue_prefix: str | None = Field(default=None, alias=c.ENV_SESSION_QUEUE_PREFIX)
+    # The scaler's: the pool's service, its bounds, and how often it decides.
+    cluster: str | None = Field(default=None, alias=c.ENV_CLUSTER)
+    pool_service: str | None = Field(default=None, alias=c.ENV_POOL_SERVICE)
+    pool_name: str | None = Field(default=None, alias=c.ENV_POOL_NAME)  # HeldSessions' Pool
+    pool_min_tasks: int = Field(default=0, ge=0, alias=c.ENV_POOL_MIN_TASKS)
+    pool_max_tasks: int = Field(default=1, ge=1, alias=c.ENV_POOL_MAX_TASKS)
+    pool_slots_per_task: int = Field(default=TASK_SLOTS, ge=1, alias=c.ENV_POOL_SLOTS_PER_TASK)
+    scale_in_idle_s: float = Field(default=SCALE_IN_IDLE_S, ge=0, alias=c.ENV_SCALE_IN_IDLE_S)
+    scaler_tick_s: float = Field(default=SCALER_TICK_S, gt=0, alias=c.ENV_SCALER_TICK_S)
+    scaler_run_s: float = Field(default=SCALER_RUN_S, ge=0, alias=c.ENV_SCALER_RUN_S)
 
 
 class WorkerSettings(EnvSettings):

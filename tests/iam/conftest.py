@@ -20,7 +20,11 @@ def recorded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Recorded]:
     log = tmp / "requests.jsonl"
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(ENV_REQUEST_LOG, str(log))
-        with LocalTwin(workers=0, heartbeat_s=HEARTBEAT_S) as twin:
+        # The scaler on the twin's time scale: it reads, turns idle, sees work and sets the
+        # service's count within the run (every one of its grants used).
+        with LocalTwin(
+            workers=0, heartbeat_s=HEARTBEAT_S, scaler_tick_s=0.5, scale_in_idle_s=2
+        ) as twin:
             workers = [start_worker(twin, f"iam-{n}") for n in range(2)]
             results, cli_exit, cli_traces = drive(twin, tmp, workers)
             for worker in workers:

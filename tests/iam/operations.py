@@ -33,6 +33,9 @@ ACTIONS: dict[tuple[str, str], tuple[str, ...]] = {
     ("sqs", "ListQueues"): ("sqs:ListQueues",),
     ("sqs", "ListQueueTags"): ("sqs:ListQueueTags",),
     ("ecs", "DescribeTasks"): ("ecs:DescribeTasks",),
+    ("ecs", "DescribeServices"): ("ecs:DescribeServices",),
+    ("ecs", "UpdateService"): ("ecs:UpdateService",),
+    ("cloudwatch", "GetMetricData"): ("cloudwatch:GetMetricData",),
     ("s3", "PutObject"): ("s3:PutObject",),
     ("s3", "GetObject"): ("s3:GetObject",),
     ("s3", "HeadObject"): ("s3:GetObject",),
@@ -68,6 +71,12 @@ TASK_TOKEN_OPERATIONS = {"SendTaskSuccess", "SendTaskFailure", "SendTaskHeartbea
 
 def queue_arn(url: str) -> str:
     return f"arn:aws:sqs:{REGION}:{ACCOUNT}:{urlparse(url).path.rstrip('/').rsplit('/', 1)[-1]}"
+
+
+def service_arn(cluster: str, service: str) -> str:
+    if service.startswith("arn:"):
+        return service
+    return f"arn:aws:ecs:{REGION}:{ACCOUNT}:service/{cluster.rsplit('/', 1)[-1]}/{service}"
 
 
 def table_arn(name: str) -> str:
@@ -106,8 +115,14 @@ def resources(call: Call, tokens: dict[str, str]) -> list[str]:
         return [p.get("stateMachineArn") or p["executionArn"]]
     if call.service == "lambda":
         return [function_arn(p["FunctionName"], p.get("Qualifier"))]
-    if call.service == "ecs":  # DescribeTasks: the tasks named (ARNs, in the SDK's calls)
-        return [str(t) for t in p["tasks"]]
+    if call.service == "ecs":
+        if call.operation == "DescribeServices":  # the services named, in their cluster
+            return [service_arn(p["cluster"], str(s)) for s in p["services"]]
+        if call.operation == "UpdateService":
+            return [service_arn(p["cluster"], str(p["service"]))]
+        return [str(t) for t in p["tasks"]]  # DescribeTasks: the tasks named (ARNs)
+    if call.service == "cloudwatch":  # GetMetricData names no resource: IAM takes only "*"
+        return ["*"]
     if call.service == "cloudformation":
         return [f"arn:aws:cloudformation:{REGION}:{ACCOUNT}:stack/{p['StackName']}/*"]
     raise UnmappedOperation(f"{call.service}:{call.operation}: no resource rule")

@@ -1,4 +1,4 @@
-"""Deploying for real: the service's deployment and scaling, the alarm topic and its alarms, the
+"""Deploying for real: the service's deployment and its scaler, the alarm topic and its alarms, the
 version output, and the README's idle cost, read from one shared synth (validator off; cdk-nag
 on, as on every synth)."""
 
@@ -22,6 +22,9 @@ ENDPOINT_AZ_HOUR = 0.01
 KMS_KEY_MONTH = 1.00
 ALARM_METRIC_MONTH = 0.10
 FIREWALL_DOMAIN_MONTH = 0.0005
+# Lambda on ARM (us-east-1): per GB-second of billed duration, per request.
+LAMBDA_ARM_GB_S = 0.0000133334
+LAMBDA_REQUEST = 0.20 / 1_000_000
 
 
 def alarms(template: Template) -> dict[str, dict[str, Any]]:
@@ -46,20 +49,98 @@ def test_the_service_waits_for_its_capacity_providers(template: Template) -> Non
 
 def test_an_update_never_resets_the_pool_size(template: Template) -> None:
     """A DesiredCount would be applied again on every update: an image deploy would drop a busy
-    pool to it. Without one, auto scaling alone owns the count after creation."""
+    pool to it. Without one, the scaler alone owns the count after creation: no Application
+    Auto Scaling target either, whose policies would set it back."""
     _, service = only(template, "AWS::ECS::Service")
     assert "DesiredCount" not in service["Properties"]
-    _, target = only(template, "AWS::ApplicationAutoScaling::ScalableTarget")
-    assert target["Properties"]["ScalableDimension"] == "ecs:service:DesiredCount"
+    assert not resources(template, "AWS::ApplicationAutoScaling::ScalableTarget")
 
 
-def test_scaling_cooldowns_are_explicit(template: Template) -> None:
-    cooldowns = {}
-    for policy in resources(template, "AWS::ApplicationAutoScaling::ScalingPolicy").values():
-        config = policy["Properties"]["StepScalingPolicyConfiguration"]
-        direction = "in" if config["StepAdjustments"][0]["ScalingAdjustment"] < 0 else "out"
-        cooldowns[direction] = config["Cooldown"]
-    assert cooldowns == {"out": 60, "in": 120}
+# --- the pool's scaler -----------------------------------------------------------------------
+
+
+def scaler_function(template: Template) -> tuple[str, dict[str, Any]]:
+    (found,) = [
+        (k, f["Properties"])
+        for k, f in resources(template, "AWS::Lambda::Function").items()
+        if f["Properties"]["Handler"] == "functions.scaler.handler.handler"
+    ]
+    return found
+
+
+def test_the_scaler_runs_each_minute_in_place_of_step_policies(template: Template) -> None:
+    from infra.config import StackConfig
+    from trialbox import settings as s
+
+    assert not resources(template, "AWS::ApplicationAutoScaling::ScalingPolicy")
+    function_id, props = scaler_function(template)
+    (rule,) = [
+        r["Properties"]
+        for r in resources(template, "AWS::Events::Rule").values()
+        if any(t["Arn"] == {"Fn::GetAtt": [function_id, "Arn"]} for t in r["Properties"]["Targets"])
+    ]
+    assert rule["ScheduleExpression"] == "rate(1 minute)"
+    assert rule.get("State", "ENABLED") == "ENABLED"
+    (target,) = rule["Targets"]
+    assert target["RetryPolicy"]["MaximumRetryAttempts"] == 0  # the next minute's run decides
+    env = props["Environment"]["Variables"]
+    pool = StackConfig().pool
+    assert (env[c.ENV_POOL_MIN_TASKS], env[c.ENV_POOL_MAX_TASKS]) == (
+        str(pool.min_workers),
+        str(pool.max_workers),
+    )
+    assert env[c.ENV_POOL_SLOTS_PER_TASK] == str(s.TASK_SLOTS)
+    assert float(env[c.ENV_SCALE_IN_IDLE_S]) == s.SCALE_IN_IDLE_S == 300
+    tick, run = float(env[c.ENV_SCALER_TICK_S]), float(env[c.ENV_SCALER_RUN_S])
+    # Decisions every 10 s through the minute, the last one within the function's timeout.
+    assert (tick, run) == (s.SCALER_TICK_S, s.SCALER_RUN_S) == (10, 50)
+    assert run + 2 * tick <= props["Timeout"] < 60 + run
+    service_id, _ = only(template, "AWS::ECS::Service")
+    assert env[c.ENV_POOL_SERVICE] == {"Ref": service_id}
+
+
+def test_the_scaler_is_granted_its_calls_on_its_resources_and_no_more(template: Template) -> None:
+    _, props = scaler_function(template)
+    role = props["Role"]["Fn::GetAtt"][0]
+    statements = [
+        statement
+        for policy in resources(template, "AWS::IAM::Policy").values()
+        if {"Ref": role} in policy["Properties"]["Roles"]
+        for statement in policy["Properties"]["PolicyDocument"]["Statement"]
+    ]
+    granted = {}
+    for statement in statements:
+        actions = statement["Action"]
+        for action in [actions] if isinstance(actions, str) else actions:
+            granted[action] = statement
+    assert set(granted) == {
+        "ecs:DescribeServices",
+        "ecs:UpdateService",
+        "sqs:GetQueueAttributes",
+        "dynamodb:BatchGetItem",
+        "dynamodb:GetItem",
+        "dynamodb:PutItem",
+        "dynamodb:DeleteItem",
+        "cloudwatch:GetMetricData",
+        "logs:CreateLogStream",
+        "logs:PutLogEvents",
+        "xray:PutTraceSegments",
+        "xray:PutTelemetryRecords",
+    }
+    service_id, _ = only(template, "AWS::ECS::Service")
+    for action in ("ecs:DescribeServices", "ecs:UpdateService"):
+        assert granted[action]["Resource"] == {"Ref": service_id}
+    requests, _ = only(template, "AWS::SQS::Queue", "IntakeRequestsQueue")
+    work, _ = only(template, "AWS::SQS::Queue", "PoolWorkQueue")
+    queues = granted["sqs:GetQueueAttributes"]["Resource"]
+    assert queues == [{"Fn::GetAtt": [q, "Arn"]} for q in (requests, work)]
+    table, _ = only(template, "AWS::DynamoDB::Table", "StorageAdmission")
+    items = granted["dynamodb:GetItem"]
+    assert items["Resource"] == {"Fn::GetAtt": [table, "Arn"]}
+    # Only the count's shards and the scaler's idle clock: never a lease or a marker.
+    keys = items["Condition"]["ForAllValues:StringEquals"]["dynamodb:LeadingKeys"]
+    assert keys == ["pool", *(f"pool#{k}" for k in range(8)), "scaler"]
+    assert granted["cloudwatch:GetMetricData"]["Resource"] == "*"  # it takes no resource
 
 
 # --- alarms and their topic ------------------------------------------------------------------
@@ -94,18 +175,13 @@ def test_the_alarm_topic_is_encrypted_tls_only_and_open_to_cloudwatch(template: 
     assert resources(template, "AWS::SNS::Subscription") == {}  # no alarm_email by default
 
 
-def test_every_alarm_pages_through_the_topic_but_scaling_alarms(template: Template) -> None:
+def test_every_alarm_pages_through_the_topic(template: Template) -> None:
+    """The scaler is a function, not alarms: every alarm left pages."""
     topic_id, _ = only(template, "AWS::SNS::Topic")
-    policies = set(resources(template, "AWS::ApplicationAutoScaling::ScalingPolicy"))
-    paging, scaling = [], []
+    paging = []
     for logical_id, alarm in alarms(template).items():
-        actions = alarm.get("AlarmActions", [])
-        if actions == [{"Ref": topic_id}]:
-            paging.append(logical_id)
-        else:  # a scaling alarm acts on its scaling policy and nothing else
-            assert [a["Ref"] for a in actions] in ([p] for p in policies), logical_id
-            scaling.append(logical_id)
-    assert len(scaling) == len(policies) == 2
+        assert alarm.get("AlarmActions", []) == [{"Ref": topic_id}], logical_id
+        paging.append(logical_id)
     expected = ("DlqNotEmpty", "OldestMessage", "ExecutionsFailed", "SandboxErrorRate", "Lost")
     for name in expected:  # 2 queues x (DLQ, age), executions failed, and the two below
         assert any(name in logical_id for logical_id in paging), name
@@ -284,11 +360,18 @@ def idle_cost_rows(template: Template) -> list[str]:
         len(d["Properties"]["Domains"])
         for d in resources(template, "AWS::Route53Resolver::FirewallDomainList").values()
     )
+    # The scaler runs every minute, idle or not, for its run (plus about a second: its last
+    # tick's calls), at its memory.
+    _, scaler = scaler_function(template)
+    memory_gb = scaler["MemorySize"] / 1024
+    billed_s = float(scaler["Environment"]["Variables"][c.ENV_SCALER_RUN_S]) + 1
+    runs = HOURS_A_MONTH * 60
     costs = [
         len(endpoints) * azs * ENDPOINT_AZ_HOUR * HOURS_A_MONTH,
         keys * KMS_KEY_MONTH,
         alarm_metrics * ALARM_METRIC_MONTH,
         domains * FIREWALL_DOMAIN_MONTH,
+        runs * (billed_s * memory_gb * LAMBDA_ARM_GB_S + LAMBDA_REQUEST),
     ]
     return [
         f"| interface VPC endpoints x AZs | {len(endpoints)} x {azs} "
@@ -300,6 +383,9 @@ def idle_cost_rows(template: Template) -> list[str]:
         f"per month | ${costs[2]:.2f} |",
         f"| DNS Firewall domain names | {domains} | ${FIREWALL_DOMAIN_MONTH:.4f} per name per "
         f"month | ${costs[3]:.2f} |",
+        f"| the pool's scaler (Lambda, {scaler['MemorySize']} MB ARM, {billed_s:.0f} s a minute) "
+        f"| {runs:,} runs | ${LAMBDA_ARM_GB_S:.10f} per GB-s + $0.20 per million runs "
+        f"| ${costs[4]:.2f} |",
         f"| **idle total** | | | **${sum(costs):.2f}** |",
     ]
 

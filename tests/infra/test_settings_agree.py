@@ -52,6 +52,20 @@ NEEDED = {
     },
     "finisher": {"traces_bucket", "executions_table", "admission_table"},
     "settle": {"traces_bucket", "executions_table", "admission_table"},
+    "scaler": {
+        "requests_queue_url",
+        "work_queue_url",
+        "admission_table",
+        "cluster",
+        "pool_service",
+        "pool_name",
+        "pool_min_tasks",
+        "pool_max_tasks",
+        "pool_slots_per_task",
+        "scale_in_idle_s",
+        "scaler_tick_s",
+        "scaler_run_s",
+    },
 }
 
 
@@ -265,3 +279,21 @@ def test_the_run_code_function_gets_what_its_sdk_client_reads(template: Template
     assert resources.requests_queue_url == _value({"Ref": queue_id})
     assert resources.executions_table == _value({"Ref": table_id})
     assert resources.capacity == StackConfig().pool.max_workers
+
+
+def test_the_scaler_reads_the_pool_s_bounds_the_stack_sets(template: Template) -> None:
+    """min and max are the pool's config; a task's slots are what a worker leases."""
+    scaler = FunctionSettings.from_env(functions(template)["scaler"])
+    pool = StackConfig().pool
+    assert (scaler.pool_min_tasks, scaler.pool_max_tasks) == (pool.min_workers, pool.max_workers)
+    assert scaler.scale_in_idle_s == s.SCALE_IN_IDLE_S
+    assert (scaler.scaler_tick_s, scaler.scaler_run_s) == (s.SCALER_TICK_S, s.SCALER_RUN_S)
+    worker = Worker(
+        sqs=None,
+        sfn=None,
+        jobs=ObjectStore(None, "traces"),
+        queue_url="",
+        run_job=lambda job, stop: pytest.fail("no job"),
+        heartbeat_s=60,
+    )
+    assert scaler.pool_slots_per_task == worker.free_slots() == s.TASK_SLOTS

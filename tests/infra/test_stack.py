@@ -235,80 +235,70 @@ def test_worker_task_definition_is_locked_down(template: Template) -> None:
     )
 
 
-def _queues_read(alarm: dict[str, Any]) -> dict[str, set[str]]:
-    """Each queue metric of a scaling alarm: {logical id of the queue: metric names}."""
-    found: dict[str, set[str]] = {}
-    for metric in alarm["Metrics"]:
-        if "MetricStat" not in metric or metric["MetricStat"]["Metric"]["Namespace"] != "AWS/SQS":
-            continue
-        stat = metric["MetricStat"]["Metric"]
-        (dimension,) = stat["Dimensions"]
-        queue = dimension["Value"]["Fn::GetAtt"][0]
-        found.setdefault(queue, set()).add(stat["MetricName"])
-    return found
+class _CloudWatch:
+    """Records the HeldSessions query the scaler makes."""
+
+    def __init__(self) -> None:
+        self.queries: list[dict[str, Any]] = []
+
+    def get_metric_data(self, **kwargs: Any) -> dict[str, Any]:
+        self.queries += kwargs["MetricDataQueries"]
+        return {"MetricDataResults": [{"Id": "held", "Values": [2.0, 5.0]}]}
 
 
-def test_pool_scales_out_on_requests_waiting_to_be_admitted(template: Template) -> None:
+def test_the_scaler_reads_both_queues_the_count_and_the_workers_held_sessions(
+    template: Template,
+) -> None:
     """Admission starts executions only for live slots: with no worker (a warm minimum of 0)
-    the whole backlog is in the requests queue, so scale-out must count it, or nothing ever
-    starts a worker."""
-    (backlog,) = [
-        a["Properties"]
-        for a in resources(template, "AWS::CloudWatch::Alarm").values()
-        if any(
-            m.get("Expression") == "waiting + queued + admitting"
-            for m in a["Properties"].get("Metrics", [])
-        )
-    ]
-    assert backlog["ComparisonOperator"] == "GreaterThanOrEqualToThreshold"
-    read = _queues_read(backlog)
-    (requests,) = [q for q in read if q.startswith("IntakeRequestsQueue")]
-    (work,) = [q for q in read if q.startswith("PoolWorkQueue")]
-    assert read == {
-        requests: {"ApproximateNumberOfMessagesVisible", "ApproximateNumberOfMessagesNotVisible"},
-        work: {"ApproximateNumberOfMessagesVisible"},
-    }
+    the whole backlog is in the requests queue, so the scaler must read it, or nothing ever
+    starts a worker. And it reads the held sessions the workers write, under the Pool name the
+    task definition gives them."""
+    from trialbox.pipeline.scaler import DemandReader
+    from trialbox.settings import FunctionSettings
 
-
-def test_pool_scales_in_only_when_no_job_waits_or_runs(template: Template) -> None:
-    policies = resources(template, "AWS::ApplicationAutoScaling::ScalingPolicy")
-    steps = {
-        k: p["Properties"]["StepScalingPolicyConfiguration"]["StepAdjustments"]
-        for k, p in policies.items()
-    }
-    shrink = [k for k, s in steps.items() if any(a["ScalingAdjustment"] < 0 for a in s)]
-    assert len(shrink) == 1 and "Idle" in shrink[0]
-    (idle,) = [
-        a["Properties"]
-        for a in resources(template, "AWS::CloudWatch::Alarm").values()
-        if any(
-            m.get("Expression") == "waiting + running + queued + admitting + FILL(held, 0)"
-            for m in a["Properties"].get("Metrics", [])
-        )
+    (scaler,) = [
+        f["Properties"]
+        for f in resources(template, "AWS::Lambda::Function").values()
+        if f["Properties"]["Handler"] == "functions.scaler.handler.handler"
     ]
-    assert (idle["ComparisonOperator"], idle["Threshold"]) == ("LessThanOrEqualToThreshold", 0)
-    names = {m["MetricStat"]["Metric"]["MetricName"] for m in idle["Metrics"] if "MetricStat" in m}
-    assert names == {
-        "ApproximateNumberOfMessagesVisible",
-        "ApproximateNumberOfMessagesNotVisible",
-        c.METRIC_HELD_SESSIONS,
-    }
-    assert {q.split("Queue")[0] for q in _queues_read(idle)} == {"IntakeRequests", "PoolWork"}
-    # The held-sessions metric is the one the workers write: its namespace, and a Pool
-    # dimension whose value the task definition gives the worker.
-    stats = [m["MetricStat"]["Metric"] for m in idle["Metrics"] if "MetricStat" in m]
-    (held,) = [m for m in stats if m["MetricName"] == c.METRIC_HELD_SESSIONS]
+    env = scaler["Environment"]["Variables"]
+    requests, _ = only(template, "AWS::SQS::Queue", "IntakeRequestsQueue")
+    work, _ = only(template, "AWS::SQS::Queue", "PoolWorkQueue")
+    table, _ = only(template, "AWS::DynamoDB::Table", "StorageAdmission")
+    cluster, _ = only(template, "AWS::ECS::Cluster")
+    assert env[c.ENV_REQUESTS_QUEUE_URL] == {"Ref": requests}
+    assert env[c.ENV_WORK_QUEUE_URL] == {"Ref": work}
+    assert env[c.ENV_ADMISSION_TABLE] == {"Ref": table}
+    assert env[c.ENV_CLUSTER] == {"Ref": cluster}
     (task,) = resources(template, "AWS::ECS::TaskDefinition").values()
     (container,) = task["Properties"]["ContainerDefinitions"]
-    env = {e["Name"]: e["Value"] for e in container["Environment"]}
-    assert held["Namespace"] == c.METRICS_NAMESPACE
-    assert held["Dimensions"] == [{"Name": c.DIMENSION_POOL, "Value": env[c.ENV_POOL_NAME]}]
-    line = json.loads(held_sessions_line(env[c.ENV_POOL_NAME], 3))
+    worker_env = {e["Name"]: e["Value"] for e in container["Environment"]}
+    pool = FunctionSettings.from_env(
+        {k: v for k, v in env.items() if isinstance(v, str)}
+        | {c.ENV_TASKSETS_BUCKET: "t", c.ENV_TRACES_BUCKET: "t"}
+    ).pool_name
+    assert pool == worker_env[c.ENV_POOL_NAME]
+    cloudwatch = _CloudWatch()
+    reader = DemandReader(
+        sqs=None,
+        cloudwatch=cloudwatch,
+        admission=None,  # type: ignore[arg-type]
+        requests_queue_url="",
+        work_queue_url="",
+        pool_name=pool,
+    )
+    assert reader.held(1_700_000_000) == 5  # the largest minute's sum over the workers
+    ((query,),) = [cloudwatch.queries]
+    metric = query["MetricStat"]["Metric"]
+    line = json.loads(held_sessions_line(worker_env[c.ENV_POOL_NAME], 3))
     (directive,) = line["_aws"]["CloudWatchMetrics"]
-    assert directive["Namespace"] == held["Namespace"] and directive["Dimensions"] == [
-        [c.DIMENSION_POOL]
-    ]
-    assert (line[c.DIMENSION_POOL], line[c.METRIC_HELD_SESSIONS]) == (env[c.ENV_POOL_NAME], 3)
+    assert (metric["Namespace"], [[d["Name"] for d in metric["Dimensions"]]]) == (
+        directive["Namespace"],
+        directive["Dimensions"],
+    )
+    assert metric["MetricName"] == c.METRIC_HELD_SESSIONS in line
+    assert metric["Dimensions"] == [{"Name": c.DIMENSION_POOL, "Value": line[c.DIMENSION_POOL]}]
+    assert query["MetricStat"]["Stat"] == "Sum"
 
 
 def test_each_role_reaches_only_its_own_objects(template: Template) -> None:
@@ -389,7 +379,7 @@ def test_lambdas_are_arm64_with_powertools_and_explicit_logs(template: Template)
         for k, f in resources(template, "AWS::Lambda::Function").items()
         if f["Properties"]["Handler"].startswith("functions.")
     }
-    assert len(functions) == 10
+    assert len(functions) == 11
     for function in functions.values():
         props = function["Properties"]
         assert props["Architectures"] == ["arm64"]

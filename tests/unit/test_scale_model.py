@@ -1,5 +1,6 @@
 """The scale model (trialbox.scalemodel) on the synthesized template: it reads the pool's
-step scaling as CloudFormation would apply it, and reproduces the audit's figures for it
+scaler as deployed, and, on the step scaling deployed before it (STEP_POLICIES, read from
+that template as CloudFormation would apply it), reproduces the audit's figures
 (../shared/research/scale-audit.md): about 375 samples/s of transitions, about 205 min from
 idle to 4,096 tasks, about 280,000 idle task-hours after that peak."""
 
@@ -11,11 +12,18 @@ import pytest
 
 from trialbox.pipeline.scaling import Demand, PoolBounds, desired
 from trialbox.scalemodel.sim import ALONE, Load, Shape, ceiling, simulate
-from trialbox.scalemodel.template import pool_scaling
+from trialbox.scalemodel.template import STEP_POLICIES, pool_scaling
 
 
-def test_the_template_s_scaling_is_read_with_aws_s_step_bounds() -> None:
+def test_today_s_template_is_read_as_its_scaler() -> None:
     scaling = pool_scaling()
+    assert scaling.policies == ()
+    assert scaling.scaler == PoolBounds(min_tasks=0, max_tasks=10, slots_per_task=1, idle_s=300)
+    assert (scaling.min_tasks, scaling.max_tasks, scaling.tick_s) == (0, 10, 10)
+
+
+def test_the_old_step_scaling_is_read_with_aws_s_step_bounds() -> None:
+    scaling = STEP_POLICIES
     out, idle = sorted(scaling.policies, key=lambda p: p.cooldown_s)
     assert (out.cooldown_s, idle.cooldown_s, out.period_s) == (60, 120, 60)
     assert [out.change(v) for v in (0, 1, 19, 20, 99, 100)] == [0, 1, 1, 5, 5, 20]
@@ -24,8 +32,8 @@ def test_the_template_s_scaling_is_read_with_aws_s_step_bounds() -> None:
     assert "held" in idle.metrics and "held" not in out.metrics
 
 
-def test_the_model_reproduces_the_audit_on_today_s_template() -> None:
-    pool = dataclasses.replace(pool_scaling(), max_tasks=4096)
+def test_the_model_reproduces_the_audit_on_the_step_policies() -> None:
+    pool = dataclasses.replace(STEP_POLICIES, max_tasks=4096)
     run = simulate(Load.concurrent(4096, 60, 6 * 3600), pool)
     assert run.peak_tasks == 4096 and run.peak_reached_s is not None
     assert run.peak_reached_s / 60 == pytest.approx(205, rel=0.05)
@@ -37,7 +45,7 @@ def test_the_ceiling_is_the_least_quota_and_the_model_never_passes_it() -> None:
     batched = Shape(transitions=0.125, starts=1 / 8)
     limits = ceiling(batched)
     assert limits["Step Functions transitions"] == pytest.approx(12_000)
-    pool = dataclasses.replace(pool_scaling(), min_tasks=2000, max_tasks=2000)
+    pool = dataclasses.replace(STEP_POLICIES, min_tasks=2000, max_tasks=2000)
     run = simulate(Load(jobs=20_000, job_s=10), pool, batched)
     assert run.admitted_per_s_peak <= min(limits.values()) + 1e-9
     assert run.drained_s is not None and run.drained_s >= 20_000 / min(limits.values())
@@ -55,13 +63,14 @@ def test_the_elastic_scaler_grows_with_the_work_and_shrinks_only_after_idle() ->
     assert desired(idle, current=58, idle_for_s=300, bounds=bounds) == 2  # the warm minimum
 
 
-def test_the_model_under_the_elastic_scaler_meets_the_issue_s_pool_targets() -> None:
+def test_the_model_on_today_s_template_meets_the_issue_s_pool_targets() -> None:
     """Issue 24: idle to 4,096 tasks within 6 minutes (Fargate's launch rate, not a step
-    policy), at most 500 idle task-hours after a 4,096 peak."""
-    pool = dataclasses.replace(pool_scaling(), max_tasks=4096)
-    run = simulate(
-        Load.concurrent(4096, 60, 6 * 3600), pool, scaler=PoolBounds(0, 4096, idle_s=300)
-    )
+    policy), at most 500 idle task-hours after a 4,096 peak: the deployed scaler, read from
+    the template (its bounds, idle time and tick), with max_workers 4,096."""
+    today = pool_scaling()
+    assert today.scaler is not None
+    pool = dataclasses.replace(today, max_tasks=4096)
+    run = simulate(Load.concurrent(4096, 60, 6 * 3600), pool)
     assert run.peak_tasks == 4096 and run.peak_reached_s is not None
     assert run.peak_reached_s <= 6 * 60
     assert run.idle_task_hours <= 500

@@ -6,8 +6,8 @@ there; the REST protocols (S3, Lambda) name theirs in the path, and their bodies
 
 Set TRIALBOX_TWIN_REQUEST_LOG=<path> in the environment of the process that starts the twin.
 `calls` reads it back, each line as the operation it called: by protocol, the X-Amz-Target
-header (JSON), an `Action` form field (query), or the method and path matched against
-botocore's own operation model (REST: S3, Lambda).
+header (JSON), an `Action` form field (query), the path (Smithy RPC v2 CBOR: CloudWatch), or
+the method and path matched against botocore's own operation model (REST: S3, Lambda).
 """
 
 from __future__ import annotations
@@ -31,7 +31,10 @@ FORM = "application/x-www-form-urlencoded"
 
 App = Callable[[dict[str, Any], Callable[..., Any]], Iterable[bytes]]
 # The signing name in a SigV4 credential scope, where it differs from botocore's service name.
-SERVICES = {"states": "stepfunctions"}
+SERVICES = {"states": "stepfunctions", "monitoring": "cloudwatch"}
+# The Smithy RPC v2 CBOR protocol (CloudWatch's, in botocore) names the operation in the path;
+# its body is CBOR, not kept (the calls on it name no resource: GetMetricData).
+RPC_V2 = re.compile(r"/service/[^/]+/operation/([^/]+)")
 
 
 @dataclass(frozen=True)
@@ -187,6 +190,9 @@ def parse(entry: dict[str, Any]) -> Call:
         return Call(entry["key"], service, operation, body, entry.get("status"))
     if isinstance(body, dict) and "Action" in body:
         return Call(entry["key"], service, body["Action"], body, entry.get("status"))
+    rpc = RPC_V2.fullmatch(entry.get("path") or "")
+    if rpc is not None:
+        return Call(entry["key"], service, rpc.group(1), {}, entry.get("status"))
     query = parse_qs(entry.get("query", ""), keep_blank_values=True)
     path = entry["path"] or "/"
     if service == "s3" and path.endswith("/") and path.count("/") == 2:

@@ -72,6 +72,7 @@ class LocalStack:
     mappings: list[EventSourceMapping] = field(default_factory=list)
     schedules: list[Schedule] = field(default_factory=list)
     task_definition: dict[str, Any] = field(default_factory=dict)  # the pool's: family, memory_mb
+    service: str = ""  # the pool's ECS service (its ARN)
     state_machines: dict[str, str] = field(default_factory=dict)  # logical id -> arn
 
 
@@ -100,6 +101,10 @@ class Resolver:
             return {"Ref": logical, "Arn": arn}
         if kind == "AWS::ECS::Cluster":
             return {"Ref": logical, "Arn": f"arn:aws:ecs:{REGION}:{ACCOUNT}:cluster/{logical}"}
+        if kind == "AWS::ECS::Service":  # Ref: its ARN, as CloudFormation's (the long format)
+            cluster = resource["Properties"]["Cluster"]["Ref"]
+            arn = f"arn:aws:ecs:{REGION}:{ACCOUNT}:service/{cluster}/{logical}"
+            return {"Ref": arn, "Arn": arn, "Name": logical}
         if kind == "AWS::StepFunctions::StateMachine":
             # Its StateMachineName when the template gives one (a plain string), as CloudFormation.
             name = resource.get("Properties", {}).get("StateMachineName", logical)
@@ -226,6 +231,18 @@ def create(
             memory=str(props["Memory"]),
         )
         stack.task_definition = {"family": props["Family"], "memory_mb": int(props["Memory"])}
+    # The pool's service, whose desired count the scaler sets (an elastic twin's pool follows
+    # it: trialbox.local.twin). With no DesiredCount, CloudFormation creates it with 1 task.
+    for logical in by_type.get("AWS::ECS::Service", []):
+        props = resources[logical]["Properties"]
+        clients["ecs"].create_service(
+            cluster=resolver.resolve(props["Cluster"]),
+            serviceName=resolver.physical[logical]["Name"],
+            taskDefinition=stack.task_definition["family"],
+            desiredCount=int(props.get("DesiredCount", 1)),
+            launchType="FARGATE",
+        )
+        stack.service = resolver.physical[logical]["Ref"]
 
     for logical in by_type.get("AWS::Lambda::Function", []):
         props = resources[logical]["Properties"]

@@ -13,6 +13,7 @@ terminal's Ctrl-C goes to the caller, which decides what happens to the jobs in 
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import functools
 import json
 import logging
@@ -42,6 +43,10 @@ CREDENTIALS = {
     "AWS_SECRET_ACCESS_KEY": "local",
     "AWS_DEFAULT_REGION": REGION,
 }
+# An elastic twin's scaler settings (JSON: variable -> value), over the template's: its pool's
+# bounds, and a tick and idle time of seconds (trialbox.local.twin).
+ENV_SCALER_OVERRIDES = "TRIALBOX_TWIN_SCALER_ENV"
+SCALER_HANDLER = "functions.scaler.handler.handler"
 MOTO_CONFIG = {"stepfunctions": {"execute_state_machine": True}, "lambda": {"use_docker": False}}
 
 
@@ -90,6 +95,11 @@ def serve(port: int, heartbeat_s: int, log_dir: Path, ready: IO[str], until: IO[
         c.ENV_HEARTBEAT_S: str(heartbeat_s),
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
     }
+    overrides = json.loads(os.environ.get(ENV_SCALER_OVERRIDES) or "{}")
+    for name, spec in stack.functions.items():
+        if spec.handler == SCALER_HANDLER:
+            environment = spec.environment | overrides
+            stack.functions[name] = dataclasses.replace(spec, environment=environment)
     functions = FunctionHost(stack.functions, env, log_dir)
     functions.start()
     patches.route_lambda_invocations(functions.invoke)
@@ -114,7 +124,12 @@ def serve(port: int, heartbeat_s: int, log_dir: Path, ready: IO[str], until: IO[
     for schedule in stack.schedules:
         Scheduler(schedule, functions.invoke).start()
     try:
-        answer = {"port": port, "outputs": stack.outputs, "task": stack.task_definition}
+        answer = {
+            "port": port,
+            "outputs": stack.outputs,
+            "task": stack.task_definition,
+            "service": stack.service,
+        }
         ready.write(json.dumps(answer) + "\n")
         ready.flush()
     except BrokenPipeError:  # the caller stopped or died while we started
@@ -135,6 +150,7 @@ class ServicesProcess:
         self.env = env or {}
         self.outputs: dict[str, str] = {}
         self.task_definition: dict[str, Any] = {}  # the pool's: family, memory_mb
+        self.service = ""  # the pool's ECS service (its ARN)
         self._process: subprocess.Popen[str] | None = None
 
     def start(self) -> None:
@@ -161,6 +177,7 @@ class ServicesProcess:
         ready = json.loads(line)
         self.port, self.outputs = ready["port"], ready["outputs"]
         self.task_definition = ready["task"]
+        self.service = ready["service"]
 
     def stop(self) -> None:
         process, self._process = self._process, None

@@ -43,6 +43,7 @@ APP_IMPORTS = (
     "pipeline/admission.py",
     "pipeline/batching.py",
     "pipeline/claims.py",
+    "pipeline/scaler.py",
     "models/jobs.py",
     "models/result.py",
     "models/batches.py",

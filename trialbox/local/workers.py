@@ -21,7 +21,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 
 from trialbox import constants as c
@@ -50,7 +50,9 @@ class WorkerPool:
         self.size = size
         self.started = 0  # workers ever started (each one's log: worker-local-<n>.log)
         self.replaced = 0  # workers started in place of one that stopped
+        self.retired = 0  # workers stopped because the pool shrank (an elastic twin)
         self._procs: list[subprocess.Popen[bytes]] = []
+        self._retiring: set[int] = set()  # pids told to stop because the pool shrank
         self._task: dict[int, TwinTask] = {}  # by worker pid
         self._lock = threading.Lock()
         self._stopping = threading.Event()
@@ -68,6 +70,24 @@ class WorkerPool:
             self.size += by
         self._changed.set()
         self.wait_for(self.size)
+
+    def resize(self, size: int, busy: Collection[str] = ()) -> None:
+        """Grow to `size` (the supervisor starts the workers) or shrink to it, as ECS does
+        when a service's desired count falls: SIGTERM to idle workers first (`busy`: the task
+        ARNs of workers holding a job), the newest first; each finishes or hands back the job
+        in hand (trialbox.worker: STOP_GRACE_S) and leaves its lease. The scaler shrinks a
+        pool only after it idled (trialbox.pipeline.scaling), so none should hold one."""
+        with self._lock:
+            live = [p for p in self._procs if p.poll() is None and p.pid not in self._retiring]
+            live.sort(key=lambda p: self._task[p.pid].arn not in busy)  # idle last, kept order
+            self.size = size
+            retire = live[size:] if len(live) > size else []
+            for proc in retire:
+                self._retiring.add(proc.pid)
+        for proc in retire:
+            with contextlib.suppress(ProcessLookupError):
+                proc.send_signal(signal.SIGTERM)
+        self._changed.set()
 
     def pids(self) -> list[int]:
         """The live workers' pids."""
@@ -112,20 +132,29 @@ class WorkerPool:
         while not self._stopping.is_set():
             with self._lock:
                 stopped = [p for p in self._procs if p.poll() is not None]
+                retired = {p.pid for p in stopped} & self._retiring
                 for proc in stopped:
                     self._procs.remove(proc)
-                    self.replaced += 1
+                    if proc.pid in retired:
+                        self._retiring.discard(proc.pid)
+                        self.retired += 1
+                    else:
+                        self.replaced += 1
             for proc in stopped:  # ECS's record of it, outside the lock (an HTTP call)
                 try:
                     reason = self.tasks.stopped(self._task.pop(proc.pid), proc.returncode)
                 except Exception:
                     log.exception("could not record twin worker %d's stop", proc.pid)
                     reason = "unknown"
+                if proc.pid in retired:
+                    log.info("twin worker %d stopped: the pool shrank (%s)", proc.pid, reason)
+                    continue
                 log.warning("twin worker %d stopped (%s); replacing it", proc.pid, reason)
                 self.reasons.append(reason)
             with self._lock:
                 try:
-                    while len(self._procs) < self.size:
+                    # Workers told to stop do not count: the pool is its live ones.
+                    while len(self._procs) - len(self._retiring) < self.size:
                         self._procs.append(self._spawn())
                 except Exception:  # e.g. the services stopping first: try again next round
                     log.exception("could not start a twin worker")

@@ -4,21 +4,21 @@ step policy, limits how fast tasks come). In: to the warm minimum once nothing h
 run or been held for `idle_s`: never below the busy tasks, because ECS stops tasks of its own
 choosing and a busy one's job would be handed back.
 
-Only the rule lives here, so that the scale model runs the same code the deployment will; a
-scheduled function that reads the queues and the admission count and sets the ECS service's
-desired count is still to come (docs/scaling.md, "What is left")."""
+Only the rule lives here, so that the scale model runs the same code the deployment does:
+trialbox.pipeline.scaler reads the demand and sets the ECS service's desired count with it
+(functions/scaler, every SCALER_TICK_S; the twin's elastic pool runs it too)."""
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
 
-IDLE_S = 300.0  # "scale in to the warm minimum within about 5 minutes of idle"
+from trialbox.settings import SCALE_IN_IDLE_S
 
 
 @dataclass(frozen=True)
 class Demand:
-    queued: int  # requests not yet admitted (the requests queue, visible and held)
+    queued: int  # requests not yet admitted (the requests queue, visible and in flight)
     waiting: int  # admitted work not yet taken (the work queue, visible)
     running: int  # admitted and not released (the admission count)
     held: int  # sessions their hosts hold
@@ -33,7 +33,7 @@ class PoolBounds:
     min_tasks: int
     max_tasks: int
     slots_per_task: int = 1
-    idle_s: float = IDLE_S
+    idle_s: float = SCALE_IN_IDLE_S
 
 
 def desired(demand: Demand, current: int, idle_for_s: float, bounds: PoolBounds) -> int:

@@ -1,14 +1,16 @@
 """A discrete-time model of the deployed pipeline under a load, one second a step: requests
 wait in the requests queue, admission starts them only on a free slot and only as fast as
 the rate quotas let (Step Functions' transitions and StartExecution, the admission count's
-one item), the pool grows and shrinks as its step-scaling alarms fire once a metric period,
-and Fargate launches tasks at its own rate, each ready after its start time.
+shards), the pool grows and shrinks as its scaler decides every tick (or, for the step
+policies deployed before it, as their alarms fire once a metric period), and Fargate launches
+tasks at its own rate, each ready after its start time.
 
 It models what the template configures (pool_scaling) and what the quotas say (quotas); what
 it leaves out is listed in docs/scaling.md."""
 
 from __future__ import annotations
 
+import dataclasses
 import heapq
 import math
 from collections import deque
@@ -97,11 +99,17 @@ def simulate(
     limit_s: float = 30 * 86400,
     scaler: PoolBounds | None = None,
 ) -> Outcome:
-    """`scaling`: the template's step policies; `scaler`: the elastic scaler's rule
-    (trialbox.pipeline.scaling) once a minute instead, within its bounds."""
+    """`scaling`: the template's scaler (every its tick), or step policies; `scaler`: the
+    scaler's rule (trialbox.pipeline.scaling) within these bounds instead, once a minute
+    unless the template's scaler gives its tick."""
     out = Outcome()
     idle_since: float | None = None
-    period = min(p.period_s for p in scaling.policies)
+    tick = scaling.tick_s if scaling.scaler is not None else SCALER_PERIOD_S
+    if scaler is None and scaling.scaler is not None:  # its bounds: `scaling`'s, as replaced
+        scaler = dataclasses.replace(
+            scaling.scaler, min_tasks=scaling.min_tasks, max_tasks=scaling.max_tasks
+        )
+    period = min((p.period_s for p in scaling.policies), default=tick)
     start_s = value("fargate_task_start_s")
     launches = _Bucket(value("fargate_launch_per_s"), value("fargate_launch_burst"))
     rate = min(ceiling(shape).values())
@@ -141,7 +149,7 @@ def simulate(
                 out.admitted_per_s_peak = max(out.admitted_per_s_peak, n / dt)
         if done == load.jobs and drained_at is None and t >= 0:
             drained_at = out.drained_s = t
-        if scaler is not None and t % SCALER_PERIOD_S < dt:
+        if scaler is not None and t % tick < dt:
             demand = Demand(queued=queued, waiting=0, running=running, held=0)
             if demand.total:
                 idle_since = None

@@ -1,5 +1,8 @@
-"""What the scale model reads from a synthesized template: the pool's scalable target and
-its step-scaling policies (each with its alarm's threshold, comparison and period)."""
+"""What the scale model reads from a synthesized template: the pool's scaler (its function's
+bounds, idle time and tick: trialbox.pipeline.scaler), or, in a template from before it, the
+pool's scalable target and step-scaling policies (each with its alarm's threshold, comparison
+and period). STEP_POLICIES keeps those of the last template that had them, the audit's "today"
+(tests/unit/test_scale_model.py reproduces the audit's figures on it)."""
 
 from __future__ import annotations
 
@@ -7,6 +10,9 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from trialbox import constants as c
+from trialbox.pipeline.scaling import PoolBounds
 
 TEMPLATE = Path(__file__).parent.parent / "local" / "data" / "template.json"
 
@@ -46,12 +52,33 @@ class StepPolicy:
 class PoolScaling:
     min_tasks: int
     max_tasks: int
-    policies: tuple[StepPolicy, ...]
+    policies: tuple[StepPolicy, ...] = ()  # step scaling (before the scaler)
+    scaler: PoolBounds | None = None  # the deployed scaler's rule and bounds
+    tick_s: float = 60.0  # how often the scaler decides
+
+
+SCALER_HANDLER = "functions.scaler.handler.handler"
 
 
 def pool_scaling(template: dict[str, Any] | None = None) -> PoolScaling:
     template = template or json.loads(TEMPLATE.read_text())
     resources = template["Resources"]
+    for resource in resources.values():
+        props = resource.get("Properties", {})
+        if resource["Type"] == "AWS::Lambda::Function" and props["Handler"] == SCALER_HANDLER:
+            env = props["Environment"]["Variables"]
+            bounds = PoolBounds(
+                min_tasks=int(env[c.ENV_POOL_MIN_TASKS]),
+                max_tasks=int(env[c.ENV_POOL_MAX_TASKS]),
+                slots_per_task=int(env[c.ENV_POOL_SLOTS_PER_TASK]),
+                idle_s=float(env[c.ENV_SCALE_IN_IDLE_S]),
+            )
+            tick_s = float(env[c.ENV_SCALER_TICK_S])
+            return PoolScaling(bounds.min_tasks, bounds.max_tasks, scaler=bounds, tick_s=tick_s)
+    return _step_scaling(resources)
+
+
+def _step_scaling(resources: dict[str, Any]) -> PoolScaling:
     target = next(
         r["Properties"]
         for r in resources.values()
@@ -93,3 +120,35 @@ def pool_scaling(template: dict[str, Any] | None = None) -> PoolScaling:
             )
         )
     return PoolScaling(int(target["MinCapacity"]), int(target["MaxCapacity"]), tuple(policies))
+
+
+# The step scaling the stack deployed before its scaler (the template of commit cc0922e, read
+# by _step_scaling): out on the backlog (+1 at >= 1, +5 at >= 20, +20 at >= 100, 60 s
+# cooldown), in by 1 when nothing waits, runs or is held (120 s cooldown), each alarm on one
+# 1-minute period. The audit's figures are for this.
+STEP_POLICIES = PoolScaling(
+    min_tasks=0,
+    max_tasks=10,
+    policies=(
+        StepPolicy(
+            name="Backlog",
+            threshold=1.0,
+            above=True,
+            period_s=60,
+            evaluations=1,
+            cooldown_s=60,
+            steps=(Step(0, 19, 1), Step(19, 99, 5), Step(99, None, 20)),
+            metrics=frozenset({"waiting", "queued", "admitting"}),
+        ),
+        StepPolicy(
+            name="Idle",
+            threshold=0.0,
+            above=False,
+            period_s=60,
+            evaluations=1,
+            cooldown_s=120,
+            steps=(Step(None, 0, -1),),
+            metrics=frozenset({"waiting", "running", "queued", "admitting", "held"}),
+        ),
+    ),
+)

@@ -23,7 +23,7 @@ from trialbox.models.jobs import ExecutionDone, JobSpec, WorkMessage
 from trialbox.models.sessions import SessionOpen
 from trialbox.pipeline.admission import Admission
 from trialbox.pipeline.stores import ObjectStore
-from trialbox.settings import work_visibility_s
+from trialbox.settings import TASK_SLOTS, work_visibility_s
 from trialbox.worker.batched import BatchedJobs
 from trialbox.worker.lease import hold_lease
 from trialbox.worker.run import RunJob
@@ -128,7 +128,7 @@ class Worker:
             return 0
         if self.sessions is not None and self.sessions.exclusive and self.sessions.held():
             return 0
-        return 1
+        return TASK_SLOTS
 
     def _held_exclusively(self) -> bool:
         """Under the rlimit backend a task serves one sandbox user at a time: while it hosts
