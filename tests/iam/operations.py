@@ -27,6 +27,7 @@ ACTIONS: dict[tuple[str, str], tuple[str, ...]] = {
     ("sqs", "ChangeMessageVisibilityBatch"): ("sqs:ChangeMessageVisibility",),
     ("sqs", "GetQueueAttributes"): ("sqs:GetQueueAttributes",),
     ("sqs", "GetQueueUrl"): ("sqs:GetQueueUrl",),
+    ("sqs", "TagQueue"): ("sqs:TagQueue",),
     # A CreateQueue that tags the queue (the SDK's always does) needs TagQueue too.
     ("sqs", "CreateQueue"): ("sqs:CreateQueue", "sqs:TagQueue"),
     ("sqs", "DeleteQueue"): ("sqs:DeleteQueue",),

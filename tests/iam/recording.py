@@ -100,7 +100,9 @@ def start_worker(twin: LocalTwin, name: str) -> Worker:
         heartbeat_s=HEARTBEAT_S,
         name=name,
         wait_s=1,
-        sessions=SessionHost(Runner(), sqs, jobs, name),
+        sessions=SessionHost(
+            Runner(), sqs, jobs, name, queue_prefix=twin.output(c.OUTPUT_SESSION_QUEUE_PREFIX)
+        ),
         admission=Admission(aws("dynamodb"), twin.output(c.OUTPUT_ADMISSION_TABLE)),
         batched=BatchedJobs(
             sqs,
@@ -372,6 +374,8 @@ def _lost_host(
     worker runs: a /run_code call misses its deadline."""
     for worker in workers:
         worker.stop.set()
+        if worker.sessions is not None:
+            worker.sessions.stop()  # its inbox goes, as the worker process's does at its exit
     time.sleep(2)  # their long polls (1 s) end
     _run_code_missing_its_deadline(twin)
     results[GHOST] = _cancelled_before_a_worker_took_it(twin, sdk)

@@ -54,6 +54,16 @@ def test_from_env_reads_each_field_by_its_variable() -> None:
         "session_queue_prefix": "Trialbox-s-",
         "requests_queue_url": "https://sqs/requests",
         "admission_table": "admission-t",
+        # The scaler's, unset here: its defaults.
+        "cluster": None,
+        "pool_service": None,
+        "pool_name": None,
+        "pool_min_tasks": 0,
+        "pool_max_tasks": 1,
+        "pool_slots_per_task": s.TASK_SLOTS,
+        "scale_in_idle_s": s.SCALE_IN_IDLE_S,
+        "scaler_tick_s": s.SCALER_TICK_S,
+        "scaler_run_s": s.SCALER_RUN_S,
     }
 
 

@@ -71,7 +71,8 @@ class SessionHost:
         store: ObjectStore,
         name: str,
         protection: TaskProtection | None = None,
-        queue_prefix: str = "trialbox-s-",
+        *,
+        queue_prefix: str,
     ) -> None:
         self.runner = runner
         self.inbox = Inbox(sqs, f"{queue_prefix}w-{uuid.uuid4().hex}", self._route)
