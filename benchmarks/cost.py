@@ -5,6 +5,9 @@ and the stack's, is priced by its service's billing unit (trialbox.scalemodel.co
 Functions by the billed transitions in the histories, Fargate Spot by the job's seconds + 1,
 and the idle tail by the scale model (today's scaling: 1,000 sandboxes of these jobs for
 30 minutes). Beside: E2B's and Modal's list prices for the same sandbox-seconds.
+Then sessions: one session makes `--session-calls` calls (`true`), priced per million calls;
+and the calls made while a session sits idle for `--idle-s`, less those of the same wait
+with no session open (the pool's own polls), priced per session-hour.
 Run: `.venv/bin/python benchmarks/cost.py --samples 16 --workers 4 --job-s 10`.
 """
 
@@ -14,13 +17,14 @@ import argparse
 import dataclasses
 import os
 import tempfile
+import time
 from pathlib import Path
 
 from trialbox import constants as c
 from trialbox.local.requestlog import ENV_REQUEST_LOG, calls
 from trialbox.local.twin import LocalTwin
 from trialbox.metering import machine_transitions
-from trialbox.models import ExecutionRequest
+from trialbox.models import ExecutionRequest, Task
 from trialbox.scalemodel.cost import fargate_dollars, itemize
 from trialbox.scalemodel.quotas import PRICES
 from trialbox.scalemodel.sim import Load, simulate
@@ -53,6 +57,26 @@ def job(request_id: str, job_s: float) -> ExecutionRequest:
     return ExecutionRequest.model_validate(body)
 
 
+def session_windows(
+    client: Client, log: Path, n_calls: int, idle_s: float
+) -> tuple[tuple[int, int], tuple[int, int], tuple[int, int]]:
+    """The request log's lines of: a session's `n_calls` calls; `idle_s` of it sitting idle;
+    the same wait with no session open."""
+    add = Task.model_validate(TASK | {"workspace": {"solution.py": "def add(a, b): ...\n"}})
+    with client.session(add, ttl_s=600) as s:
+        s.exec(["true"])  # its workspace made: the calls counted are steady ones
+        start = len(calls(log))
+        for _ in range(n_calls):
+            s.exec(["true"])
+        called = len(calls(log))
+        time.sleep(idle_s)
+        idled = len(calls(log))
+    time.sleep(5)  # the close's reply and trace are out of the quiet window
+    quiet = len(calls(log))
+    time.sleep(idle_s)
+    return (start, called), (called, idled), (quiet, len(calls(log)))
+
+
 def idle_per_sample(job_s: float) -> float:
     """Dollars of idle task time per sample: the model's tail after 1,000 sandboxes of these
     jobs for 30 minutes, on today's template's scaling, shared over the jobs it ran."""
@@ -66,6 +90,8 @@ def main() -> None:
     parser.add_argument("--samples", type=int, default=16)
     parser.add_argument("--workers", type=int, default=4)
     parser.add_argument("--job-s", type=float, default=10.0)
+    parser.add_argument("--session-calls", type=int, default=20)
+    parser.add_argument("--idle-s", type=float, default=30.0)
     args = parser.parse_args()
     log = Path(tempfile.mkdtemp(prefix="trialbox-cost-")) / "requests.jsonl"
     os.environ[ENV_REQUEST_LOG] = str(log)
@@ -83,6 +109,7 @@ def main() -> None:
             else:
                 client.run(requests, timeout=600)
             phases[phase] = (lines, len(calls(log)), billed(twin) - before)
+        session = session_windows(client, log, args.session_calls, args.idle_s)
     recorded = calls(log)
     compute = fargate_dollars(args.job_s + 1)
     idle = idle_per_sample(args.job_s)
@@ -102,6 +129,20 @@ def main() -> None:
         print(f"  {'total':28} {sum(rows.values()):10,.2f}")
         top = ", ".join(f"{s}:{o} {n / args.samples:.1f}" for (s, o), n in counted.most_common(8))
         print(f"  most calls a sample: {top}")
+    (start, called), (idle_start, idle_end), (quiet_start, quiet_end) = session
+    per_call, counted = itemize(recorded[start:called])
+    n = args.session_calls
+    items = ", ".join(f"{k} {v / n * MILLION:,.2f}" for k, v in per_call.items())
+    print(f"\nsessions: {sum(counted.values()) / n:.1f} calls a session call, "
+          f"${sum(per_call.values()) / n * MILLION:,.2f} per 1M calls ({items})")  # fmt: skip
+    idle, _ = itemize(recorded[idle_start:idle_end])
+    quiet, _ = itemize(recorded[quiet_start:quiet_end])
+    hourly = max(0.0, sum(idle.values()) - sum(quiet.values())) * 3600 / args.idle_s
+    print(
+        f"  {args.idle_s:g} s of an idle session: {idle_end - idle_start} calls; the same wait "
+        f"with none open: {quiet_end - quiet_start} (the pool's own polls); what it adds: "
+        f"${hourly * 1000:,.2f} per 1,000 session-hours (plus its task-hour under rlimit)"
+    )
     for name in ("e2b_second", "modal_second"):
         print(
             f"{name.split('_')[0]:>6} list price: {PRICES[name].value * args.job_s * MILLION:,.2f}"

@@ -81,6 +81,9 @@ def main() -> None:
     print(f"p95 at once / p95 alone: {b95 / a95:.1f}")
     for operation in ("CreateQueue", "DeleteQueue", "TagQueue"):
         print(f"{operation}: {made[operation]} ({made[operation] / args.sessions:.3f} a session)")
+    print(f"all calls of the burst (open, {args.calls} calls, close): "
+          f"{sum(made.values()) / args.sessions:.1f} a session; by operation: "
+          + ", ".join(f"{op} {n}" for op, n in made.most_common()))  # fmt: skip
 
 
 if __name__ == "__main__":
