@@ -10,8 +10,8 @@ import dataclasses
 import pytest
 
 from trialbox.pipeline.scaling import Demand, PoolBounds, desired
-from trialbox.scalemodel.sim import ALONE, Load, Shape, ceiling, simulate
-from trialbox.scalemodel.template import pool_scaling
+from trialbox.scalemodel.sim import ALONE, Load, Path, Shape, ceiling, simulate, throttle_backoff_s
+from trialbox.scalemodel.template import PoolScaling, pool_scaling
 
 
 def test_the_template_s_scaling_is_read_with_aws_s_step_bounds() -> None:
@@ -65,3 +65,39 @@ def test_the_model_under_the_elastic_scaler_meets_the_issue_s_pool_targets() -> 
     assert run.peak_tasks == 4096 and run.peak_reached_s is not None
     assert run.peak_reached_s <= 6 * 60
     assert run.idle_task_hours <= 500
+
+
+def _fixed(workers: int) -> PoolScaling:
+    return dataclasses.replace(pool_scaling(), min_tasks=workers, max_tasks=workers)
+
+
+def test_a_fixed_pool_drains_n_short_jobs_in_n_times_s_over_w() -> None:
+    """The twin's case: a fixed pool, sub-second jobs sent at once, a step finer than 1 s."""
+    run = simulate(Load(jobs=40, job_s=0.5), _fixed(4), limit_s=600, step_s=0.01)
+    assert run.drained_s == pytest.approx(40 * 0.5 / 4, rel=0.05)
+
+
+def test_the_path_around_a_run_adds_its_latencies_to_the_drain() -> None:
+    """One job alone: sent, reaches the dispatcher, holds its slot for the run and beyond,
+    reaches the table, and the client sees it at its next poll (0.2 s after the send, then
+    0.3 s later)."""
+    path = Path(to_dispatcher_s=0.05, slot_overhead_s=0.05, to_record_s=0.1, client_poll_s=0.2,
+                client_poll_max_s=2.0)  # fmt: skip
+    run = simulate(Load(jobs=1, job_s=0.2), _fixed(1), limit_s=60, path=path, step_s=0.01)
+    assert run.drained_s == pytest.approx(0.5, abs=0.02)  # recorded at 0.4, polled at 0.5
+    windowed = dataclasses.replace(path, client_window=1, client_poll_s=0.0)
+    run = simulate(Load(jobs=4, job_s=0.2), _fixed(4), limit_s=60, path=windowed, step_s=0.01)
+    assert run.drained_s == pytest.approx(4 * 0.4, abs=0.05)  # one at a time: the window
+
+
+def test_a_throttled_start_holds_the_dispatcher_for_botocore_s_backoff() -> None:
+    """StartExecution scaled down to 0.5/s with a bucket of 1, one start a flush: one worker
+    runs 6 short jobs in about 6 starts, each after the throttled retries' mean sleeps
+    (0.5 + 1 + 2 s: the third retry finds the token that came 2 s after the last)."""
+    path = Path(start_per_flush=True)
+    quotas = {"sfn_start_execution_per_s": 0.5, "sfn_start_execution_bucket": 1.0}
+    run = simulate(
+        Load(jobs=6, job_s=0.1), _fixed(1), limit_s=600, path=path, step_s=0.01, quotas=quotas
+    )
+    assert run.drained_s == pytest.approx(0.1 + 5 * 3.5, rel=0.05)
+    assert throttle_backoff_s(1) == 0.5 and throttle_backoff_s(10) == 10.0

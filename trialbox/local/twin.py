@@ -17,7 +17,7 @@ from typing import Any
 from trialbox import aws_retries
 from trialbox import constants as c
 from trialbox.local import principals
-from trialbox.local.faults import environment
+from trialbox.local.faults import Quotas, environment
 from trialbox.local.services import CREDENTIALS, ServicesProcess, client
 from trialbox.local.tasks import TaskShape, TwinTasks
 from trialbox.local.workers import WorkerPool
@@ -38,13 +38,15 @@ class LocalTwin:
         faults: float = 0.0,
         faults_seed: int | None = None,
         faults_applied: float = 0.0,
+        quotas: Quotas | None = None,
     ) -> None:
         """`worker_memory_mb`: each worker's memory cgroup (the task definition's otherwise).
         `faults`: the share of the SDK's, the workers' and the functions' AWS calls answered
         with a throttle or a 5xx, as AWS answers them (trialbox.local.faults); `faults_seed`
         makes the draw repeatable; `faults_applied`: the share of those 5xx that come after
-        the call took effect."""
-        services_env = environment(faults, faults_seed, faults_applied)  # checked first
+        the call took effect. `quotas`: rate quotas scaled down, by "service:Operation"
+        (e.g. {"states:StartExecution": (1.0, 4.0)}: a refill a second, a bucket)."""
+        services_env = environment(faults, faults_seed, faults_applied, quotas)  # checked first
         self.faults = faults
         self.workers = workers
         self.worker_memory_mb = worker_memory_mb

@@ -1,8 +1,14 @@
-"""A discrete-time model of the deployed pipeline under a load, one second a step: requests
-wait in the requests queue, admission starts them only on a free slot and only as fast as
-the rate quotas let (Step Functions' transitions and StartExecution, the admission count's
-one item), the pool grows and shrinks as its step-scaling alarms fire once a metric period,
-and Fargate launches tasks at its own rate, each ready after its start time.
+"""A discrete-time model of the deployed pipeline under a load, one second a step (finer for
+sub-second jobs: `step_s`): requests wait in the requests queue, admission starts them only on
+a free slot and only as fast as the rate quotas let (Step Functions' transitions and
+StartExecution, the admission count's one item), the pool grows and shrinks as its
+step-scaling alarms fire once a metric period, and Fargate launches tasks at its own rate,
+each ready after its start time.
+
+Where latencies under a second matter (the local twin's short jobs), a `Path` adds what
+surrounds a sample's sandbox run: the client's window and polls, the way to the dispatcher,
+its admission poll and its one StartExecution per flush (retried as botocore retries a
+throttle), the slot held beyond the run, and the result's way to the table.
 
 It models what the template configures (pool_scaling) and what the quotas say (quotas); what
 it leaves out is listed in docs/scaling.md."""
@@ -12,8 +18,10 @@ from __future__ import annotations
 import heapq
 import math
 from collections import deque
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from trialbox.aws_retries import MAX_ATTEMPTS
 from trialbox.pipeline.admission import COUNT_SHARDS
 from trialbox.pipeline.scaling import Demand, PoolBounds
 from trialbox.pipeline.scaling import desired as desired_tasks
@@ -32,6 +40,37 @@ class Shape:
 
 ALONE = Shape(transitions=4.0, starts=1.0)
 SCALER_PERIOD_S = 60  # the scaler's schedule (EventBridge's least rate: a minute)
+# botocore's standard retry mode (trialbox.aws_retries): before retry i (1-based) of a
+# throttled call it sleeps rand(0, 1) * min(1 s * 2 ** (i - 1), 20 s); the model sleeps the mean.
+THROTTLE_BASE_S = 1.0
+MAX_BACKOFF_S = 20.0
+
+
+def throttle_backoff_s(retry: int) -> float:
+    """The mean sleep before the `retry`-th retry (1-based) of a throttled call."""
+    return 0.5 * min(THROTTLE_BASE_S * 2.0 ** (retry - 1), MAX_BACKOFF_S)
+
+
+@dataclass(frozen=True)
+class Path:
+    """What surrounds a sample's sandbox run, where it is not negligible against the run (the
+    twin's sub-second jobs). The defaults are the scale model's minute-scale view: none of it."""
+
+    to_dispatcher_s: float = 0.0  # sent -> the dispatcher asks for its slot
+    slot_overhead_s: float = 0.0  # the slot is held this long beyond the sandbox run
+    to_record_s: float = 0.0  # the slot given back -> the result in the table
+    admit_poll_s: float = 0.0  # a dispatcher that found no slot asks again this often
+    # One StartExecution a dispatcher flush (what it admitted together starts as one batch),
+    # from the StartExecution quota's own bucket, and a throttled start retried (and the
+    # dispatcher held) as botocore retries it; else StartExecution is a per-sample rate.
+    start_per_flush: bool = False
+    client_window: int | None = None  # the client's requests in flight at most
+    client_poll_s: float = 0.0  # the client's poll after activity (0: it sees results at once)
+    client_poll_max_s: float = 0.0  # ... backing off 1.5-fold to this while nothing arrives
+    client_poll_growth: float = 1.5
+
+
+DIRECT = Path()
 
 
 @dataclass(frozen=True)
@@ -48,10 +87,13 @@ class Load:
         per_s = sandboxes / job_s
         return cls(jobs=int(per_s * for_s), job_s=job_s, per_s=per_s)
 
-    def arrived(self, t: float) -> int:
+    def arrived(self, t: float, step_s: float = 1.0) -> int:
+        """Jobs submitted before the end of the step that starts at `t` (job i at i / per_s)."""
         if t < 0:
             return 0
-        return self.jobs if self.per_s is None else min(self.jobs, int(self.per_s * (t + 1)))
+        if self.per_s is None:
+            return self.jobs
+        return min(self.jobs, math.ceil(self.per_s * (t + step_s) - 1e-9))
 
 
 @dataclass
@@ -66,13 +108,23 @@ class Outcome:
     admitted_per_s_peak: float = 0.0
 
 
-def ceiling(shape: Shape) -> dict[str, float]:
+def quota(name: str, quotas: Mapping[str, float] | None = None) -> float:
+    """The quota table's value, or `quotas`' (a quota scaled up or down)."""
+    return quotas[name] if quotas and name in quotas else value(name)
+
+
+START_EXECUTION = "StartExecution"
+
+
+def ceiling(shape: Shape, quotas: Mapping[str, float] | None = None) -> dict[str, float]:
     """Samples/s each rate quota allows alone; the least of them is the stack's ceiling. The
     admission count is COUNT_SHARDS items, each on a partition of its own."""
-    count_writes = value("ddb_item_wcu_per_s") / value("ddb_transact_wcu") * COUNT_SHARDS
+    count_writes = (
+        quota("ddb_item_wcu_per_s", quotas) / quota("ddb_transact_wcu", quotas) * COUNT_SHARDS
+    )
     return {
-        "Step Functions transitions": value("sfn_transitions_per_s") / shape.transitions,
-        "StartExecution": value("sfn_start_execution_per_s") / shape.starts,
+        "Step Functions transitions": quota("sfn_transitions_per_s", quotas) / shape.transitions,
+        START_EXECUTION: quota("sfn_start_execution_per_s", quotas) / shape.starts,
         f"admission count ({COUNT_SHARDS} items)": count_writes / shape.count_writes,
     }
 
@@ -96,50 +148,109 @@ def simulate(
     shape: Shape = ALONE,
     limit_s: float = 30 * 86400,
     scaler: PoolBounds | None = None,
+    path: Path = DIRECT,
+    step_s: float = 1.0,
+    quotas: Mapping[str, float] | None = None,
 ) -> Outcome:
     """`scaling`: the template's step policies; `scaler`: the elastic scaler's rule
-    (trialbox.pipeline.scaling) once a minute instead, within its bounds."""
+    (trialbox.pipeline.scaling) once a minute instead, within its bounds. `path`: the
+    latencies around a sample's run (DIRECT: none); `step_s`: the model's step; `quotas`:
+    quota values in place of the table's (a quota scaled down)."""
     out = Outcome()
     idle_since: float | None = None
     period = min(p.period_s for p in scaling.policies)
     start_s = value("fargate_task_start_s")
     launches = _Bucket(value("fargate_launch_per_s"), value("fargate_launch_burst"))
-    rate = min(ceiling(shape).values())
+    limits = ceiling(shape, quotas)
+    if path.start_per_flush:  # StartExecution is a bucket of its own, a call per flush
+        del limits[START_EXECUTION]
+    starts = _Bucket(
+        quota("sfn_start_execution_per_s", quotas), quota("sfn_start_execution_bucket", quotas)
+    )
+    rate = min(limits.values())
     admits = _Bucket(rate, rate)  # one second's worth: the quotas' buckets are not modelled
     desired = ready = scaling.min_tasks
     starting: deque[float] = deque()  # ready times of launched tasks
     last_scaled = {p.name: -math.inf for p in scaling.policies}
     queued = running = done = admitted = 0
+    sent = reached = seen = 0  # by the client; at the dispatcher; results the client saw
+    reaching: deque[float] = deque()  # when each sent request reaches the dispatcher
+    recorded: deque[float] = deque()  # when each released sample's result is in the table
     ends: list[float] = []
+    next_ask = -math.inf  # a dispatcher that found no slot asks again then
+    flush: list[float] = []  # [admitted, its retry, retry at]: a start not through yet
+    next_poll, poll_s = math.inf, path.client_poll_s
     t = -load.idle_before_s
     drained_at: float | None = None
     while t < limit_s:
-        busy = queued or running or starting or load.arrived(t) < load.jobs
-        dt = 1.0 if busy or desired != ready else max(1.0, period - (t % period))
+        arrived = load.arrived(t, step_s)
+        busy = queued or running or starting or arrived < load.jobs
+        # What arrived and is not admitted yet (a burst, at its first step) keeps it busy too.
+        busy = busy or arrived > admitted or reaching or recorded or seen < sent
+        dt = step_s if busy or desired != ready else max(step_s, period - (t % period))
         launches.refill(dt)
         admits.refill(dt)
+        starts.refill(dt)
         while starting and starting[0] <= t:
             starting.popleft()
             ready += 1
         while ends and ends[0] <= t:
-            heapq.heappop(ends)
+            end = heapq.heappop(ends)
             running -= 1
             done += 1
+            recorded.append(end + path.to_record_s)
+        arrived_now = 0
+        if not path.client_poll_s or t >= next_poll:  # the client's poll: what it sees now
+            while recorded and recorded[0] <= t:
+                recorded.popleft()
+                arrived_now += 1
+            if path.client_poll_s:
+                growth = poll_s * path.client_poll_growth
+                poll_s = path.client_poll_s if arrived_now else min(path.client_poll_max_s, growth)
+                next_poll = t + poll_s
+        if arrived_now:
             if out.first_result_s is None:
                 out.first_result_s = t
+            seen += arrived_now
         if t >= 0:
-            queued = load.arrived(t) - admitted
+            room = math.inf if path.client_window is None else path.client_window - (sent - seen)
+            n = int(min(load.arrived(t, step_s) - sent, room))
+            if n > 0:  # sent, and the client polls a first poll's delay after
+                sent += n
+                reaching.extend([t + path.to_dispatcher_s] * n)
+                if path.client_poll_s:
+                    poll_s, next_poll = path.client_poll_s, min(next_poll, t + path.client_poll_s)
+            while reaching and reaching[0] <= t:
+                reaching.popleft()
+                reached += 1
+            queued = reached - admitted
+            if flush and t >= flush[2]:  # a throttled start, retried
+                if starts.tokens >= 1:
+                    starts.tokens -= 1
+                    for _ in range(int(flush[0])):
+                        heapq.heappush(ends, t + load.job_s + path.slot_overhead_s)
+                    flush = []
+                elif flush[1] + 1 < MAX_ATTEMPTS:
+                    flush[1] += 1
+                    flush[2] = t + throttle_backoff_s(int(flush[1]))
             free = ready * load.slots_per_task - running
-            n = int(min(queued, free, admits.tokens))
+            asks = not flush and t >= next_ask
+            n = int(min(queued, free, admits.tokens)) if asks else 0
             if n > 0:
                 admits.tokens -= n
                 admitted += n
                 queued -= n
                 running += n
-                for _ in range(n):
-                    heapq.heappush(ends, t + load.job_s)
+                if not path.start_per_flush or starts.tokens >= 1:
+                    starts.tokens -= 1 if path.start_per_flush else 0
+                    for _ in range(n):
+                        heapq.heappush(ends, t + load.job_s + path.slot_overhead_s)
+                else:  # throttled: botocore sleeps, and the dispatcher with it
+                    flush = [n, 1, t + throttle_backoff_s(1)]
                 out.admitted_per_s_peak = max(out.admitted_per_s_peak, n / dt)
-        if done == load.jobs and drained_at is None and t >= 0:
+            if asks and queued and free <= n:  # no slot: it asks again an admission poll on
+                next_ask = t + path.admit_poll_s
+        if seen == load.jobs and drained_at is None and t >= 0:
             drained_at = out.drained_s = t
         if scaler is not None and t % SCALER_PERIOD_S < dt:
             demand = Demand(queued=queued, waiting=0, running=running, held=0)

@@ -1,0 +1,266 @@
+"""The scale model (trialbox.scalemodel) checked against the local twin (issue 24): a fixed
+pool of 2 and of 4 workers, each under a burst of short jobs sent at once and a steady stream
+at a fixed rate, and one case with a rate quota scaled down on the twin (its fault injector)
+and in the model alike. Each case prints the twin's drain time (first submit to last result
+seen) and throughput (samples/s), the model's, and their ratio.
+
+The model's service time is calibrated in the same run, apart from every case: one job alone
+on the idle twin, timed from its execution's history and its result's timings. Everything
+else is the twin's configuration (its workers, their slots, the SDK's window and polls, the
+dispatcher's admission poll) and the quota table.
+Run: `.venv/bin/python benchmarks/model_vs_twin.py`.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+import statistics
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, fields
+
+from trialbox import constants as c
+from trialbox.local.twin import LocalTwin
+from trialbox.models import ExecutionRequest
+from trialbox.pipeline.dispatch import ADMIT_POLL_S
+from trialbox.scalemodel.quotas import value
+from trialbox.scalemodel.sim import ALONE, Load, Path, simulate
+from trialbox.scalemodel.template import pool_scaling
+from trialbox.sdk import Client
+from trialbox.sdk.core import MAX_POLL_S, POLL_S, local_session
+from trialbox.sdk.resources import PER_WORKER, Resources
+
+TEST = "from solution import add\ndef test_one():\n    assert add(1, 2) == 3\n"
+TASK = {
+    "task_id": "add",
+    "hidden_tests": {"tests/test_add.py": TEST},
+    "grading": {"command": ["python", "-m", "pytest", "-q", "tests"]},
+}
+_ids = iter(range(10**9))
+SLOTS_PER_WORKER = 1  # a twin worker leases one slot (trialbox.worker.loop: free_slots)
+STEP_S = 0.01  # the model's step: the jobs run a fraction of a second
+
+
+def request() -> ExecutionRequest:
+    body = {
+        "request_id": f"m{os.getpid()}-{next(_ids)}",
+        "task": TASK,
+        "files": {"solution.py": "def add(a, b):\n    return a + b\n"},
+    }
+    return ExecutionRequest.model_validate(body)
+
+
+@dataclass(frozen=True)
+class Measured:
+    jobs: int
+    drain_s: float  # first submit to the last result the SDK saw
+    sandbox_s: float  # the median sandbox run (the result's timings)
+
+    @property
+    def per_s(self) -> float:
+        return self.jobs / self.drain_s
+
+
+@dataclass(frozen=True)
+class Alone:
+    """One job alone on the idle twin, from its Rollout execution's history: the model's
+    calibration (docs/scaling.md, "The check against the twin")."""
+
+    to_dispatcher_s: float  # sent -> its execution started (admitted, StartExecution)
+    slot_overhead_s: float  # its slot held beyond the sandbox run: Prepare, pickup, callback
+    sandbox_s: float  # the sandbox run (the result's timings)
+    to_record_s: float  # the callback -> Record done (Score, Record)
+    latency_s: float  # sent -> seen by the SDK
+
+
+def alone(twin: LocalTwin, client: Client) -> Alone:
+    handle = client.submit([request()])[0]
+    result = handle.result(timeout=120)
+    inner = handle._inner
+    assert inner.sent_at is not None and inner.finished_at is not None
+    sent = inner.sent_at + time.time() - time.monotonic()  # epoch s
+    sfn = twin.client("stepfunctions")
+    arn = twin.output(c.OUTPUT_ROLLOUT_ARN).replace(":stateMachine:", ":execution:")
+    events = sfn.get_execution_history(executionArn=f"{arn}:{handle.request_id}")["events"]
+    exited = {e["stateExitedEventDetails"]["name"]: e["timestamp"].timestamp()
+              for e in events if "stateExitedEventDetails" in e}  # fmt: skip
+    started = events[0]["timestamp"].timestamp()
+    t = result.timings
+    assert t.started_at is not None and t.finished_at is not None
+    sandbox = t.finished_at - t.started_at
+    return Alone(
+        to_dispatcher_s=started - sent,
+        slot_overhead_s=exited["Execute"] - started - sandbox,
+        sandbox_s=sandbox,
+        to_record_s=exited["Record"] - exited["Execute"],
+        latency_s=inner.finished_at - inner.sent_at,
+    )
+
+
+@contextmanager
+def twin_client(workers: int, **twin_args: object) -> Iterator[tuple[LocalTwin, Client]]:
+    with LocalTwin(workers=workers, **twin_args) as twin:  # type: ignore[arg-type]
+        resources = Resources.from_outputs(twin.outputs)
+        with Client(
+            resources,
+            endpoint_url=twin.endpoint_url,
+            session=local_session(),
+            concurrency=PER_WORKER * workers,  # as Client.local sets it
+        ) as client:
+            twin.leased(workers)
+            yield twin, client
+
+
+def run(client: Client, jobs: int, per_s: float | None) -> Measured:
+    """`jobs` sent at once (per_s None), or one every 1 / per_s seconds."""
+    first = time.monotonic()
+    handles = []
+    for i in range(jobs):
+        if per_s is not None:
+            time.sleep(max(0.0, first + i / per_s - time.monotonic()))
+            handles += client.submit([request()])
+        else:
+            handles = client.submit([request() for _ in range(jobs)])
+            break
+    results = [h.result(timeout=600) for h in handles]
+    assert all(r.reward == 1.0 for r in results), [r.status for r in results]
+    last = max(h._inner.finished_at or 0.0 for h in handles)
+    runs = [
+        r.timings.finished_at - r.timings.started_at
+        for r in results
+        if r.timings.finished_at is not None and r.timings.started_at is not None
+    ]
+    return Measured(jobs, last - first, statistics.median(runs))
+
+
+def median_alone(runs: list[Alone]) -> Alone:
+    return Alone(*(statistics.median(getattr(r, f.name) for r in runs) for f in fields(Alone)))
+
+
+def model(
+    workers: int,
+    jobs: int,
+    per_s: float | None,
+    calibrated: Alone,
+    sandbox_s: float,
+    quotas: dict[str, float] | None = None,
+) -> tuple[float, float]:
+    """The model's drain time and samples/s for the twin: a fixed pool of `workers`, one slot
+    each (a twin worker leases one: trialbox.worker.loop), the client's window and polls
+    (trialbox.sdk), the dispatcher's admission poll and one start a flush."""
+    path = Path(
+        to_dispatcher_s=calibrated.to_dispatcher_s,
+        slot_overhead_s=calibrated.slot_overhead_s,
+        to_record_s=calibrated.to_record_s,
+        admit_poll_s=ADMIT_POLL_S,
+        start_per_flush=True,
+        client_window=PER_WORKER * workers,
+        client_poll_s=POLL_S,
+        client_poll_max_s=MAX_POLL_S,
+    )
+    pool = dataclasses.replace(pool_scaling(), min_tasks=workers, max_tasks=workers)
+    load = Load(jobs=jobs, job_s=sandbox_s, per_s=per_s, slots_per_task=SLOTS_PER_WORKER)
+    out = simulate(load, pool, ALONE, limit_s=3600, path=path, step_s=STEP_S, quotas=quotas)
+    assert out.drained_s is not None
+    drain = out.drained_s + STEP_S  # a sample seen in the step that starts at t: by t + step
+    return drain, jobs / drain
+
+
+@dataclass(frozen=True)
+class Row:
+    case: str
+    twin: Measured
+    model_drain_s: float
+    model_per_s: float
+    load: float  # the host's 1-minute load average after the case
+
+
+def case(
+    name: str,
+    client: Client,
+    workers: int,
+    jobs: int,
+    per_s: float | None,
+    calibrated: Alone,
+    sandbox_s: float,
+    quotas: dict[str, float] | None = None,
+) -> Row:
+    measured = run(client, jobs, per_s)
+    drain, rate = model(workers, jobs, per_s, calibrated, sandbox_s, quotas)
+    row = Row(name, measured, drain, rate, os.getloadavg()[0])
+    print(
+        f"  {name:34} twin {measured.drain_s:6.2f} s {measured.per_s:5.2f}/s   "
+        f"model {drain:6.2f} s {rate:5.2f}/s   ratio {drain / measured.drain_s:.3f}   "
+        f"(load {row.load:.2f})",
+        flush=True,
+    )
+    return row
+
+
+def calibrate(twin: LocalTwin, client: Client, workers: int) -> tuple[Alone, float]:
+    """One job alone, three times (the median of each part), then one round of `workers`
+    jobs at once: the sandbox's run time with every worker busy (the twin's sandboxes share
+    the host's cores)."""
+    calibrated = median_alone([alone(twin, client) for _ in range(3)])
+    together = run(client, workers, None).sandbox_s
+    print(
+        f"  calibration, {workers} workers: alone {calibrated.latency_s:.2f} s sent to seen "
+        f"(to the dispatcher {calibrated.to_dispatcher_s:.3f} s, slot beyond the run "
+        f"{calibrated.slot_overhead_s:.3f} s, sandbox {calibrated.sandbox_s:.3f} s, to the "
+        f"table {calibrated.to_record_s:.3f} s); sandbox with {workers} at once {together:.3f} s",
+        flush=True,
+    )
+    return calibrated, together
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--workers", type=int, nargs="+", default=[2, 4])
+    parser.add_argument("--stream-s", type=float, default=12.0, help="the stream's length")
+    parser.add_argument(
+        "--start-per-s", type=float, default=0.5, help="StartExecution's refill, scaled down"
+    )
+    args = parser.parse_args()
+    rows = []
+    for workers in args.workers:
+        with twin_client(workers) as (twin, client):
+            run(client, workers, None)  # warm: first imports in the function processes
+            calibrated, sandbox_s = calibrate(twin, client, workers)
+            rows.append(case(f"{workers} workers, burst of {8 * workers}", client, workers,
+                             8 * workers, None, calibrated, sandbox_s))  # fmt: skip
+            per_s = workers / 2
+            jobs = int(per_s * args.stream_s)
+            rows.append(case(f"{workers} workers, {per_s:g}/s for {args.stream_s:g} s", client,
+                             workers, jobs, per_s, calibrated, sandbox_s))  # fmt: skip
+    # StartExecution scaled down, its bucket with it (the table's 1,300 to 300/s).
+    workers = min(args.workers)
+    per_s = args.start_per_s
+    bucket = max(
+        1.0, per_s * value("sfn_start_execution_bucket") / value("sfn_start_execution_per_s")
+    )
+    with twin_client(workers, quotas={"states:StartExecution": (per_s, bucket)}) as (twin, client):
+        run(client, workers, None)  # warm (and the bucket's first calls)
+        time.sleep(bucket / per_s)  # the bucket full again
+        calibrated, sandbox_s = calibrate(twin, client, workers)
+        time.sleep(bucket / per_s)
+        quotas = {"sfn_start_execution_per_s": per_s, "sfn_start_execution_bucket": bucket}
+        rows.append(case(f"{workers} workers, burst of {8 * workers}, StartExecution "
+                         f"{per_s:g}/s", client, workers, 8 * workers, None, calibrated,
+                         sandbox_s, quotas))  # fmt: skip
+    print("\n| case | twin drain s | model drain s | ratio | twin samples/s | model samples/s "
+          "| load |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|")
+    worst = 0.0
+    for r in rows:
+        ratio = r.model_drain_s / r.twin.drain_s
+        worst = max(worst, abs(ratio - 1))
+        print(f"| {r.case} | {r.twin.drain_s:.2f} | {r.model_drain_s:.2f} | {ratio:.3f} | "
+              f"{r.twin.per_s:.2f} | {r.model_per_s:.2f} | {r.load:.2f} |")  # fmt: skip
+    print(f"\nworst miss {worst:.1%} (must: 25 %, goal: 10 %); {os.cpu_count()} cores")
+
+
+if __name__ == "__main__":
+    main()
