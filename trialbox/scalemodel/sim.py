@@ -80,6 +80,22 @@ class Load:
     idle_before_s: float = 0.0  # the pool idles this long before the burst (at its minimum)
     slots_per_task: int = 1
     per_s: float | None = None  # None: every job at once (a burst); else a steady stream
+    # Measured run times (the twin's sandboxes), taken in turn by the jobs as they start, as
+    # shares of their median times job_s: their spread keeps the slots from all ending at
+    # once, as runs never do.
+    run_s: tuple[float, ...] = ()
+    # The cores the runs share (the twin's sandboxes, on one host): k runs at once each take
+    # min(1, cores / k) of a core, and a run of job_s alone takes longer (processor sharing).
+    # None: runs never slow each other (the deployed pool: a task each).
+    cores: float | None = None
+
+    def run_time(self, k: int) -> float:
+        """The `k`-th started job's run time alone."""
+        if not self.run_s:
+            return self.job_s
+        return (
+            self.job_s * self.run_s[k % len(self.run_s)] / sorted(self.run_s)[len(self.run_s) // 2]
+        )
 
     @classmethod
     def concurrent(cls, sandboxes: int, job_s: float, for_s: float) -> Load:
@@ -106,6 +122,8 @@ class Outcome:
     task_hours: float = 0.0  # all task-time from the burst to the pool's minimum
     back_to_min_s: float | None = None
     admitted_per_s_peak: float = 0.0
+    starts: int = 0  # StartExecution calls that went through (Path.start_per_flush)
+    throttled: int = 0  # ... and that were throttled (each retried after a backoff)
 
 
 def quota(name: str, quotas: Mapping[str, float] | None = None) -> float:
@@ -180,13 +198,27 @@ def simulate(
     next_ask = -math.inf  # a dispatcher that found no slot asks again then
     flush: list[float] = []  # [admitted, its retry, retry at]: a start not through yet
     next_poll, poll_s = math.inf, path.client_poll_s
+    begun = 0
+
+    sharing: list[float] = []  # the work left of each run on the shared cores (load.cores)
+
+    def begin(n: int, at: float) -> None:
+        """`n` admitted jobs start their runs (their slots were taken at admission)."""
+        nonlocal begun
+        for _ in range(n):
+            if load.cores is None:
+                heapq.heappush(ends, at + load.run_time(begun) + path.slot_overhead_s)
+            else:
+                sharing.append(load.run_time(begun))
+            begun += 1
+
     t = -load.idle_before_s
     drained_at: float | None = None
     while t < limit_s:
         arrived = load.arrived(t, step_s)
         busy = queued or running or starting or arrived < load.jobs
         # What arrived and is not admitted yet (a burst, at its first step) keeps it busy too.
-        busy = busy or arrived > admitted or reaching or recorded or seen < sent
+        busy = bool(busy or arrived > admitted or reaching or recorded or seen < sent or sharing)
         dt = step_s if busy or desired != ready else max(step_s, period - (t % period))
         launches.refill(dt)
         admits.refill(dt)
@@ -194,6 +226,13 @@ def simulate(
         while starting and starting[0] <= t:
             starting.popleft()
             ready += 1
+        if sharing and load.cores is not None:  # the runs on shared cores, a step further
+            share = min(1.0, load.cores / len(sharing)) * dt
+            sharing[:] = [left - share for left in sharing]
+            for left in sharing:
+                if left <= 1e-9:
+                    heapq.heappush(ends, t + path.slot_overhead_s)
+            sharing[:] = [left for left in sharing if left > 1e-9]
         while ends and ends[0] <= t:
             end = heapq.heappop(ends)
             running -= 1
@@ -227,10 +266,11 @@ def simulate(
             if flush and t >= flush[2]:  # a throttled start, retried
                 if starts.tokens >= 1:
                     starts.tokens -= 1
-                    for _ in range(int(flush[0])):
-                        heapq.heappush(ends, t + load.job_s + path.slot_overhead_s)
+                    out.starts += 1
+                    begin(int(flush[0]), t)
                     flush = []
                 elif flush[1] + 1 < MAX_ATTEMPTS:
+                    out.throttled += 1
                     flush[1] += 1
                     flush[2] = t + throttle_backoff_s(int(flush[1]))
             free = ready * load.slots_per_task - running
@@ -241,11 +281,14 @@ def simulate(
                 admitted += n
                 queued -= n
                 running += n
-                if not path.start_per_flush or starts.tokens >= 1:
-                    starts.tokens -= 1 if path.start_per_flush else 0
-                    for _ in range(n):
-                        heapq.heappush(ends, t + load.job_s + path.slot_overhead_s)
+                if not path.start_per_flush:
+                    begin(n, t)
+                elif starts.tokens >= 1:
+                    starts.tokens -= 1
+                    out.starts += 1
+                    begin(n, t)
                 else:  # throttled: botocore sleeps, and the dispatcher with it
+                    out.throttled += 1
                     flush = [n, 1, t + throttle_backoff_s(1)]
                 out.admitted_per_s_peak = max(out.admitted_per_s_peak, n / dt)
             if asks and queued and free <= n:  # no slot: it asks again an admission poll on
