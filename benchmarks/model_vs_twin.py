@@ -24,6 +24,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, fields
 
 from trialbox import constants as c
+from trialbox.local.template import load_template
 from trialbox.local.twin import LocalTwin
 from trialbox.models import ExecutionRequest
 from trialbox.pipeline.dispatch import ADMIT_POLL_S
@@ -163,6 +164,18 @@ def median_alone(runs: list[Alone]) -> Alone:
     return Alone(*(statistics.median(getattr(r, f.name) for r in runs) for f in fields(Alone)))
 
 
+def dispatcher_batch_size() -> int:
+    """The requests one dispatcher invocation is handed: its event source's BatchSize in the
+    synthesized template the twin runs."""
+    resources = load_template()["Resources"]
+    return next(
+        int(r["Properties"].get("BatchSize", 10))
+        for r in resources.values()
+        if r["Type"] == "AWS::Lambda::EventSourceMapping"
+        and r["Properties"]["FunctionName"]["Ref"].startswith("DispatcherFunction")
+    )
+
+
 def shared_cores(workers: int, calibrated: Alone, runs_s: tuple[float, ...]) -> float:
     """The cores the twin's sandboxes got, from the calibration: a run takes `sandbox_s` alone
     and the median of `runs_s` with every worker's at once, so `workers` runs shared
@@ -187,6 +200,7 @@ def model(
         to_record_s=calibrated.to_record_s,
         admit_poll_s=ADMIT_POLL_S,
         start_per_flush=True,
+        dispatcher_batch=dispatcher_batch_size(),
         client_window=PER_WORKER * workers,
         client_poll_s=POLL_S,
         client_poll_max_s=MAX_POLL_S,
@@ -216,6 +230,36 @@ class Row:
     load: float  # the host's 1-minute load average after the case
 
 
+@dataclass(frozen=True)
+class Calibration:
+    alone: tuple[Alone, ...]  # one job alone on the idle twin, each time
+    runs_s: tuple[float, ...]  # the sandbox runs of rounds of a job a worker at once
+
+    def __add__(self, other: Calibration) -> Calibration:
+        return Calibration(self.alone + other.alone, self.runs_s + other.runs_s)
+
+    @property
+    def median(self) -> Alone:
+        return median_alone(list(self.alone))
+
+
+def calibrate(
+    twin: LocalTwin, client: Client, workers: int, pace_s: float = 0.0, times: int = 3
+) -> Calibration:
+    """One job alone, `times` times, then `times` rounds of a job a worker at once: the
+    sandbox's run time with every worker busy (the twin's sandboxes share the host's cores),
+    its spread with it. `pace_s`: a pause before each (a throttled twin's bucket refills)."""
+    alones: list[Alone] = []
+    runs_s: list[float] = []
+    for _ in range(times):
+        time.sleep(pace_s)
+        alones.append(alone(twin, client))
+    for _ in range(times):
+        time.sleep(pace_s)
+        runs_s += run(client, workers, None).runs_s
+    return Calibration(tuple(alones), tuple(runs_s))
+
+
 def case(
     name: str,
     twin: LocalTwin,
@@ -223,53 +267,45 @@ def case(
     workers: int,
     jobs: int,
     per_s: float | None,
-    calibrated: Alone,
-    runs_s: tuple[float, ...],
     quotas: dict[str, float] | None = None,
+    pace_s: float = 0.0,
 ) -> Row:
-    before = executions(twin)
+    """The twin's figures for the case, between two calibrations (before and after: the
+    host's other load drifts), and the model's from both calibrations together."""
+    before = calibrate(twin, client, workers, pace_s)
+    time.sleep(5 * pace_s)  # a throttled twin's bucket full again (pace_s: a token's refill)
+    started = executions(twin)
     measured = run(client, jobs, per_s)
-    measured = dataclasses.replace(measured, starts=executions(twin) - before)
-    drain, rate, starts = model(workers, jobs, per_s, calibrated, runs_s, quotas)
+    measured = dataclasses.replace(measured, starts=executions(twin) - started)
+    calibrated = before + calibrate(twin, client, workers, pace_s)
+    summary = calibrated.median
+    drain, rate, starts = model(workers, jobs, per_s, summary, calibrated.runs_s, quotas)
     row = Row(name, measured, drain, rate, starts, os.getloadavg()[0])
     print(
-        f"  {name:34} twin {measured.drain_s:6.2f} s {measured.per_s:5.2f}/s "
-        f"{measured.starts:3} starts   model {drain:6.2f} s {rate:5.2f}/s {starts:3} starts   "
+        f"{name}\n  calibration: alone {summary.latency_s:.2f} s sent to seen (to the "
+        f"dispatcher {summary.to_dispatcher_s:.3f} s, slot beyond the run "
+        f"{summary.slot_overhead_s:.3f} s, sandbox {summary.sandbox_s:.3f} s, to the table "
+        f"{summary.to_record_s:.3f} s); sandbox with {workers} at once "
+        f"{statistics.median(calibrated.runs_s):.3f} s: "
+        f"{shared_cores(workers, summary, calibrated.runs_s):.2f} cores shared\n"
+        f"  twin {measured.drain_s:6.2f} s {measured.per_s:5.2f}/s {measured.starts:3} starts   "
+        f"model {drain:6.2f} s {rate:5.2f}/s {starts:3} starts   "
         f"ratio {drain / measured.drain_s:.3f}   (load {row.load:.2f})",
         flush=True,
     )
     return row
 
 
-def calibrate(twin: LocalTwin, client: Client, workers: int) -> tuple[Alone, tuple[float, ...]]:
-    """One job alone, three times (the median of each part), then three rounds of `workers`
-    jobs at once: the sandbox's run times with every worker busy (the twin's sandboxes share
-    the host's cores), their spread with them."""
-    calibrated = median_alone([alone(twin, client) for _ in range(3)])
-    runs_s = tuple(r for _ in range(3) for r in run(client, workers, None).runs_s)
-    together = statistics.median(runs_s)
-    print(
-        f"  calibration, {workers} workers: alone {calibrated.latency_s:.2f} s sent to seen "
-        f"(to the dispatcher {calibrated.to_dispatcher_s:.3f} s, slot beyond the run "
-        f"{calibrated.slot_overhead_s:.3f} s, sandbox {calibrated.sandbox_s:.3f} s, to the "
-        f"table {calibrated.to_record_s:.3f} s); sandbox with {workers} at once {together:.3f} s: "
-        f"{shared_cores(workers, calibrated, runs_s):.2f} cores shared",
-        flush=True,
-    )
-    return calibrated, runs_s
-
-
 def pool_cases(workers: int, stream_s: float) -> list[Row]:
     """A burst of 8 jobs a worker, then a stream at half a job a second a worker."""
     with twin_client(workers) as (twin, client):
         run(client, workers, None)  # warm: first imports in the function processes
-        calibrated, runs_s = calibrate(twin, client, workers)
         per_s = workers / 2
         return [
             case(f"{workers} workers, burst of {8 * workers}", twin, client, workers,
-                 8 * workers, None, calibrated, runs_s),
+                 8 * workers, None),
             case(f"{workers} workers, {per_s:g}/s for {stream_s:g} s", twin, client, workers,
-                 int(per_s * stream_s), per_s, calibrated, runs_s),
+                 int(per_s * stream_s), per_s),
         ]  # fmt: skip
 
 
@@ -281,12 +317,10 @@ def throttled_case(workers: int, per_s: float) -> Row:
     bucket = max(1.0, per_s * ratio)
     with twin_client(workers, quotas={"states:StartExecution": (per_s, bucket)}) as (twin, client):
         run(client, workers, None)  # warm
-        time.sleep(bucket / per_s)  # the bucket full again
-        calibrated, runs_s = calibrate(twin, client, workers)
-        time.sleep(bucket / per_s)
         quotas = {"sfn_start_execution_per_s": per_s, "sfn_start_execution_bucket": bucket}
         name = f"{workers} workers, burst of {8 * workers}, StartExecution {per_s:g}/s"
-        return case(name, twin, client, workers, 8 * workers, None, calibrated, runs_s, quotas)
+        # Calibrated a token's refill apart, so that no calibration call is throttled.
+        return case(name, twin, client, workers, 8 * workers, None, quotas, pace_s=1 / per_s)
 
 
 def main() -> None:

@@ -106,12 +106,14 @@ def test_a_throttled_start_holds_the_dispatcher_for_botocore_s_backoff() -> None
 def test_runs_on_shared_cores_slow_each_other_and_spread_as_measured() -> None:
     """The twin's sandboxes share the host's cores: 4 runs of 1 s alone on 2 cores take 2 s
     together; alone on 4 workers, as on 4 tasks, 1 s. The measured spread is kept as shares
-    of its median: the slots end at different times, as the twin's do."""
+    of its median, drawn for each job: the slots end at different times, as the twin's do."""
     burst = Load(jobs=4, job_s=1.0)
     assert simulate(burst, _fixed(4), limit_s=60, step_s=0.01).drained_s == pytest.approx(1.0)
     shared = dataclasses.replace(burst, cores=2.0)
     run = simulate(shared, _fixed(4), limit_s=60, step_s=0.01)
     assert run.drained_s == pytest.approx(2.0, abs=0.02)
-    spread = Load(jobs=2, job_s=1.0, run_s=(0.5, 1.0, 1.5))
-    assert [spread.run_time(k) for k in range(4)] == [0.5, 1.0, 1.5, 0.5]
-    assert simulate(spread, _fixed(2), limit_s=60, step_s=0.01).drained_s == pytest.approx(1.0)
+    spread = Load(jobs=60, job_s=2.0, run_s=(0.5, 1.0, 1.5))
+    drawn = [spread.run_time(k) for k in range(60)]
+    assert set(drawn) == {1.0, 2.0, 3.0} and drawn == [spread.run_time(k) for k in range(60)]
+    run = simulate(spread, _fixed(3), limit_s=600, step_s=0.01)
+    assert run.drained_s == pytest.approx(sum(drawn) / 3, rel=0.1)

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import heapq
 import math
+import random
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -64,6 +65,10 @@ class Path:
     # from the StartExecution quota's own bucket, and a throttled start retried (and the
     # dispatcher held) as botocore retries it; else StartExecution is a per-sample rate.
     start_per_flush: bool = False
+    # The messages one dispatcher invocation is handed (its event source's batch size): it
+    # admits them in turn and starts what it admitted before one waits and at its end; what
+    # arrives meanwhile waits for the next. None: it admits whatever waits, at every step.
+    dispatcher_batch: int | None = None
     client_window: int | None = None  # the client's requests in flight at most
     client_poll_s: float = 0.0  # the client's poll after activity (0: it sees results at once)
     client_poll_max_s: float = 0.0  # ... backing off 1.5-fold to this while nothing arrives
@@ -80,22 +85,22 @@ class Load:
     idle_before_s: float = 0.0  # the pool idles this long before the burst (at its minimum)
     slots_per_task: int = 1
     per_s: float | None = None  # None: every job at once (a burst); else a steady stream
-    # Measured run times (the twin's sandboxes), taken in turn by the jobs as they start, as
-    # shares of their median times job_s: their spread keeps the slots from all ending at
-    # once, as runs never do.
+    # Measured run times (the twin's sandboxes): each job's run is one of them, drawn, as a
+    # share of their median, times job_s. Their spread keeps the slots from ending in step.
     run_s: tuple[float, ...] = ()
-    # The cores the runs share (the twin's sandboxes, on one host): k runs at once each take
-    # min(1, cores / k) of a core, and a run of job_s alone takes longer (processor sharing).
-    # None: runs never slow each other (the deployed pool: a task each).
+    # The cores the runs share (the twin's sandboxes and processes, on one host): k slots
+    # busy at once each get min(1, cores / k) of a core for their run and the path's slot
+    # overhead (processor sharing). None: runs never slow each other (a task each).
     cores: float | None = None
 
     def run_time(self, k: int) -> float:
-        """The `k`-th started job's run time alone."""
+        """The `k`-th started job's run time alone: job_s, or job_s times a share of the
+        measured spread drawn for it (seeded by k: the same draws every time; drawn, not taken
+        in turn, so that the slots drift apart as the twin's do)."""
         if not self.run_s:
             return self.job_s
-        return (
-            self.job_s * self.run_s[k % len(self.run_s)] / sorted(self.run_s)[len(self.run_s) // 2]
-        )
+        median = sorted(self.run_s)[len(self.run_s) // 2]
+        return self.job_s * random.Random(k).choice(self.run_s) / median
 
     @classmethod
     def concurrent(cls, sandboxes: int, job_s: float, for_s: float) -> Load:
@@ -197,6 +202,8 @@ def simulate(
     ends: list[float] = []
     next_ask = -math.inf  # a dispatcher that found no slot asks again then
     flush: list[float] = []  # [admitted, its retry, retry at]: a start not through yet
+    held = 0  # admitted by the dispatcher, not started yet
+    invocation = 0  # the messages left of the dispatcher's invocation (path.dispatcher_batch)
     next_poll, poll_s = math.inf, path.client_poll_s
     begun = 0
 
@@ -208,8 +215,8 @@ def simulate(
         for _ in range(n):
             if load.cores is None:
                 heapq.heappush(ends, at + load.run_time(begun) + path.slot_overhead_s)
-            else:
-                sharing.append(load.run_time(begun))
+            else:  # the slot's whole hold is the host's work: the twin's processes share it
+                sharing.append(load.run_time(begun) + path.slot_overhead_s)
             begun += 1
 
     t = -load.idle_before_s
@@ -231,7 +238,7 @@ def simulate(
             sharing[:] = [left - share for left in sharing]
             for left in sharing:
                 if left <= 1e-9:
-                    heapq.heappush(ends, t + path.slot_overhead_s)
+                    heapq.heappush(ends, t)
             sharing[:] = [left for left in sharing if left > 1e-9]
         while ends and ends[0] <= t:
             end = heapq.heappop(ends)
@@ -274,25 +281,37 @@ def simulate(
                     flush[1] += 1
                     flush[2] = t + throttle_backoff_s(int(flush[1]))
             free = ready * load.slots_per_task - running
-            asks = not flush and t >= next_ask
-            n = int(min(queued, free, admits.tokens)) if asks else 0
+            # What the dispatcher may admit now: all that waits, or what is left of the
+            # messages its invocation was handed (path.dispatcher_batch).
+            if path.dispatcher_batch is not None and not invocation and not flush:
+                invocation = min(queued, path.dispatcher_batch)
+            offered = queued if path.dispatcher_batch is None else invocation
+            asks = not flush and t >= next_ask and offered > 0
+            n = int(min(offered, free, admits.tokens)) if asks else 0
             if n > 0:
                 admits.tokens -= n
                 admitted += n
                 queued -= n
                 running += n
+                held += n
+                if path.dispatcher_batch is not None:
+                    invocation -= n
+                out.admitted_per_s_peak = max(out.admitted_per_s_peak, n / dt)
+            waits = asks and offered > n  # no slot for the next: it asks again a poll on
+            if waits:
+                next_ask = t + path.admit_poll_s
+            # What it admitted starts before a request waits, or as its invocation ends.
+            if held and (waits or path.dispatcher_batch is None or not invocation):
                 if not path.start_per_flush:
-                    begin(n, t)
+                    begin(held, t)
                 elif starts.tokens >= 1:
                     starts.tokens -= 1
                     out.starts += 1
-                    begin(n, t)
+                    begin(held, t)
                 else:  # throttled: botocore sleeps, and the dispatcher with it
                     out.throttled += 1
-                    flush = [n, 1, t + throttle_backoff_s(1)]
-                out.admitted_per_s_peak = max(out.admitted_per_s_peak, n / dt)
-            if asks and queued and free <= n:  # no slot: it asks again an admission poll on
-                next_ask = t + path.admit_poll_s
+                    flush = [held, 1, t + throttle_backoff_s(1)]
+                held = 0
         if seen == load.jobs and drained_at is None and t >= 0:
             drained_at = out.drained_s = t
         if scaler is not None and t % SCALER_PERIOD_S < dt:
