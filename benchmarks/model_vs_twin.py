@@ -201,6 +201,7 @@ def model(
         admit_poll_s=ADMIT_POLL_S,
         start_per_flush=True,
         dispatcher_batch=dispatcher_batch_size(),
+        finisher=True,
         client_window=PER_WORKER * workers,
         client_poll_s=POLL_S,
         client_poll_max_s=MAX_POLL_S,

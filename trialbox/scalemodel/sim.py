@@ -21,6 +21,7 @@ import random
 from collections import deque
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 from trialbox.aws_retries import MAX_ATTEMPTS
 from trialbox.pipeline.admission import COUNT_SHARDS
@@ -69,6 +70,10 @@ class Path:
     # admits them in turn and starts what it admitted before one waits and at its end; what
     # arrives meanwhile waits for the next. None: it admits whatever waits, at every step.
     dispatcher_batch: int | None = None
+    # A batch's samples (several started by one flush) are given back by the finisher, one
+    # message at a time, after each one's Score and Record (to_record_s): a sample alone is
+    # given back by its worker, and scored and recorded after.
+    finisher: bool = False
     client_window: int | None = None  # the client's requests in flight at most
     client_poll_s: float = 0.0  # the client's poll after activity (0: it sees results at once)
     client_poll_max_s: float = 0.0  # ... backing off 1.5-fold to this while nothing arrives
@@ -198,7 +203,7 @@ def simulate(
     queued = running = done = admitted = 0
     sent = reached = seen = 0  # by the client; at the dispatcher; results the client saw
     reaching: deque[float] = deque()  # when each sent request reaches the dispatcher
-    recorded: deque[float] = deque()  # when each released sample's result is in the table
+    recorded: list[float] = []  # when each released sample's result is in the table (a heap)
     ends: list[float] = []
     next_ask = -math.inf  # a dispatcher that found no slot asks again then
     flush: list[float] = []  # [admitted, its retry, retry at]: a start not through yet
@@ -207,16 +212,22 @@ def simulate(
     next_poll, poll_s = math.inf, path.client_poll_s
     begun = 0
 
-    sharing: list[float] = []  # the work left of each run on the shared cores (load.cores)
+    sharing: list[list[Any]] = []  # [work left, batched] of each hold on the shared cores
+    batch_ends: list[float] = []  # when each batched sample's run ends (path.finisher)
+    finishing: deque[float] = deque()  # when the finisher gives each one's slot back
+    finisher_at = -math.inf  # the finisher is busy until then (one message at a time)
 
     def begin(n: int, at: float) -> None:
-        """`n` admitted jobs start their runs (their slots were taken at admission)."""
+        """`n` admitted jobs start their runs (their slots were taken at admission), as one
+        batch when there are several and the finisher releases batches (path.finisher)."""
         nonlocal begun
+        batched = path.finisher and n > 1
         for _ in range(n):
-            if load.cores is None:
-                heapq.heappush(ends, at + load.run_time(begun) + path.slot_overhead_s)
-            else:  # the slot's whole hold is the host's work: the twin's processes share it
-                sharing.append(load.run_time(begun) + path.slot_overhead_s)
+            hold = load.run_time(begun) + path.slot_overhead_s
+            if load.cores is not None:  # the slot's whole hold is the host's work, shared
+                sharing.append([hold, batched])
+            else:
+                heapq.heappush(batch_ends if batched else ends, at + hold)
             begun += 1
 
     t = -load.idle_before_s
@@ -226,6 +237,7 @@ def simulate(
         busy = queued or running or starting or arrived < load.jobs
         # What arrived and is not admitted yet (a burst, at its first step) keeps it busy too.
         busy = bool(busy or arrived > admitted or reaching or recorded or seen < sent or sharing)
+        busy = busy or bool(batch_ends or finishing)
         dt = step_s if busy or desired != ready else max(step_s, period - (t % period))
         launches.refill(dt)
         admits.refill(dt)
@@ -235,20 +247,27 @@ def simulate(
             ready += 1
         if sharing and load.cores is not None:  # the runs on shared cores, a step further
             share = min(1.0, load.cores / len(sharing)) * dt
-            sharing[:] = [left - share for left in sharing]
-            for left in sharing:
-                if left <= 1e-9:
-                    heapq.heappush(ends, t)
-            sharing[:] = [left for left in sharing if left > 1e-9]
+            for hold in sharing:
+                hold[0] -= share
+                if hold[0] <= 1e-9:
+                    heapq.heappush(batch_ends if hold[1] else ends, t)
+            sharing[:] = [hold for hold in sharing if hold[0] > 1e-9]
         while ends and ends[0] <= t:
             end = heapq.heappop(ends)
             running -= 1
             done += 1
-            recorded.append(end + path.to_record_s)
+            heapq.heappush(recorded, end + path.to_record_s)
+        while batch_ends and batch_ends[0] <= t:  # the finisher: Score, Record, the release
+            finisher_at = max(finisher_at, heapq.heappop(batch_ends)) + path.to_record_s
+            finishing.append(finisher_at)
+        while finishing and finishing[0] <= t:
+            heapq.heappush(recorded, finishing.popleft())
+            running -= 1
+            done += 1
         arrived_now = 0
         if not path.client_poll_s or t >= next_poll:  # the client's poll: what it sees now
             while recorded and recorded[0] <= t:
-                recorded.popleft()
+                heapq.heappop(recorded)
                 arrived_now += 1
             if path.client_poll_s:
                 growth = poll_s * path.client_poll_growth
