@@ -117,3 +117,17 @@ def test_runs_on_shared_cores_slow_each_other_and_spread_as_measured() -> None:
     assert set(drawn) == {1.0, 2.0, 3.0} and drawn == [spread.run_time(k) for k in range(60)]
     run = simulate(spread, _fixed(3), limit_s=600, step_s=0.01)
     assert run.drained_s == pytest.approx(sum(drawn) / 3, rel=0.1)
+
+
+def test_the_dispatcher_starts_what_its_invocation_admitted_and_the_finisher_gives_back() -> None:
+    """Two jobs at once on two workers: one invocation admits both and starts them as one
+    batch (one StartExecution); the finisher gives their slots back one after the other,
+    each after its Score and Record (0.1 s). Handed one message an invocation, the
+    dispatcher starts each alone, and each worker gives its own back at once."""
+    path = Path(to_record_s=0.1, start_per_flush=True, dispatcher_batch=10, finisher=True)
+    pair = Load(jobs=2, job_s=0.5)
+    run = simulate(pair, _fixed(2), limit_s=60, path=path, step_s=0.01)
+    assert run.starts == 1 and run.drained_s == pytest.approx(0.5 + 2 * 0.1, abs=0.02)
+    alone = dataclasses.replace(path, dispatcher_batch=1)
+    run = simulate(pair, _fixed(2), limit_s=60, path=alone, step_s=0.01)
+    assert run.starts == 2 and run.drained_s == pytest.approx(0.5 + 0.1, abs=0.02)
