@@ -177,8 +177,8 @@ def dispatcher_batch_size() -> int:
 
 
 def shared_cores(workers: int, calibrated: Alone, runs_s: tuple[float, ...]) -> float:
-    """The cores the twin's sandboxes got, from the calibration: a run takes `sandbox_s` alone
-    and the median of `runs_s` with every worker's at once, so `workers` runs shared
+    """The cores the twin's slots got, from the calibration: a run takes `sandbox_s` alone
+    and the median of `runs_s` with every worker's busy, so `workers` slots shared
     workers x sandbox_s / that median cores (processor sharing; the host's other load too)."""
     return workers * calibrated.sandbox_s / statistics.median(runs_s)
 
@@ -234,7 +234,7 @@ class Row:
 @dataclass(frozen=True)
 class Calibration:
     alone: tuple[Alone, ...]  # one job alone on the idle twin, each time
-    runs_s: tuple[float, ...]  # the sandbox runs of rounds of a job a worker at once
+    runs_s: tuple[float, ...]  # the sandbox runs of two jobs a worker sent at once
 
     def __add__(self, other: Calibration) -> Calibration:
         return Calibration(self.alone + other.alone, self.runs_s + other.runs_s)
@@ -245,20 +245,18 @@ class Calibration:
 
 
 def calibrate(
-    twin: LocalTwin, client: Client, workers: int, pace_s: float = 0.0, times: int = 3
+    twin: LocalTwin, client: Client, workers: int, pace_s: float = 0.0, refill_s: float = 0.0
 ) -> Calibration:
-    """One job alone, `times` times, then `times` rounds of a job a worker at once: the
-    sandbox's run time with every worker busy (the twin's sandboxes share the host's cores),
-    its spread with it. `pace_s`: a pause before each (a throttled twin's bucket refills)."""
-    alones: list[Alone] = []
-    runs_s: list[float] = []
-    for _ in range(times):
+    """One job alone, three times (`pace_s` apart), then two jobs a worker at once (after
+    `refill_s`: a throttled twin's bucket refills): the sandbox's run times with every worker
+    busy and the pipeline's work for the next jobs beside them, as when the pool is full
+    (the twin's sandboxes and processes share the host's cores), their spread with them."""
+    alones = []
+    for _ in range(3):
         time.sleep(pace_s)
         alones.append(alone(twin, client))
-    for _ in range(times):
-        time.sleep(pace_s)
-        runs_s += run(client, workers, None).runs_s
-    return Calibration(tuple(alones), tuple(runs_s))
+    time.sleep(refill_s)
+    return Calibration(tuple(alones), run(client, 2 * workers, None).runs_s)
 
 
 def case(
@@ -270,15 +268,16 @@ def case(
     per_s: float | None,
     quotas: dict[str, float] | None = None,
     pace_s: float = 0.0,
+    refill_s: float = 0.0,
 ) -> Row:
     """The twin's figures for the case, between two calibrations (before and after: the
     host's other load drifts), and the model's from both calibrations together."""
-    before = calibrate(twin, client, workers, pace_s)
-    time.sleep(5 * pace_s)  # a throttled twin's bucket full again (pace_s: a token's refill)
+    before = calibrate(twin, client, workers, pace_s, refill_s)
+    time.sleep(refill_s)
     started = executions(twin)
     measured = run(client, jobs, per_s)
     measured = dataclasses.replace(measured, starts=executions(twin) - started)
-    calibrated = before + calibrate(twin, client, workers, pace_s)
+    calibrated = before + calibrate(twin, client, workers, pace_s, refill_s)
     summary = calibrated.median
     drain, rate, starts = model(workers, jobs, per_s, summary, calibrated.runs_s, quotas)
     row = Row(name, measured, drain, rate, starts, os.getloadavg()[0])
@@ -286,7 +285,7 @@ def case(
         f"{name}\n  calibration: alone {summary.latency_s:.2f} s sent to seen (to the "
         f"dispatcher {summary.to_dispatcher_s:.3f} s, slot beyond the run "
         f"{summary.slot_overhead_s:.3f} s, sandbox {summary.sandbox_s:.3f} s, to the table "
-        f"{summary.to_record_s:.3f} s); sandbox with {workers} at once "
+        f"{summary.to_record_s:.3f} s); sandbox with {2 * workers} at once "
         f"{statistics.median(calibrated.runs_s):.3f} s: "
         f"{shared_cores(workers, summary, calibrated.runs_s):.2f} cores shared\n"
         f"  twin {measured.drain_s:6.2f} s {measured.per_s:5.2f}/s {measured.starts:3} starts   "
@@ -320,8 +319,10 @@ def throttled_case(workers: int, per_s: float) -> Row:
         run(client, workers, None)  # warm
         quotas = {"sfn_start_execution_per_s": per_s, "sfn_start_execution_bucket": bucket}
         name = f"{workers} workers, burst of {8 * workers}, StartExecution {per_s:g}/s"
-        # Calibrated a token's refill apart, so that no calibration call is throttled.
-        return case(name, twin, client, workers, 8 * workers, None, quotas, pace_s=1 / per_s)
+        # Calibrated a token's refill apart, and the bucket refilled before the calibration's
+        # jobs at once and before the case, so that no calibration call is throttled.
+        return case(name, twin, client, workers, 8 * workers, None, quotas, 1 / per_s,
+                    bucket / per_s)  # fmt: skip
 
 
 def main() -> None:
