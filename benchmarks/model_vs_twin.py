@@ -44,6 +44,7 @@ TASK = {
 _ids = iter(range(10**9))
 SLOTS_PER_WORKER = 1  # a twin worker leases one slot (trialbox.worker.loop: free_slots)
 STEP_S = 0.01  # the model's step: the jobs run a fraction of a second
+RETRY_SEEDS = 20  # the model's paths of botocore's jittered retries, averaged
 
 
 def request() -> ExecutionRequest:
@@ -193,9 +194,12 @@ def model(
 ) -> tuple[float, float, int]:
     """The model's drain time and samples/s for the twin: a fixed pool of `workers`, one slot
     each (a twin worker leases one: trialbox.worker.loop), the client's window and polls
-    (trialbox.sdk), the dispatcher's admission poll and one start a flush."""
+    (trialbox.sdk), the dispatcher's admission poll and one start a flush (a throttled one
+    retried as botocore retries it)."""
     path = Path(
-        to_dispatcher_s=calibrated.to_dispatcher_s,
+        # Sent to started: on the twin, mostly the dispatcher's admission calls and its
+        # StartExecution (the message's way to it is a local queue's), in the slot's cycle.
+        start_s=calibrated.to_dispatcher_s,
         slot_overhead_s=calibrated.slot_overhead_s,
         to_record_s=calibrated.to_record_s,
         admit_poll_s=ADMIT_POLL_S,
@@ -215,10 +219,17 @@ def model(
         run_s=runs_s,
         cores=shared_cores(workers, calibrated, runs_s),
     )
-    out = simulate(load, pool, ALONE, limit_s=3600, path=path, step_s=STEP_S, quotas=quotas)
-    assert out.drained_s is not None
-    drain = out.drained_s + STEP_S  # a sample seen in the step that starts at t: by t + step
-    return drain, jobs / drain, out.starts
+    # Throttled, botocore's jittered sleeps, drawn: the mean over RETRY_SEEDS paths.
+    seeds: list[int | None] = list(range(RETRY_SEEDS)) if quotas else [None]
+    drains, starts = [], []
+    for seed in seeds:
+        drawn = dataclasses.replace(path, retry_seed=seed)
+        out = simulate(load, pool, ALONE, limit_s=3600, path=drawn, step_s=STEP_S, quotas=quotas)
+        assert out.drained_s is not None
+        drains.append(out.drained_s + STEP_S)  # seen in the step that starts at t: by t + step
+        starts.append(out.starts)
+    drain = statistics.mean(drains)
+    return drain, jobs / drain, round(statistics.mean(starts))
 
 
 @dataclass(frozen=True)

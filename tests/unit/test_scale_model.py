@@ -101,6 +101,16 @@ def test_a_throttled_start_holds_the_dispatcher_for_botocore_s_backoff() -> None
     )
     assert run.drained_s == pytest.approx(0.1 + 5 * 3.5, rel=0.05)
     assert throttle_backoff_s(1) == 0.5 and throttle_backoff_s(10) == 10.0
+    assert throttle_backoff_s(3, draw=1.0) == 4.0  # botocore's rand(0, 1) * 1 s * 2 ** 2
+    jittered = [
+        simulate(
+            Load(jobs=6, job_s=0.1), _fixed(1), limit_s=600, step_s=0.01, quotas=quotas,
+            path=dataclasses.replace(path, retry_seed=seed),
+        ).drained_s or 0.0
+        for seed in range(20)
+    ]  # fmt: skip
+    # Jittered, a retry lands nearer the token than the mean sleeps do: sooner on average.
+    assert 0.1 + 5 * 2.0 < sum(jittered) / 20 < 0.1 + 5 * 3.5
 
 
 def test_runs_on_shared_cores_slow_each_other_and_spread_as_measured() -> None:

@@ -48,9 +48,10 @@ THROTTLE_BASE_S = 1.0
 MAX_BACKOFF_S = 20.0
 
 
-def throttle_backoff_s(retry: int) -> float:
-    """The mean sleep before the `retry`-th retry (1-based) of a throttled call."""
-    return 0.5 * min(THROTTLE_BASE_S * 2.0 ** (retry - 1), MAX_BACKOFF_S)
+def throttle_backoff_s(retry: int, draw: float = 0.5) -> float:
+    """The sleep before the `retry`-th retry (1-based) of a throttled call: its mean, or the
+    sleep for `draw` (botocore's rand(0, 1))."""
+    return draw * min(THROTTLE_BASE_S * 2.0 ** (retry - 1), MAX_BACKOFF_S)
 
 
 @dataclass(frozen=True)
@@ -59,6 +60,7 @@ class Path:
     twin's sub-second jobs). The defaults are the scale model's minute-scale view: none of it."""
 
     to_dispatcher_s: float = 0.0  # sent -> the dispatcher asks for its slot
+    start_s: float = 0.0  # admitted -> its execution started (the slot is held meanwhile)
     slot_overhead_s: float = 0.0  # the slot is held this long beyond the sandbox run
     to_record_s: float = 0.0  # the slot given back -> the result in the table
     admit_poll_s: float = 0.0  # a dispatcher that found no slot asks again this often
@@ -66,6 +68,9 @@ class Path:
     # from the StartExecution quota's own bucket, and a throttled start retried (and the
     # dispatcher held) as botocore retries it; else StartExecution is a per-sample rate.
     start_per_flush: bool = False
+    # None: a throttled call sleeps botocore's mean backoff; a seed: its jittered sleeps,
+    # drawn (one path of many: average the model over seeds for the expected figures).
+    retry_seed: int | None = None
     # The messages one dispatcher invocation is handed (its event source's batch size): it
     # admits them in turn and starts what it admitted before one waits and at its end; what
     # arrives meanwhile waits for the next. None: it admits whatever waits, at every step.
@@ -211,6 +216,10 @@ def simulate(
     invocation = 0  # the messages left of the dispatcher's invocation (path.dispatcher_batch)
     next_poll, poll_s = math.inf, path.client_poll_s
     begun = 0
+    draws = random.Random(path.retry_seed)
+
+    def jitter() -> float:
+        return 0.5 if path.retry_seed is None else draws.random()
 
     sharing: list[list[Any]] = []  # [work left, batched] of each hold on the shared cores
     batch_ends: list[float] = []  # when each batched sample's run ends (path.finisher)
@@ -223,7 +232,7 @@ def simulate(
         nonlocal begun
         batched = path.finisher and n > 1
         for _ in range(n):
-            hold = load.run_time(begun) + path.slot_overhead_s
+            hold = path.start_s + load.run_time(begun) + path.slot_overhead_s
             if load.cores is not None:  # the slot's whole hold is the host's work, shared
                 sharing.append([hold, batched])
             else:
@@ -298,7 +307,7 @@ def simulate(
                 elif flush[1] + 1 < MAX_ATTEMPTS:
                     out.throttled += 1
                     flush[1] += 1
-                    flush[2] = t + throttle_backoff_s(int(flush[1]))
+                    flush[2] = t + throttle_backoff_s(int(flush[1]), jitter())
             free = ready * load.slots_per_task - running
             # What the dispatcher may admit now: all that waits, or what is left of the
             # messages its invocation was handed (path.dispatcher_batch).
@@ -329,7 +338,7 @@ def simulate(
                     begin(held, t)
                 else:  # throttled: botocore sleeps, and the dispatcher with it
                     out.throttled += 1
-                    flush = [held, 1, t + throttle_backoff_s(1)]
+                    flush = [held, 1, t + throttle_backoff_s(1, jitter())]
                 held = 0
         if seen == load.jobs and drained_at is None and t >= 0:
             drained_at = out.drained_s = t
