@@ -320,7 +320,7 @@ def pool_cases(workers: int, stream_s: float) -> list[Row]:
         ]  # fmt: skip
 
 
-def throttled_case(workers: int, per_s: float) -> Row:
+def throttled_case(workers: int, jobs: int, per_s: float) -> Row:
     """StartExecution scaled down to `per_s`, its bucket with it (the table's 1,300 to its
     300/s), on the twin (its fault injector throttles the dispatcher's calls past it, and
     botocore retries them) and in the model."""
@@ -329,24 +329,28 @@ def throttled_case(workers: int, per_s: float) -> Row:
     with twin_client(workers, quotas={"states:StartExecution": (per_s, bucket)}) as (twin, client):
         run(client, workers, None)  # warm
         quotas = {"sfn_start_execution_per_s": per_s, "sfn_start_execution_bucket": bucket}
-        name = f"{workers} workers, burst of {8 * workers}, StartExecution {per_s:g}/s"
+        name = f"{workers} worker(s), burst of {jobs}, StartExecution {per_s:g}/s"
         # Calibrated a token's refill apart, and the bucket refilled before the calibration's
         # jobs at once and before the case, so that no calibration call is throttled.
-        return case(name, twin, client, workers, 8 * workers, None, quotas, 1 / per_s,
+        return case(name, twin, client, workers, jobs, None, quotas, 1 / per_s,
                     bucket / per_s)  # fmt: skip
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--workers", type=int, nargs="+", default=[2, 4])
+    parser.add_argument("--workers", type=int, nargs="*", default=[2, 4])
     parser.add_argument("--stream-s", type=float, default=12.0, help="the stream's length")
     parser.add_argument(
         "--start-per-s", type=float, default=0.5, help="StartExecution's refill, scaled down"
     )
+    parser.add_argument(
+        "--throttled-workers", type=int, default=1, help="the rate-limited case's pool"
+    )
+    parser.add_argument("--throttled-jobs", type=int, default=12)
     args = parser.parse_args()
     print(f"{os.cpu_count()} cores; load {os.getloadavg()[0]:.2f} at the start")
     rows = [row for workers in args.workers for row in pool_cases(workers, args.stream_s)]
-    rows.append(throttled_case(min(args.workers), args.start_per_s))
+    rows.append(throttled_case(args.throttled_workers, args.throttled_jobs, args.start_per_s))
     print(
         "\n| case | twin drain s | model drain s | ratio | twin samples/s | model samples/s "
         "| starts, twin / model | load |"
