@@ -85,6 +85,7 @@ bench: setup
 	$(BIN)/python benchmarks/pipeline_throughput.py -n 100
 	$(BIN)/python benchmarks/transitions.py
 	$(BIN)/python benchmarks/scale_model.py
+	$(BIN)/python benchmarks/model_vs_twin.py
 	$(BIN)/python benchmarks/cost.py
 	$(BIN)/python benchmarks/wipe.py
 	$(BIN)/python benchmarks/sdk_cpu.py

@@ -228,3 +228,25 @@ def test_local_up_refuses_faults_outside_0_to_1() -> None:
     assert result.exit_code == 2
     assert "error: --faults: faults must be a share of calls between 0 and 1" in result.output
     assert "not 1.5" in result.output
+
+
+def test_a_quota_scaled_down_throttles_its_operation_past_the_bucket(
+    server: tuple[str, Any],
+) -> None:
+    """`LocalTwin(quotas=...)`: the project's calls of one operation past its token bucket
+    are throttled as SQS throttles them; other operations, and calls not the project's, pass."""
+    endpoint, middleware = server
+    middleware.quotas = {"sqs:SendMessage": faults.RateQuota(per_s=0.001, bucket=2.0)}
+    try:
+        sdk = client(endpoint, "sqs", principals.SDK)
+        url = f"{endpoint}/{ACCOUNT}/{QUEUE}"
+        sdk.send_message(QueueUrl=url, MessageBody="1")
+        sdk.send_message(QueueUrl=url, MessageBody="2")
+        with pytest.raises(ClientError) as raised:
+            sdk.send_message(QueueUrl=url, MessageBody="3")
+        assert raised.value.response["Error"]["Code"] == "RequestThrottled"
+        assert raised.value.response["ResponseMetadata"]["HTTPStatusCode"] == 400
+        sdk.get_queue_url(QueueName=QUEUE)  # another operation: no quota
+        client(endpoint, "sqs", principals.SETUP).send_message(QueueUrl=url, MessageBody="4")
+    finally:
+        middleware.quotas = {}

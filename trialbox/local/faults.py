@@ -14,8 +14,14 @@ Only the project's principals are faulted: the SDK, the pool workers and the fun
 setup, and the state machines' service integrations (moto's interpreter signs those as `ak`,
 and does not retry a throttled integration as Step Functions does) never are.
 
+Quotas scaled down: `LocalTwin(quotas={"states:StartExecution": (1.0, 4.0)})` throttles the
+project's calls of one JSON-protocol operation beyond a token bucket (a refill a second, a
+bucket), as AWS throttles past an account's rate quota (`benchmarks/model_vs_twin.py` checks
+the scale model against it).
+
 The services process reads its settings from the environment: TRIALBOX_TWIN_FAULTS (the
-share, 0..1) and TRIALBOX_TWIN_FAULTS_SEED (optional).
+share, 0..1), TRIALBOX_TWIN_FAULTS_SEED (optional) and TRIALBOX_TWIN_QUOTAS (JSON:
+{"service:Operation": [per_s, bucket]}).
 """
 
 from __future__ import annotations
@@ -24,6 +30,7 @@ import json
 import os
 import random
 import threading
+import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -36,6 +43,7 @@ from trialbox.local.requestlog import App, signer
 ENV_FAULTS = "TRIALBOX_TWIN_FAULTS"
 ENV_FAULTS_SEED = "TRIALBOX_TWIN_FAULTS_SEED"
 ENV_FAULTS_APPLIED = "TRIALBOX_TWIN_FAULTS_APPLIED"
+ENV_QUOTAS = "TRIALBOX_TWIN_QUOTAS"
 
 
 @dataclass(frozen=True)
@@ -101,17 +109,56 @@ def faulted(key: str) -> bool:
     return key in (principals.SDK, principals.WORKER) or key.startswith(principals.FUNCTION_PREFIX)
 
 
+Quotas = dict[str, tuple[float, float]]  # "service:Operation": (refill a second, bucket)
+
+
+class RateQuota:
+    """A token bucket: a refill a second up to a bucket, full at first (as AWS's quotas are)."""
+
+    def __init__(self, per_s: float, bucket: float) -> None:
+        if per_s <= 0 or bucket < 1:
+            raise TrialboxError(
+                f"a quota needs a refill above 0 a second and a bucket of at least 1 call, "
+                f"not {per_s}/s and {bucket}"
+            )
+        self.per_s, self.bucket = per_s, bucket
+        self.tokens, self.at = bucket, time.monotonic()
+
+    def take(self) -> bool:
+        now = time.monotonic()
+        self.tokens = min(self.bucket, self.tokens + (now - self.at) * self.per_s)
+        self.at = now
+        if self.tokens < 1:
+            return False
+        self.tokens -= 1
+        return True
+
+
+def operation(environ: dict[str, Any]) -> str | None:
+    """A JSON-protocol call's operation, from its X-Amz-Target (`AWSStepFunctions.StartExecution`:
+    StartExecution)."""
+    target = environ.get("HTTP_X_AMZ_TARGET")
+    return target.rsplit(".", 1)[-1] if target else None
+
+
 class Faults:
     """WSGI middleware around moto's server application."""
 
     def __init__(
-        self, app: App, rate: float, seed: int | None = None, applied: float = 0.0
+        self,
+        app: App,
+        rate: float,
+        seed: int | None = None,
+        applied: float = 0.0,
+        quotas: Quotas | None = None,
     ) -> None:
         """`applied`: the share of 5xx answers given after moto did the work (AWS can fail
-        after a call took effect: the caller's retry meets its own first attempt)."""
+        after a call took effect: the caller's retry meets its own first attempt). `quotas`:
+        rate quotas scaled down, by "service:Operation" (its signing name)."""
         self.app = app
         self.rate = share(rate)
         self.applied = share(applied)
+        self.quotas = {name: RateQuota(*limit) for name, limit in (quotas or {}).items()}
         self._random = random.Random(seed)
         self._lock = threading.Lock()
 
@@ -139,6 +186,9 @@ class Faults:
         if signed is None or signed.service not in FAULTS or not faulted(signed.key):
             return None
         with self._lock:  # moto's server answers each request on a thread of its own
+            limit = self.quotas.get(f"{signed.service}:{operation(environ)}")
+            if limit is not None and not limit.take():  # past the quota: throttled
+                return signed.service, FAULTS[signed.service][0][0], False
             if self._random.random() >= self.rate:
                 return None
             throttles, errors = FAULTS[signed.service]
@@ -191,26 +241,39 @@ def _drain(environ: dict[str, Any]) -> None:
         stream.read(length)
 
 
-def install(server: Any, rate: float, seed: int | None = None, applied: float = 0.0) -> None:
+def install(
+    server: Any,
+    rate: float,
+    seed: int | None = None,
+    applied: float = 0.0,
+    quotas: Quotas | None = None,
+) -> None:
     """Wrap a started ThreadedMotoServer's application (as requestlog.install does); install
     it before the request log, so that the log records the faults."""
     wsgi = getattr(server, "_server", None)
     if wsgi is None or not hasattr(wsgi, "app"):
         raise RuntimeError("moto's ThreadedMotoServer changed: no werkzeug server to wrap")
-    wsgi.app = Faults(wsgi.app, rate, seed, applied)
+    wsgi.app = Faults(wsgi.app, rate, seed, applied, quotas)
 
 
 def install_from_env(server: Any) -> None:
-    """Fault injection as the environment sets it (TRIALBOX_TWIN_FAULTS); nothing if unset
-    or 0."""
+    """Fault injection as the environment sets it (TRIALBOX_TWIN_FAULTS, TRIALBOX_TWIN_QUOTAS);
+    nothing if unset or 0."""
     rate = float(os.environ.get(ENV_FAULTS) or 0)
-    if rate:
+    quotas = {k: (v[0], v[1]) for k, v in json.loads(os.environ.get(ENV_QUOTAS) or "{}").items()}
+    if rate or quotas:
         seed = os.environ.get(ENV_FAULTS_SEED)
         applied = float(os.environ.get(ENV_FAULTS_APPLIED) or 0)
-        install(server, rate, int(seed) if seed else None, applied)
+        install(server, rate, int(seed) if seed else None, applied, quotas)
 
 
-def environment(rate: float, seed: int | None = None, applied: float = 0.0) -> dict[str, str]:
-    """The services process's environment for `rate` and `applied` (checked) and `seed`."""
+def environment(
+    rate: float, seed: int | None = None, applied: float = 0.0, quotas: Quotas | None = None
+) -> dict[str, str]:
+    """The services process's environment for `rate` and `applied` (checked), `seed` and
+    `quotas` (checked)."""
+    for limit in (quotas or {}).values():
+        RateQuota(*limit)
     env = {ENV_FAULTS: str(share(rate)), ENV_FAULTS_APPLIED: str(share(applied))}
+    env |= {ENV_QUOTAS: json.dumps(quotas)} if quotas else {}
     return env | ({ENV_FAULTS_SEED: str(seed)} if seed is not None else {})

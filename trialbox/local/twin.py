@@ -20,7 +20,7 @@ from typing import Any
 from trialbox import aws_retries
 from trialbox import constants as c
 from trialbox.local import principals
-from trialbox.local.faults import environment
+from trialbox.local.faults import Quotas, environment
 from trialbox.local.services import CREDENTIALS, ENV_SCALER_OVERRIDES, ServicesProcess, client
 from trialbox.local.tasks import TaskShape, TwinTasks
 from trialbox.local.workers import WorkerPool
@@ -50,12 +50,14 @@ class LocalTwin:
         max_workers: int | None = None,
         scale_in_idle_s: float = 5.0,
         scaler_tick_s: float | None = None,
+        quotas: Quotas | None = None,
     ) -> None:
         """`worker_memory_mb`: each worker's memory cgroup (the task definition's otherwise).
         `faults`: the share of the SDK's, the workers' and the functions' AWS calls answered
         with a throttle or a 5xx, as AWS answers them (trialbox.local.faults); `faults_seed`
         makes the draw repeatable; `faults_applied`: the share of those 5xx that come after
-        the call took effect.
+        the call took effect. `quotas`: rate quotas scaled down, by "service:Operation"
+        (e.g. {"states:StartExecution": (1.0, 4.0)}: a refill a second, a bucket).
 
         `max_workers`: an elastic pool, of `workers` (the warm minimum) to `max_workers`. The
         stack's scaler (functions/scaler, on the twin's schedule) sets the pool's ECS service's
@@ -63,7 +65,7 @@ class LocalTwin:
         `scale_in_idle_s` idle, and the pool follows it. None (the default): `workers` workers,
         always, whatever the scaler sets (which then runs on the template's timing, unless
         `scaler_tick_s` is given: then on the twin's, with `scale_in_idle_s`)."""
-        services_env = environment(faults, faults_seed, faults_applied)  # checked first
+        services_env = environment(faults, faults_seed, faults_applied, quotas)  # checked first
         overrides: dict[str, str] = {}
         if max_workers is not None:
             if max_workers < max(1, workers):

@@ -24,6 +24,7 @@ AUDIT = "../shared/research/scale-audit.md (30-60 s task start)"
 QUOTAS: dict[str, Quota] = {
     "sfn_transitions_per_s": Quota(1500, "transitions/s (refill; bucket 5,000)", SFN_QUOTAS),
     "sfn_start_execution_per_s": Quota(300, "calls/s (refill; bucket 1,300)", SFN_QUOTAS),
+    "sfn_start_execution_bucket": Quota(1300, "calls (the refill's bucket)", SFN_QUOTAS),
     "sfn_send_task_per_s": Quota(500, "calls/s, each of SendTaskSuccess/Heartbeat", SFN_QUOTAS),
     "fargate_launch_burst": Quota(100, "tasks", FARGATE_THROTTLING),
     "fargate_launch_per_s": Quota(20, "tasks/s (sustained)", FARGATE_THROTTLING),
