@@ -43,6 +43,9 @@ class Shape:
 
 
 ALONE = Shape(transitions=4.0, starts=1.0)
+# A session's open: a message on the work queue, through no state machine and no admission
+# (its calls go to its worker's inbox; its grade, one batched sample, is left out).
+SESSION = Shape(transitions=0.0, starts=0.0, count_writes=0.0)
 SCALER_PERIOD_S = 60  # the scaler's schedule (EventBridge's least rate: a minute)
 # botocore's standard retry mode (trialbox.aws_retries): before retry i (1-based) of a
 # throttled call it sleeps rand(0, 1) * min(1 s * 2 ** (i - 1), 20 s); the model sleeps the mean.
@@ -157,10 +160,16 @@ def ceiling(shape: Shape, quotas: Mapping[str, float] | None = None) -> dict[str
     count_writes = (
         quota("ddb_item_wcu_per_s", quotas) / quota("ddb_transact_wcu", quotas) * COUNT_SHARDS
     )
+
+    def per(refill: float, cost: float) -> float:
+        return refill / cost if cost else math.inf  # a sample that costs the quota nothing
+
     return {
-        "Step Functions transitions": quota("sfn_transitions_per_s", quotas) / shape.transitions,
-        START_EXECUTION: quota("sfn_start_execution_per_s", quotas) / shape.starts,
-        f"admission count ({COUNT_SHARDS} items)": count_writes / shape.count_writes,
+        "Step Functions transitions": per(
+            quota("sfn_transitions_per_s", quotas), shape.transitions
+        ),
+        START_EXECUTION: per(quota("sfn_start_execution_per_s", quotas), shape.starts),
+        f"admission count ({COUNT_SHARDS} items)": per(count_writes, shape.count_writes),
     }
 
 
