@@ -120,7 +120,7 @@ class Reply(StrictModel):
     seq: int = 0
     inbox_url: str | None = Field(default=None, description="opened: where its calls go")
     stored_bytes: int = Field(
-        default=0, ge=0, description="released: the checkpoint bytes stored so far"
+        default=0, ge=0, description="result, released: the checkpoint bytes stored so far"
     )
     worker: str | None = None
     checkpoint: str | None = None

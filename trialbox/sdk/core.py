@@ -557,8 +557,10 @@ class AsyncClient:
         """Stop the pump; unresolved handles raise ClientClosed (a sent request still runs);
         a local twin stops."""
         self._closed = True
-        for session in list(self.sessions.open):  # their workers free the slots at once
-            await session.close()
+        # Their workers free the slots at once; together: each may wait out a lost worker.
+        closing = [session.close() for session in list(self.sessions.open)]
+        outcomes = await asyncio.gather(*closing, return_exceptions=True)
+        failed = [o for o in outcomes if isinstance(o, BaseException)]
         await self.sessions.close()
         if self._pump is not None:
             self._pump.cancel()
@@ -571,6 +573,8 @@ class AsyncClient:
         if self._twin is not None:
             twin, self._twin = self._twin, None
             await asyncio.to_thread(twin.stop)
+        if failed:  # the rest closed first
+            raise failed[0]
 
     async def __aenter__(self) -> Self:
         return self

@@ -365,7 +365,7 @@ class AsyncSession:
         self.closed = False
         self._files = files or {}
         self._inbox = ""  # the hosting worker's
-        self._stored_bytes = 0  # checkpoint bytes stored, as a releasing host said
+        self._stored_bytes = 0  # checkpoint bytes stored, as its hosts' replies said
         self._reply_url = ""
         self.on_close: Callable[[AsyncSession], None] | None = None
         self._turn = asyncio.Lock()  # one call at a time: calls are numbered in order
@@ -533,9 +533,11 @@ class AsyncSession:
                     continue  # a superseded host's
                 if reply.kind == "failed":
                     failed = True  # the host's session thread died: as good as lost
+                # The checkpoint bytes stored so far (a result's, a release's): the quota a
+                # reopen carries on, whichever way the session next leaves this host.
+                self._stored_bytes = max(self._stored_bytes, reply.stored_bytes)
                 if reply.kind == "released":
                     released = True
-                    self._stored_bytes = max(self._stored_bytes, reply.stored_bytes)
                 if reply.seq != request.seq or reply.kind not in ("alive", "result"):
                     continue  # a stale reply (an earlier call's)
                 heard = time.monotonic()

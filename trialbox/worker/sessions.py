@@ -195,7 +195,7 @@ class HostedSession:
                     self._expire()
                     return
                 idle = time.monotonic() - self.last_call
-                if self.workspace is not None and idle >= self.spec.idle_release_s:
+                if self._releasable() and idle >= self.spec.idle_release_s:
                     self._release()  # durable already: every reply named a checkpoint
                     if self.host.exclusive:  # the task goes back to the pool's work
                         self._tell(
@@ -210,6 +210,12 @@ class HostedSession:
         finally:
             self._release()
             self.host._ended(self)
+
+    def _releasable(self) -> bool:
+        """Whether an idle release frees anything: a workspace, or under rlimit the task
+        itself (a session with no workspace yet, a fresh open not called or one a refused
+        call dropped, holds the task all the same)."""
+        return self.workspace is not None or self.host.exclusive
 
     def _open(self) -> None:
         """Its workspace is made now when the open brings state (a checkpoint, files: made
@@ -227,7 +233,7 @@ class HostedSession:
 
     def _poll(self, left: float) -> None:
         wait = min(POLL_S, left)
-        if self.workspace is not None:
+        if self._releasable():
             wait = min(
                 wait, max(0.0, self.spec.idle_release_s - (time.monotonic() - self.last_call))
             )
@@ -243,6 +249,11 @@ class HostedSession:
         self._handle(message)
 
     def _handle(self, call: Call) -> None:
+        if call.reply_url != self.spec.reply_url:  # another client's: never this session's
+            log.warning(
+                "%s: a call naming another client's reply queue; ignored", self.spec.session_id
+            )
+            return
         if call.epoch != self.spec.epoch:  # sent to an earlier or a later host: not this one's
             log.warning(
                 "%s: a call of epoch %d on the host of epoch %d; ignored",
@@ -432,7 +443,11 @@ class HostedSession:
         self._release()
 
     def _reply(self, result: CallResult, trace: str | None = None) -> None:
-        fields: dict[str, Any] = {"seq": result.seq, "checkpoint": result.checkpoint}
+        # The bytes stored so far ride on every result: a failover's next host goes on
+        # counting from them (the client relays them), not from zero.
+        fields: dict[str, Any] = {
+            "seq": result.seq, "checkpoint": result.checkpoint, "stored_bytes": self.stored_bytes
+        }  # fmt: skip
         if len(result.model_dump_json()) > MAX_REPLY_CHARS and trace is not None:
             self._tell("result", result_uri=trace, **fields)
         else:
