@@ -58,7 +58,11 @@ def main() -> None:
         before = len(calls(log))
         opened: list[float] = []
 
-        all_open = threading.Barrier(args.sessions)
+        opened_at: list[tuple[float, int]] = []  # when the last open returned; log lines then
+        all_open = threading.Barrier(
+            args.sessions, action=lambda: opened_at.append((time.perf_counter(), len(calls(log))))
+        )
+        burst_at = time.perf_counter()
 
         def episode(n: int) -> None:
             started = time.perf_counter()
@@ -79,6 +83,12 @@ def main() -> None:
     )
     print(f"{args.sessions} at once: p50 {b50:.2f} s  p95 {b95:.2f} s  max {bmax:.2f} s")
     print(f"p95 at once / p95 alone: {b95 / a95:.1f}")
+    (open_end, open_lines) = opened_at[0]
+    opening = open_lines - before
+    print(
+        f"the opens: {opening / args.sessions:.1f} calls a session; the twin's AWS side served "
+        f"{opening / (open_end - burst_at):,.0f} calls/s over them (one moto process)"
+    )
     for operation in ("CreateQueue", "DeleteQueue", "TagQueue"):
         print(f"{operation}: {made[operation]} ({made[operation] / args.sessions:.3f} a session)")
     print(f"all calls of the burst (open, {args.calls} calls, close): "

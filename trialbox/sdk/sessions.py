@@ -202,7 +202,8 @@ class ReplyQueue:
     async def wait(self, session_id: str, timeout: float) -> list[Reply]:
         """The session's replies: those that came, or the first within `timeout` ([] if none)."""
         box = self.mailboxes.get(session_id)
-        if box is None:
+        if box is None:  # closed meanwhile: nothing comes, but the caller's loop still waits
+            await asyncio.sleep(timeout)
             return []
         if box.empty():
             self.waiting += 1
