@@ -15,32 +15,18 @@ import signal
 import time
 from pathlib import Path
 
-import boto3
 import pytest
 
 from tests.support.tasks import ADD_TASK, CORRECT
-from tests.support.twin import descendants, request
+from tests.support.twin import client_of, descendants, request
 from trialbox.local import principals
 from trialbox.local.requestlog import ENV_REQUEST_LOG
 from trialbox.local.twin import LocalTwin
 from trialbox.models import Status
-from trialbox.sdk import Client, Resources
 
 HEARTBEAT_S = 10  # the twin's least that a loaded test machine still beats in time
 BURST = 40
 JOB = [["sleep", "2"]]  # with grading, about 2.5 s a job: 40 on 2 workers take ~50 s
-
-
-def _client(twin: LocalTwin) -> Client:
-    session = boto3.session.Session(
-        aws_access_key_id="local", aws_secret_access_key="local", region_name="us-east-1"
-    )
-    return Client(
-        Resources.from_outputs(twin.outputs),
-        endpoint_url=twin.endpoint_url,
-        session=session,
-        concurrency=10 * BURST,
-    )
 
 
 def test_a_burst_waits_in_the_requests_queue_and_only_a_killed_workers_job_retries() -> None:
@@ -49,7 +35,7 @@ def test_a_burst_waits_in_the_requests_queue_and_only_a_killed_workers_job_retri
     held is retried within 3 heartbeats of the kill (the replacement worker, or the other)."""
     with LocalTwin(workers=2, heartbeat_s=HEARTBEAT_S) as twin:
         assert twin.pool is not None
-        clients = [_client(twin), _client(twin)]
+        clients = [client_of(twin, 10 * BURST), client_of(twin, 10 * BURST)]
         started = time.monotonic()
         handles = []
         for number in range(BURST):
@@ -84,7 +70,7 @@ def test_a_job_admitted_on_capacity_that_is_then_lost_waits_without_a_lost_sandb
     monkeypatch.setenv(ENV_REQUEST_LOG, str(requests_log))
     with LocalTwin(workers=2, heartbeat_s=HEARTBEAT_S) as twin:
         assert twin.pool is not None
-        client = _client(twin)
+        client = client_of(twin, 10 * BURST)
         first, second = twin.pool.pids()
         long_job = request(
             "admitted-long",
@@ -128,7 +114,7 @@ def test_a_killed_workers_job_counts_one_lost_sandbox_however_long_its_retry_wai
     long_s = 4 * HEARTBEAT_S + 5
     with LocalTwin(workers=2, heartbeat_s=HEARTBEAT_S) as twin:
         assert twin.pool is not None
-        client = _client(twin)
+        client = client_of(twin, 10 * BURST)
         limits = {"timeout_s": long_s + 20, "memory_mb": 512}
         jobs = [
             request(f"lost-{n}", CORRECT, task=ADD_TASK | {"limits": limits},

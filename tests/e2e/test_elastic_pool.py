@@ -8,31 +8,16 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import boto3
-
 from tests.support.tasks import CORRECT
-from tests.support.twin import request
+from tests.support.twin import client_of, request
 from trialbox import constants as c
 from trialbox.local.twin import LocalTwin
 from trialbox.models import Status
-from trialbox.sdk import Client, Resources
 
 BURST = 12
 JOB = [["sleep", "1"]]
 MAX_WORKERS = 3
 IDLE_S = 3.0
-
-
-def _client(twin: LocalTwin) -> Client:
-    session = boto3.session.Session(
-        aws_access_key_id="local", aws_secret_access_key="local", region_name="us-east-1"
-    )
-    return Client(
-        Resources.from_outputs(twin.outputs),
-        endpoint_url=twin.endpoint_url,
-        session=session,
-        concurrency=BURST,
-    )
 
 
 def _desired(twin: LocalTwin) -> int:
@@ -57,7 +42,7 @@ def test_a_burst_grows_the_pool_and_idle_shrinks_it_to_the_minimum() -> None:
         # CloudFormation creates the service with one task; idle, the scaler takes it to 0.
         _wait("the idle pool never reached its minimum of 0", lambda: pool.size == 0, 60)
         _wait("the workers never stopped", lambda: not pool.pids(), 30)
-        client = _client(twin)
+        client = client_of(twin, BURST)
         handles = client.submit(
             [request(f"elastic-{n}", CORRECT, commands=JOB) for n in range(BURST)]
         )

@@ -53,6 +53,14 @@ def descendants(pid: int) -> set[int]:
     return found
 
 
+def client_of(twin: LocalTwin, concurrency: int) -> Client:
+    """Another client of `twin` (its own boto3 session), with this window."""
+    resources = Resources.from_outputs(twin.outputs)
+    return Client(
+        resources, endpoint_url=twin.endpoint_url, session=local_session(), concurrency=concurrency
+    )
+
+
 @contextlib.contextmanager
 def twin_and_client(**twin: Any) -> Iterator[tuple[LocalTwin, Client]]:
     """A twin built with `twin`'s arguments (Client.local takes only a worker count), and a
