@@ -90,6 +90,7 @@ bench: setup
 	$(BIN)/python benchmarks/wipe.py
 	$(BIN)/python benchmarks/sdk_cpu.py
 	$(BIN)/python benchmarks/session_calls.py
+	$(BIN)/python benchmarks/session_open.py
 	$(BIN)/python benchmarks/grading_boundary.py
 	$(BIN)/python benchmarks/performance_noise.py
 	$(BIN)/python benchmarks/performance_noise.py --load memory
