@@ -101,11 +101,17 @@ def test_faults_were_injected_into_a_tenth_of_the_projects_calls(faulted_run: Fa
         if e["key"] in (principals.SDK, principals.WORKER)
         or e["key"].startswith(principals.FUNCTION_PREFIX)
     ]
-    server_errors = sum(e["status"] >= 500 for e in ours)
+    server_errors = sum(answered(e) >= 500 for e in ours)
     # Half the faults are 5xx (S3's SlowDown is a 503 too); the pipeline answers none itself.
     assert 0.03 < server_errors / len(ours) < 0.09
     theirs = [e for e in faulted_run.requests if e["key"] == principals.STATE_MACHINES]
-    assert theirs and not [e for e in theirs if e["status"] >= 500]
+    assert theirs and not [e for e in theirs if answered(e) >= 500]
+
+
+def answered(entry: dict[str, Any]) -> int:
+    """A logged request's status: none when moto raised, and werkzeug answered it 500."""
+    status = entry["status"]
+    return 500 if status is None else int(status)
 
 
 def test_every_sample_ends_as_it_does_with_no_faults(faulted_run: FaultedRun) -> None:
