@@ -38,7 +38,7 @@ class ClientPolicy(Construct):
         table: dynamodb.ITable,
         admission: dynamodb.ITable,
         rollout: sfn.IStateMachine,
-        work: sqs.IQueue,
+        opens: sqs.IQueue,
         session_queues: str,
         pool_tasks: tuple[str, str],
         run_code: lambda_.IFunction,
@@ -94,11 +94,11 @@ class ClientPolicy(Construct):
                     "s3:GetObject",
                     tasksets.arn_for_objects(f"{keys.TASKSETS_PREFIX}*"),
                 ),
-                # session: its own queues, and the open on the pool's work queue.
+                # session: its reply queue, the workers' inboxes, and the open queue.
                 iam.PolicyStatement(
                     sid="SessionQueues", actions=CLIENT_ACTIONS, resources=[session_queues]
                 ),
-                _allow("OpenSessions", "sqs:SendMessage", work.queue_arn),
+                _allow("OpenSessions", "sqs:SendMessage", opens.queue_arn),
                 # a session's worker lost mid-call: was it stopped for running out of memory?
                 _allow("SessionWorkerFate", "ecs:DescribeTasks", pool_tasks[0]),
                 # a call's result too large for a message: its trace file.

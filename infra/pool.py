@@ -15,8 +15,10 @@ from infra.config import PoolConfig
 from infra.lambdas import ROOT, retention
 from infra.nag import acknowledge, logical_id
 from infra.queues import QueueWithDlq
+from infra.sessions import OpenQueue
 from trialbox import aws_retries
 from trialbox.constants import (
+    ENV_OPEN_QUEUE_URL,
     ENV_POOL_NAME,
     ENV_RECYCLE_AFTER_JOBS,
     ENV_STOP_GRACE_S,
@@ -74,6 +76,7 @@ class Pool(Construct):
             visibility=Duration.seconds(work_visibility_s(heartbeat_s)),
             max_age=Duration.seconds(heartbeat_s),
         )
+        self.opens = OpenQueue(self, "Opens")
         self.cluster = ecs.Cluster(
             self,
             "Cluster",
@@ -116,6 +119,7 @@ class Pool(Construct):
             logging=ecs.LogDriver.aws_logs(stream_prefix="worker", log_group=log_group),
             environment={
                 ENV_WORK_QUEUE_URL: self.work.queue.queue_url,
+                ENV_OPEN_QUEUE_URL: self.opens.queue.queue_url,
                 "TRIALBOX_SANDBOX_BACKEND": "rlimit",
                 "TRIALBOX_SANDBOX_STATE_DIR": SCRATCH["state"],
                 # Reuse the task for this many jobs, behind the wipe the worker proves between
@@ -139,12 +143,13 @@ class Pool(Construct):
         )
         # What the worker loop calls, and no more (tests/iam): grant_consume_messages would add
         # GetQueueAttributes and GetQueueUrl, which it never needs (it has the queue's URL).
-        self.work.queue.grant(
-            self.task_definition.task_role,
-            "sqs:ReceiveMessage",
-            "sqs:ChangeMessageVisibility",
-            "sqs:DeleteMessage",
-        )
+        for queue in (self.work.queue, self.opens.queue):
+            queue.grant(
+                self.task_definition.task_role,
+                "sqs:ReceiveMessage",
+                "sqs:ChangeMessageVisibility",
+                "sqs:DeleteMessage",
+            )
         self.tasks_arn = Stack.of(self).format_arn(
             service="ecs", resource="task", resource_name=f"{self.cluster.cluster_name}/*"
         )

@@ -42,6 +42,7 @@ def scaler_environment(
     return {
         c.ENV_REQUESTS_QUEUE_URL: requests.queue_url,
         c.ENV_WORK_QUEUE_URL: pool.work.queue.queue_url,
+        c.ENV_OPEN_QUEUE_URL: pool.opens.queue.queue_url,
         c.ENV_ADMISSION_TABLE: admission.table_name,
         c.ENV_CLUSTER: pool.cluster.cluster_name,
         c.ENV_POOL_SERVICE: pool.service.service_arn,
@@ -72,8 +73,8 @@ def schedule_scaler(
             resources=[pool.service.service_arn],
         )
     )
-    # The two queues' depths.
-    for queue in (requests, pool.work.queue):
+    # The three queues' depths.
+    for queue in (requests, pool.work.queue, pool.opens.queue):
         queue.grant(role, "sqs:GetQueueAttributes")
     # The count's shards (one BatchGetItem) and its idle clock, and no other item of the table.
     role.add_to_principal_policy(

@@ -1,4 +1,5 @@
-"""Sessions' queues: none is a session's own. Each pool worker makes one inbox for the calls
+"""Sessions' queues: none is a session's own. A session opens on the stack's one open queue,
+which workers with room read 10 at a time. Each pool worker makes one inbox for the calls
 of every session it hosts (deleted when it stops), and each client one reply queue for the
 replies to all its sessions (deleted when it closes); the reaper deletes those whose owner
 died, once their expiry tag passes. Their names share one prefix per stack, which the IAM
@@ -10,10 +11,13 @@ from aws_cdk import ArnFormat, Duration, Stack
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
+from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
+from infra.alarms import at_least
 from infra.lambdas import TrialboxFunction
 from infra.nag import acknowledge
+from trialbox.models.sessions import OPEN_TIMEOUT_S
 
 # The SDK's calls: make its reply queue (tagged with its expiry, retagged to cover a later
 # session), send calls to workers' inboxes, read replies, delete the queue at close. The
@@ -53,6 +57,50 @@ def grant_session_queues(
         f"{prefix}*]"
     )
     acknowledge(role, {finding: WHY})
+
+
+# A worker that took opens and died before it said `opened` gives them back after this.
+OPEN_VISIBILITY = Duration.seconds(30)
+# Opens waiting this long mean the pool has no room for sessions (full, or scaling from 0).
+OPEN_WAIT_ALARM = Duration.minutes(2)
+
+
+class OpenQueue(Construct):
+    """Where sessions open: a worker with room for sessions takes up to 10 at a time (jobs
+    never wait behind them, nor they behind jobs). It keeps an open only as long as its
+    client waits for it (OPEN_TIMEOUT_S), so an open given up on is never hosted; with no
+    DLQ, since an open nobody took is answered by its client's timeout, not by a consumer."""
+
+    def __init__(self, scope: Construct, construct_id: str) -> None:
+        super().__init__(scope, construct_id)
+        self.queue = sqs.Queue(
+            self,
+            "Queue",
+            encryption=sqs.QueueEncryption.SQS_MANAGED,
+            enforce_ssl=True,
+            visibility_timeout=OPEN_VISIBILITY,
+            retention_period=Duration.seconds(OPEN_TIMEOUT_S),
+        )
+        acknowledge(
+            self.queue,
+            {
+                "AwsSolutions-SQS3": (
+                    "an open nobody took expires with its client's wait, which reports it; "
+                    "a DLQ would hold only opens their clients gave up on"
+                )
+            },
+        )
+        age = self.queue.metric_approximate_age_of_oldest_message(
+            period=Duration.minutes(1), statistic="Maximum"
+        )
+        at_least(
+            self,
+            "OldestOpen",
+            age,
+            OPEN_WAIT_ALARM.to_seconds(),
+            "sessions wait for a worker with room: the pool is full, or cannot start",
+            periods=3,
+        )
 
 
 REAPER_ACTIONS = ["sqs:ListQueueTags", "sqs:GetQueueAttributes", "sqs:DeleteQueue"]

@@ -22,6 +22,7 @@ ENV_WORKER_NAME = "TRIALBOX_WORKER_NAME"  # optional: the host name otherwise
 ENV_ENDPOINT_URL = "TRIALBOX_ENDPOINT_URL"
 ENV_REQUESTS_QUEUE_URL = "TRIALBOX_REQUESTS_QUEUE_URL"
 ENV_SESSION_QUEUE_PREFIX = "TRIALBOX_SESSION_QUEUE_PREFIX"
+ENV_OPEN_QUEUE_URL = "TRIALBOX_OPEN_QUEUE_URL"  # sessions' opens, taken by workers with room
 ENV_POOL_CAPACITY = "TRIALBOX_POOL_CAPACITY"  # optional: jobs the pool runs at once
 ENV_CLUSTER = (
     "TRIALBOX_CLUSTER"  # optional: the pool's ECS cluster (why a session's worker stopped)
@@ -39,6 +40,7 @@ ENV_SCALER_RUN_S = "TRIALBOX_SCALER_RUN_S"  # how long one invocation keeps deci
 OUTPUT_REQUESTS_QUEUE_URL = "RequestsQueueUrl"
 OUTPUT_WORK_QUEUE_URL = "WorkQueueUrl"
 OUTPUT_SESSION_QUEUE_PREFIX = "SessionQueuePrefix"  # every session's queues are named so
+OUTPUT_OPEN_QUEUE_URL = "OpenQueueUrl"  # where sessions open
 OUTPUT_TASKSETS_BUCKET = "TasksetsBucketName"
 OUTPUT_TRACES_BUCKET = "TracesBucketName"
 OUTPUT_EXECUTIONS_TABLE = "ExecutionsTableName"

@@ -87,6 +87,7 @@ class FunctionSettings(EnvSettings):
     rollout_arn: str | None = Field(default=None, alias=c.ENV_ROLLOUT_ARN)
     batch_arn: str | None = Field(default=None, alias=c.ENV_BATCH_ARN)
     work_queue_url: str | None = Field(default=None, alias=c.ENV_WORK_QUEUE_URL)
+    open_queue_url: str | None = Field(default=None, alias=c.ENV_OPEN_QUEUE_URL)  # the scaler's
     requests_dlq_url: str | None = Field(default=None, alias=c.ENV_REQUESTS_DLQ_URL)
     requests_queue_url: str | None = Field(default=None, alias=c.ENV_REQUESTS_QUEUE_URL)
     admission_table: str | None = Field(default=None, alias=c.ENV_ADMISSION_TABLE)
@@ -120,6 +121,7 @@ class WorkerSettings(EnvSettings):
     admission_table: str = Field(alias=c.ENV_ADMISSION_TABLE)  # its lease: the pool's slots
     # Its inbox for the sessions it hosts is named with it (the IAM grant names the prefix).
     session_queue_prefix: str = Field(alias=c.ENV_SESSION_QUEUE_PREFIX)
+    open_queue_url: str = Field(alias=c.ENV_OPEN_QUEUE_URL)  # the sessions it has room for
     # The pool's name in its metrics (HeldSessions); unset (the twin): no metrics.
     pool_name: str | None = Field(default=None, alias=c.ENV_POOL_NAME)
     # Set by ECS in the container; unset outside ECS (the twin): the task metadata endpoint
@@ -140,7 +142,7 @@ class ClientSettings(EnvSettings):
     rollout_arn: str | None = Field(default=None, alias=c.ENV_ROLLOUT_ARN)  # for cancel
     admission_table: str | None = Field(default=None, alias=c.ENV_ADMISSION_TABLE)  # for cancel
     pool_capacity: int | None = Field(default=None, ge=1, alias=c.ENV_POOL_CAPACITY)
-    work_queue_url: str | None = Field(default=None, alias=c.ENV_WORK_QUEUE_URL)  # sessions
+    open_queue_url: str | None = Field(default=None, alias=c.ENV_OPEN_QUEUE_URL)  # sessions
     session_queue_prefix: str | None = Field(default=None, alias=c.ENV_SESSION_QUEUE_PREFIX)
     cluster: str | None = Field(default=None, alias=c.ENV_CLUSTER)  # a lost worker's fate
     result_ttl_days: int = Field(default=RESULT_TTL_DAYS, ge=1, alias=c.ENV_RESULT_TTL_DAYS)

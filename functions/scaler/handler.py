@@ -27,6 +27,7 @@ scaler = Scaler(
         admission=Admission(dynamodb, table),
         requests_queue_url=settings.required("requests_queue_url"),
         work_queue_url=settings.required("work_queue_url"),
+        open_queue_url=settings.required("open_queue_url"),
         pool_name=settings.pool_name,
     ),
     service=PoolService(

@@ -285,6 +285,7 @@ def test_the_scaler_reads_both_queues_the_count_and_the_workers_held_sessions(
         admission=None,  # type: ignore[arg-type]
         requests_queue_url="",
         work_queue_url="",
+        open_queue_url="",
         pool_name=pool,
     )
     assert reader.held(1_700_000_000) == 5  # the largest minute's sum over the workers

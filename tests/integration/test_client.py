@@ -24,7 +24,7 @@ from trialbox.errors import (
 )
 from trialbox.models import ExecutionRequest
 from trialbox.sdk import AsyncClient, Client, Resources
-from trialbox.sdk.aws import MAX_BATCH_BYTES, MAX_BATCH_ENTRIES
+from trialbox.sqs_batch import MAX_BATCH_BYTES, MAX_BATCH_ENTRIES
 
 ROLLOUT_ARN = "arn:aws:states:us-east-1:123456789012:stateMachine:Rollout"
 OUTPUTS = {

@@ -11,6 +11,7 @@ from typing import Any
 import boto3
 import pytest
 from moto import backends, mock_aws
+from moto.core import utils as moto_utils
 from moto.awslambda_simple.models import LambdaSimpleBackend
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
@@ -293,3 +294,40 @@ def test_a_cancelled_transaction_undoes_no_other_request_s_writes() -> None:
     patches.isolate_dynamodb_transactions()
     with mock_aws():
         assert _admission_race(rounds=40) == (0, 0, 0)
+
+
+def _clock_reads_per_send(monkeypatch: pytest.MonkeyPatch) -> tuple[int, list[str]]:
+    """utcnow calls for one message sent to a queue of 50, and what a receive then gets."""
+    reads = []
+    real = moto_utils.utcnow
+
+    def counted() -> Any:
+        reads.append(1)
+        return real()
+
+    monkeypatch.setattr(moto_utils, "utcnow", counted)
+    with mock_aws():
+        sqs = boto3.client("sqs", region_name="us-east-1")
+        url = sqs.create_queue(QueueName="q")["QueueUrl"]
+        for n in range(50):
+            sqs.send_message(QueueUrl=url, MessageBody=str(n))
+        reads.clear()
+        sqs.send_message(QueueUrl=url, MessageBody="last")
+        sent = len(reads)
+        taken = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=0)
+        again = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10, VisibilityTimeout=60)
+        later = sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)
+        bodies = [m["Body"] for m in taken["Messages"] + again["Messages"] + later["Messages"]]
+    return sent, bodies
+
+
+def test_moto_sqs_asks_datetime_for_every_message_per_send_without_the_patch_and_never_with_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    sent, bodies = _clock_reads_per_send(monkeypatch)
+    assert sent > 100, "moto's SQS no longer scans the queue per send: drop the patch"
+    patches.read_the_sqs_clock_directly()
+    sent, patched = _clock_reads_per_send(monkeypatch)
+    assert sent == 0
+    # Visibility still keeps time: messages received with 0 s come again, with 60 s not.
+    assert patched == bodies and patched[:10] == patched[10:20] and patched[20] == "10"

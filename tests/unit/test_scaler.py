@@ -20,7 +20,7 @@ from trialbox.pipeline.scaler import (
 )
 from trialbox.pipeline.scaling import Demand, PoolBounds
 
-REQUESTS, WORK = "https://sqs/requests", "https://sqs/work"
+REQUESTS, WORK, OPENS = "https://sqs/requests", "https://sqs/work", "https://sqs/opens"
 
 
 class Sqs:
@@ -31,6 +31,7 @@ class Sqs:
                 "ApproximateNumberOfMessagesNotVisible": 3,
             },
             WORK: {"ApproximateNumberOfMessages": 2, "ApproximateNumberOfMessagesNotVisible": 50},
+            OPENS: {"ApproximateNumberOfMessages": 6, "ApproximateNumberOfMessagesNotVisible": 9},
         }
         self.asked: list[tuple[str, list[str]]] = []
 
@@ -104,6 +105,7 @@ def reader(
         admission=Count(running),  # type: ignore[arg-type]
         requests_queue_url=REQUESTS,
         work_queue_url=WORK,
+        open_queue_url=OPENS,
         pool_name="Trialbox",
     )
 
@@ -111,11 +113,13 @@ def reader(
 def test_the_demand_is_the_requests_not_admitted_the_work_waiting_the_count_and_the_held() -> None:
     sqs = Sqs()
     demand = reader(running=5, held=[1.0, 4.0, 2.0], sqs=sqs).read(1_700_000_000)
-    # requests: visible 7 + in flight 3; work: visible only (a taken job is in the count).
-    assert demand == Demand(queued=10, waiting=2, running=5, held=4)
+    # requests: visible 7 + in flight 3; work and opens: visible only (a taken job is in the
+    # count, a taken open in the held sessions).
+    assert demand == Demand(queued=10, waiting=2 + 6, running=5, held=4)
     assert sqs.asked == [
         (REQUESTS, ["ApproximateNumberOfMessages", "ApproximateNumberOfMessagesNotVisible"]),
         (WORK, ["ApproximateNumberOfMessages"]),
+        (OPENS, ["ApproximateNumberOfMessages"]),
     ]
 
 

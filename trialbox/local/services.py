@@ -113,6 +113,7 @@ def serve(port: int, heartbeat_s: int, log_dir: Path, ready: IO[str], until: IO[
     patches.parse_each_definition_once()
     patches.route_each_host_once()
     patches.isolate_dynamodb_transactions()
+    patches.read_the_sqs_clock_directly()
     limit_patches.enforce()  # AWS's limits, after route_lambda_invocations (docs/twin-fidelity.md)
     # Lambda polls a mapping's queue with the function's own role.
     pollers = [

@@ -120,7 +120,7 @@ class LocalTwin:
             c.ENV_TASKSETS_BUCKET: outputs[c.OUTPUT_TASKSETS_BUCKET],
             c.ENV_ROLLOUT_ARN: outputs[c.OUTPUT_ROLLOUT_ARN],
             c.ENV_POOL_CAPACITY: str(self.max_workers or self.workers),
-            c.ENV_WORK_QUEUE_URL: outputs[c.OUTPUT_WORK_QUEUE_URL],
+            c.ENV_OPEN_QUEUE_URL: outputs[c.OUTPUT_OPEN_QUEUE_URL],
             c.ENV_SESSION_QUEUE_PREFIX: outputs[c.OUTPUT_SESSION_QUEUE_PREFIX],
             c.ENV_CLUSTER: outputs[c.OUTPUT_CLUSTER],
         }
@@ -195,6 +195,7 @@ class LocalTwin:
                 c.ENV_FINISH_QUEUE_URL: self.output(c.OUTPUT_FINISH_QUEUE_URL),
                 c.ENV_ADMISSION_TABLE: self.output(c.OUTPUT_ADMISSION_TABLE),
                 c.ENV_SESSION_QUEUE_PREFIX: self.output(c.OUTPUT_SESSION_QUEUE_PREFIX),
+                c.ENV_OPEN_QUEUE_URL: self.output(c.OUTPUT_OPEN_QUEUE_URL),
                 c.ENV_HEARTBEAT_S: str(self.heartbeat_s),
                 c.ENV_STOP_GRACE_S: str(STOP_GRACE_S),
             }

@@ -1,4 +1,4 @@
-"""A session's messages: the open (on the pool's work queue), each call (on its hosting
+"""A session's messages: the open (on the stack's open queue), each call (on its hosting
 worker's inbox queue) and each reply (on its client's reply queue). No queue is a session's
 own: a worker's inbox carries the calls of every session it hosts and a client's reply queue
 the replies of every session it opened, each message naming its session (SQS "virtual
@@ -22,6 +22,9 @@ MAX_TTL_S = 24 * 3600
 MAX_STEP_COMMANDS = 32
 ALIVE_S = 1.0  # a worker's sign of life while a call runs (the first on receipt)
 FAILOVER_S = 5.0  # a client hearing nothing this long during a call takes the worker for lost
+# A client waits this long for a worker to take its open (a pool scaling out from zero takes
+# minutes); the open queue keeps a message no longer, so an open given up on is never hosted.
+OPEN_TIMEOUT_S = 300
 # A session queue's tag (a worker's inbox, a client's reply queue): when its owner stops
 # needing it (epoch s), renewed while it does. The reaper deletes queues past it.
 TAG_EXPIRES = "trialbox:expires_at"
@@ -56,7 +59,7 @@ class SessionSpec(StrictModel):
 
 
 class SessionOpen(StrictModel):
-    """A work-queue message that asks a worker to host a session."""
+    """An open-queue message that asks a worker with room to host a session."""
 
     session: SessionSpec
 

@@ -7,8 +7,8 @@ pool the same way (trialbox.local: the pool follows the service's desired count)
 The demand, each part from where it already is:
 - queued: requests not yet admitted, the requests queue's visible and in-flight messages
   (a dispatcher holds one while it waits for a slot);
-- waiting: the work queue's visible messages (admitted jobs not yet taken, sessions waiting
-  for a host);
+- waiting: the work queue's visible messages (admitted jobs not yet taken) and the open
+  queue's (sessions waiting for a host);
 - running: the admission count, summed over its shards (admitted, not yet released);
 - held: the sessions the pool's workers host, their HeldSessions metric (trialbox.worker.
   metrics, the one the step policies' scale-in alarm read), summed over the pool's workers.
@@ -68,6 +68,7 @@ class DemandReader:
         admission: Admission,
         requests_queue_url: str,
         work_queue_url: str,
+        open_queue_url: str,
         pool_name: str | None,
     ) -> None:
         self.sqs = sqs
@@ -75,6 +76,7 @@ class DemandReader:
         self.admission = admission
         self.requests_queue_url = requests_queue_url
         self.work_queue_url = work_queue_url
+        self.open_queue_url = open_queue_url
         self.pool_name = pool_name
 
     def read(self, now: float) -> Demand:
@@ -84,6 +86,7 @@ class DemandReader:
             "ApproximateNumberOfMessagesNotVisible",
         )
         work = self._messages(self.work_queue_url, "ApproximateNumberOfMessages")
+        work += self._messages(self.open_queue_url, "ApproximateNumberOfMessages")
         return Demand(
             queued=requests,
             waiting=work,

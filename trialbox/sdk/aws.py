@@ -8,7 +8,7 @@ from __future__ import annotations
 import functools
 import json
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,10 +22,8 @@ from trialbox.pipeline.claims import Claims
 from trialbox.pipeline.record import record
 from trialbox.pipeline.stores import ResultTable
 from trialbox.sdk.resources import Resources
+from trialbox.sqs_batch import batches
 
-# SendMessageBatch's caps: 10 entries, and 256 KiB for all the bodies together.
-MAX_BATCH_ENTRIES = 10
-MAX_BATCH_BYTES = 256 * 1024
 SEND_ATTEMPTS = 3
 GET_BATCH = 100  # BatchGetItem's most keys per call
 
@@ -115,30 +113,28 @@ class Aws:
         call(self.s3.put_object, Bucket=bucket, Key=key, Body=body.encode())
         return json.dumps({"request_id": request.request_id, "payload_uri": f"s3://{bucket}/{key}"})
 
-    def send(self, bodies: list[tuple[str, str]]) -> Sent:
-        """SendMessageBatch in batches within SQS's caps; entries SQS failed on its side are
-        sent again. Stops at the first call that fails."""
+    def send(self, bodies: list[tuple[str, str]], queue_url: str | None = None) -> Sent:
+        """SendMessageBatch in batches within SQS's caps, to the requests queue unless told;
+        entries SQS failed on its side are sent again. Stops at the first call that fails."""
         outcome = Sent()
         pending = list(batches(bodies))
         while pending:
             batch = pending.pop(0)
             try:
-                outcome.refused |= self._send_batch(batch)
+                outcome.refused |= self._send_batch(
+                    batch, queue_url or self.resources.requests_queue_url
+                )
             except AwsCallError as exc:
                 outcome.error = exc
                 outcome.unattempted = [rid for b in [batch, *pending] for rid, _ in b]
                 break
         return outcome
 
-    def _send_batch(self, batch: list[tuple[str, str]]) -> dict[str, str]:
+    def _send_batch(self, batch: list[tuple[str, str]], queue_url: str) -> dict[str, str]:
         pending = dict(enumerate(batch))
         for attempt in range(SEND_ATTEMPTS):
             entries = [{"Id": str(i), "MessageBody": body} for i, (_, body) in pending.items()]
-            answer = call(
-                self.sqs.send_message_batch,
-                QueueUrl=self.resources.requests_queue_url,
-                Entries=entries,
-            )
+            answer = call(self.sqs.send_message_batch, QueueUrl=queue_url, Entries=entries)
             failed = answer.get("Failed", [])
             last = attempt == SEND_ATTEMPTS - 1
             if any(f.get("SenderFault") for f in failed) or (failed and last):
@@ -215,18 +211,3 @@ def _parse(request_id: str, item: dict[str, Any]) -> ExecutionResult | TrialboxE
         return ExecutionResult.model_validate_json(item["result"]["S"])
     except (KeyError, ValueError) as exc:  # one unreadable item fails its own request only
         return TrialboxError(f"the stored result of {request_id} cannot be read: {exc}")
-
-
-def batches(bodies: list[tuple[str, str]]) -> Iterator[list[tuple[str, str]]]:
-    """Consecutive runs of (request id, message body) that fit one SendMessageBatch call."""
-    batch: list[tuple[str, str]] = []
-    size = 0
-    for request_id, body in bodies:
-        length = len(body.encode())
-        if batch and (len(batch) == MAX_BATCH_ENTRIES or size + length > MAX_BATCH_BYTES):
-            yield batch
-            batch, size = [], 0
-        batch.append((request_id, body))
-        size += length
-    if batch:
-        yield batch

@@ -29,7 +29,7 @@ class Resources:
     rollout_arn: str | None = None  # cancel stops the execution when known
     admission_table: str | None = None  # cancel flags a batched sample's claim when known
     capacity: int | None = None  # the pool's jobs at once, when the stack says
-    work_queue_url: str | None = None  # sessions open there
+    open_queue_url: str | None = None  # sessions open there
     session_queue_prefix: str | None = None  # sessions' own queues are named with it
     cluster: str | None = None  # the pool's ECS cluster: why a session's worker stopped
     run_code_url: str | None = None  # SandboxFusion's /run_code: a function URL, IAM auth
@@ -61,7 +61,7 @@ class Resources:
             rollout_arn=outputs.get(c.OUTPUT_ROLLOUT_ARN),
             admission_table=outputs.get(c.OUTPUT_ADMISSION_TABLE),
             capacity=int(capacity) if capacity else None,
-            work_queue_url=outputs.get(c.OUTPUT_WORK_QUEUE_URL),
+            open_queue_url=outputs.get(c.OUTPUT_OPEN_QUEUE_URL),
             session_queue_prefix=outputs.get(c.OUTPUT_SESSION_QUEUE_PREFIX),
             cluster=outputs.get(c.OUTPUT_CLUSTER),
             run_code_url=outputs.get(c.OUTPUT_RUN_CODE_URL),
@@ -87,7 +87,7 @@ class Resources:
             rollout_arn=settings.rollout_arn,
             admission_table=settings.admission_table,
             capacity=settings.pool_capacity,
-            work_queue_url=settings.work_queue_url,
+            open_queue_url=settings.open_queue_url,
             session_queue_prefix=settings.session_queue_prefix,
             cluster=settings.cluster,
             result_ttl_days=settings.result_ttl_days,

@@ -55,6 +55,7 @@ def main() -> int:
         recycle_after_jobs=settings.recycle_after_jobs,
         residue=runner.residue,
         sessions=sessions,
+        open_queue_url=settings.open_queue_url,
         admission=Admission(dynamodb, settings.admission_table),
         batched=BatchedJobs(
             sqs,

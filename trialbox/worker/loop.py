@@ -20,12 +20,12 @@ from trialbox.keys import job_key
 from trialbox.models import Status
 from trialbox.models.batches import BatchWork
 from trialbox.models.jobs import ExecutionDone, JobSpec, WorkMessage
-from trialbox.models.sessions import SessionOpen
 from trialbox.pipeline.admission import Admission
 from trialbox.pipeline.stores import ObjectStore
 from trialbox.settings import TASK_SLOTS, work_visibility_s
 from trialbox.worker.batched import BatchedJobs
 from trialbox.worker.lease import hold_lease
+from trialbox.worker.opener import Opener
 from trialbox.worker.run import RunJob
 
 if TYPE_CHECKING:
@@ -35,14 +35,11 @@ log = logging.getLogger("trialbox.worker")
 # The execution moved on (timed out, retried elsewhere, or ended): this token is dead.
 GONE = ("TaskTimedOut", "InvalidToken", "TaskDoesNotExist")
 
-# What a work-queue message is: a job's, a session's open, or a batched sample's (each model
-# forbids the others' fields, so exactly one parses).
-WORK_ITEM: TypeAdapter[WorkMessage | SessionOpen | BatchWork] = TypeAdapter(
-    WorkMessage | SessionOpen | BatchWork
-)
+# What a work-queue message is: a job's or a batched sample's (each model forbids the
+# other's fields, so exactly one parses). Sessions open on a queue of their own (opener.py).
+WORK_ITEM: TypeAdapter[WorkMessage | BatchWork] = TypeAdapter(WorkMessage | BatchWork)
 RETRY_PAUSE_S = 1.0
 MAX_ANSWER_PAUSE_S = 8.0  # between sends of a refused callback (each after botocore's retries)
-FULL_RETRY_S = 2  # a session open this worker has no room for waits this long for another
 MAX_CAUSE_CHARS = 32_000  # SendTaskFailure takes a cause of at most 32,768 characters
 
 
@@ -74,8 +71,10 @@ class Worker:
     # What earlier jobs left where the next could see it (Runner.residue); anything found
     # ends the loop before another job is taken.
     residue: Callable[[], list[str]] | None = None
-    # Hosts the sessions a work message opens (trialbox.worker.sessions); None: jobs only.
+    # Hosts the sessions it takes from the open queue (trialbox.worker.sessions and
+    # .opener); None: jobs only.
     sessions: SessionHost | None = None
+    open_queue_url: str | None = None
     # Where its free slots are leased to the dispatcher (trialbox.worker.lease): None only
     # for a loop driven by hand (a test's poll_once), which no admission counts on.
     admission: Admission | None = None
@@ -102,6 +101,12 @@ class Worker:
             lease = hold_lease(
                 self.admission, self.name, self.free_slots, self.stop, self.slots_changed
             )
+        opener = None
+        if self.sessions is not None and self.open_queue_url:
+            opener = Opener(
+                self.sqs, self.open_queue_url, self.sessions, self.stop,
+                wait_s=self.wait_s, on_hosted=self.slots_changed,
+            ).start()  # fmt: skip
         try:
             self._serve()
         finally:
@@ -109,6 +114,8 @@ class Worker:
             self.slots_changed.set()
             if lease is not None:
                 lease.join()  # withdrawn before the loop returns
+            if opener is not None:
+                opener.join()  # its opens in hand go back to the queue
 
     def _serve(self) -> None:
         while not self.stop.is_set():
@@ -155,11 +162,7 @@ class Worker:
         messages = answer.get("Messages", [])
         for message in messages:
             if self.stop.is_set():  # told to stop during the long poll: give it back at once
-                self.sqs.change_message_visibility(
-                    QueueUrl=self.queue_url,
-                    ReceiptHandle=message["ReceiptHandle"],
-                    VisibilityTimeout=0,
-                )
+                self._return(message["ReceiptHandle"])
                 continue
             if self.handle(message):
                 self._after_job()
@@ -186,23 +189,24 @@ class Worker:
             self.stop.set()
 
     def handle(self, message: dict[str, Any]) -> bool:
-        """One work message; whether it was a job this worker ran (a session open is not)."""
+        """One work message; whether it was a job this worker ran."""
         receipt = message["ReceiptHandle"]
         try:
             work = WORK_ITEM.validate_json(message["Body"])
         except ValidationError:
-            log.error(
-                "dropping a work message that is neither a job nor a session open: %.200s",
-                message["Body"],
-            )
+            log.error("dropping a work message that is not a job: %.200s", message["Body"])
             self._delete(receipt)
             return False
-        if isinstance(work, SessionOpen):
-            self._open_session(work, receipt)
-            return False
+        with self.sessions.job() if self.sessions else contextlib.nullcontext(True) as seated:
+            if not seated:  # under rlimit, a session came first: the job is another task's
+                self._return(receipt)
+                return False
+            return self._handle(work, receipt)
+
+    def _handle(self, work: WorkMessage | BatchWork, receipt: str) -> bool:
         if isinstance(work, BatchWork):
             if self.batched is None:
-                log.error("dropping a batched job: this worker runs none: %.200s", message["Body"])
+                log.error("dropping a batched job: this worker runs none: %s", work.request_id)
                 self._delete(receipt)
                 return False
             with self.sessions.working() if self.sessions else contextlib.nullcontext():
@@ -262,16 +266,6 @@ class Worker:
         if lost.is_set():
             log.warning("%s: the execution moved on; dropping the result", work.request_id)
         self._delete(receipt)
-
-    def _open_session(self, opening: SessionOpen, receipt: str) -> None:
-        if self.sessions is None or self.sessions.full():  # for another worker
-            self.sqs.change_message_visibility(
-                QueueUrl=self.queue_url, ReceiptHandle=receipt, VisibilityTimeout=FULL_RETRY_S
-            )
-            return
-        self._delete(receipt)
-        self.sessions.open(opening.session)
-        self.slots_changed.set()  # an exclusive host has no slot now: the lease says so at once
 
     def _run(self, job_uri: str, request_id: str, lost: threading.Event) -> tuple[str, str]:
         """('success', report_uri) or ('failure', cause); nothing is uploaded for a job whose
@@ -391,3 +385,9 @@ class Worker:
 
     def _delete(self, receipt: str) -> None:
         self.sqs.delete_message(QueueUrl=self.queue_url, ReceiptHandle=receipt)
+
+    def _return(self, receipt: str) -> None:
+        """Back to the queue at once, for another worker."""
+        self.sqs.change_message_visibility(
+            QueueUrl=self.queue_url, ReceiptHandle=receipt, VisibilityTimeout=0
+        )

@@ -44,6 +44,7 @@ from trialbox.pipeline.stores import ObjectStore
 from trialbox.sandbox.runner import MiB, Runner
 from trialbox.sandbox.session import SessionWorkspace, WorkspaceError
 from trialbox.scoring.feedback import command_feedback
+from trialbox.sqs_batch import send_to_queues
 from trialbox.worker.checkpoint_io import load_checkpoint, save_checkpoint
 from trialbox.worker.protection import TaskProtection
 
@@ -87,6 +88,7 @@ class SessionHost:
         self._sessions: dict[str, HostedSession] = {}
         self._lock = threading.Lock()
         self._working = 0  # session calls and jobs running on this worker now
+        self._jobs = 0  # jobs this worker took and runs (under rlimit: no session meanwhile)
 
     @contextlib.contextmanager
     def working(self) -> Iterator[None]:
@@ -106,26 +108,63 @@ class SessionHost:
         with self._lock:
             return max(0, self._working - 1)
 
-    def full(self) -> bool:
-        """No room for another session: one slot stays for the pool's jobs (under rlimit,
-        one session is the most)."""
-        most = 1 if self.exclusive else max(1, self.runner.config.slots - 1)
-        return self.held() >= most
-
-    def open(self, spec: SessionSpec) -> None:
-        self.inbox.ensure()  # before the session says `opened`, naming it
-        session = HostedSession(self, spec)
+    def room(self) -> int:
+        """Sessions this worker can take now: under rlimit one, while it runs nothing else;
+        else one per slot but one (which stays for the pool's jobs)."""
         with self._lock:
-            hosted = self._sessions.get(spec.session_id)
-            if hosted is not None:
-                if spec.epoch <= hosted.spec.epoch:  # a duplicate open: the first one serves
-                    return
-                # The client took this host for lost (it was only slow) and reopened: the new
-                # epoch serves from the checkpoint, the old one steps aside.
-                hosted.closed = True
-            self._sessions[spec.session_id] = session
+            return self._room()
+
+    def _room(self) -> int:
+        if self.exclusive:
+            return 0 if self._sessions or self._jobs else 1
+        return max(0, max(1, self.runner.config.slots - 1) - len(self._sessions))
+
+    @contextlib.contextmanager
+    def job(self) -> Iterator[bool]:
+        """Around a job the worker took: False (the job goes back to the queue) when under
+        rlimit the task took a session meanwhile (the open queue's reader runs beside it)."""
+        with self._lock:
+            seated = not (self.exclusive and self._sessions)
+            self._jobs += seated
+        try:
+            yield seated
+        finally:
+            with self._lock:
+                self._jobs -= seated
+
+    def admit(self, specs: list[SessionSpec]) -> tuple[int, list[HostedSession]]:
+        """Host the first of `specs` there is room for: how many were taken (their messages
+        go; the rest go back to the queue for another worker), and the sessions to `start`
+        (a duplicate open of a session hosted here is taken, and hosted once)."""
+        admitted: list[HostedSession] = []
+        with self._lock:
+            taken = min(len(specs), self._room())
+            for spec in specs[:taken]:
+                hosted = self._sessions.get(spec.session_id)
+                if hosted is not None:
+                    if spec.epoch <= hosted.spec.epoch:  # a duplicate: the first one serves
+                        continue
+                    # The client took this host for lost (it was only slow) and reopened: the
+                    # new epoch serves from the checkpoint, the old one steps aside.
+                    hosted.closed = True
+                session = HostedSession(self, spec)
+                self._sessions[spec.session_id] = session
+                admitted.append(session)
+        return taken, admitted
+
+    def start(self, sessions: list[HostedSession]) -> None:
+        """Say `opened` for the fresh sessions (no state to make durable first), in batches
+        per client, and start every session's thread (those with state say it themselves)."""
         self._protect()
-        threading.Thread(target=session.serve, daemon=True, name=spec.session_id).start()
+        fresh = [s for s in sessions if s.fresh]
+        replies = [
+            (s.spec.reply_url, s.opened().model_dump_json(exclude_defaults=True)) for s in fresh
+        ]
+        for failed in send_to_queues(self.sqs, replies):
+            fresh[failed].announced = False  # its thread says it, with its own retries
+        for session in sessions:
+            name = session.spec.session_id
+            threading.Thread(target=session.serve, daemon=True, name=name).start()
 
     def held(self) -> int:
         with self._lock:
@@ -182,6 +221,9 @@ class HostedSession:
         self.stored: OrderedDict[str, None] = OrderedDict()
         self.stored_bytes = spec.stored_bytes  # a reopened session's quota goes on
         self.mailbox: queue.Queue[Call | StepAside] = queue.Queue()  # from the inbox
+        # Opened with no state (no checkpoint, no files): its host says `opened` as it starts.
+        self.fresh = spec.checkpoint is None and not spec.files
+        self.announced = self.fresh
 
     # --- the thread -----------------------------------------------------------------------
 
@@ -221,15 +263,21 @@ class HostedSession:
         """Its workspace is made now when the open brings state (a checkpoint, files: made
         durable before `opened` names them); a fresh session of a task is only the task's
         starter files, written at its first call (an open costs the queue's round trips)."""
-        if self.checkpoint is not None or self.spec.files:
+        if not self.fresh:
             started = time.monotonic()
             self.workspace = self._workspace(self.checkpoint, self.spec.files)
             if self.checkpoint is not None:  # a failover's or a fork's: its first call says so
                 self.restored_s = time.monotonic() - started
             self._save()
-        self._tell(
-            "opened", seq=self.answered, checkpoint=self.checkpoint, inbox_url=self.host.inbox.url
-        )
+        if not self.announced:
+            self._send(self.opened())
+
+    def opened(self) -> Reply:
+        return Reply(
+            kind="opened", session_id=self.spec.session_id, epoch=self.spec.epoch,
+            worker=self.host.name, seq=self.answered, checkpoint=self.checkpoint,
+            inbox_url=self.host.inbox.url,
+        )  # fmt: skip
 
     def _poll(self, left: float) -> None:
         wait = min(POLL_S, left)
