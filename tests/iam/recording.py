@@ -103,6 +103,7 @@ def start_worker(twin: LocalTwin, name: str) -> Worker:
         sessions=SessionHost(
             Runner(), sqs, jobs, name, queue_prefix=twin.output(c.OUTPUT_SESSION_QUEUE_PREFIX)
         ),
+        open_queue_url=twin.output(c.OUTPUT_OPEN_QUEUE_URL),
         admission=Admission(aws("dynamodb"), twin.output(c.OUTPUT_ADMISSION_TABLE)),
         batched=BatchedJobs(
             sqs,

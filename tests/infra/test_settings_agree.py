@@ -55,6 +55,7 @@ NEEDED = {
     "scaler": {
         "requests_queue_url",
         "work_queue_url",
+        "open_queue_url",
         "admission_table",
         "cluster",
         "pool_service",

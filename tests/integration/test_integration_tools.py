@@ -54,7 +54,7 @@ def sessions_resources(aws: Aws, resources: Resources) -> Resources:
         executions_table=resources.executions_table,
         traces_bucket=resources.traces_bucket,
         tasksets_bucket=resources.tasksets_bucket,
-        work_queue_url=aws.work_queue,
+        open_queue_url=aws.work_queue,  # any queue: the echo worker reads opens there
         session_queue_prefix="trialbox-session-",
     )
 
@@ -78,7 +78,7 @@ def env(
         c.ENV_EXECUTIONS_TABLE: r.executions_table,
         c.ENV_TRACES_BUCKET: r.traces_bucket,
         c.ENV_TASKSETS_BUCKET: r.tasksets_bucket,
-        c.ENV_WORK_QUEUE_URL: r.work_queue_url or "",
+        c.ENV_OPEN_QUEUE_URL: r.open_queue_url or "",
         c.ENV_SESSION_QUEUE_PREFIX: r.session_queue_prefix or "",
     }.items():
         monkeypatch.setenv(name, value)

@@ -868,12 +868,12 @@ def test_a_session_on_a_task_given_as_its_json_opens_with_that_task(
     aws: Aws, resources: Resources, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """Was a break: `client.session(task={...})` failed with `AttributeError: 'dict' object
-    has no attribute 'task_id'`. With no worker, the open times out; the work queue holds
+    has no attribute 'task_id'`. With no worker, the open times out; the open queue holds
     the session's spec, with the task's starter files and never its hidden tests."""
     monkeypatch.setattr(sessions, "OPEN_TIMEOUT_S", 0.5)
     monkeypatch.setattr(sessions, "REPLY_WAIT_S", 0)
     with_sessions = dataclasses.replace(
-        resources, work_queue_url=aws.work_queue, session_queue_prefix="redteam-"
+        resources, open_queue_url=aws.work_queue, session_queue_prefix="redteam-"
     )
     with Client(with_sessions) as client, pytest.raises(SessionError, match="no worker took"):
         client.session(task=TASK_JSON, ttl_s=60)

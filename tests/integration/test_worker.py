@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -426,24 +427,31 @@ def test_a_checkpoint_is_stored_by_its_hash_and_a_corrupt_one_is_a_sandbox_failu
         run(second, threading.Event())
 
 
-def test_a_work_message_is_read_by_its_type_not_by_its_first_characters(aws: Aws) -> None:
+def test_a_work_message_is_read_by_its_type_not_by_its_first_characters(
+    aws: Aws, caplog: pytest.LogCaptureFixture
+) -> None:
     """Was a gap (issue 24's review): the worker routed a message by '"session"' in its first
-    20 characters, so a session open with leading whitespace was taken for a job and
-    dropped. Now the message is parsed as one of the two types; what is neither is dropped."""
+    20 characters, so a message with leading whitespace was taken for the wrong kind. Now the
+    message is parsed as one of the work queue's two types (a session open is neither: opens
+    have a queue of their own); what is neither is dropped, and says so."""
+    batched = " " * 30 + json.dumps(
+        {"batch_id": "b" * 32, "request_id": "r-1", "job_uri": "s3://t/j", "budget_s": 5}
+    )
     limits = Task.model_validate(ADD_TASK).limits.model_dump()
     spec = {
         "session_id": "a" * 32, "task_id": "add", "limits": limits,
         "expires_at": time.time() + 60, "idle_release_s": 30.0,
         "reply_url": "https://sqs/out",
     }  # fmt: skip
-    opening = " " * 30 + json.dumps({"session": spec})
-    the_worker = worker(aws, job_runner(Runner(), aws.traces))  # it hosts no session
-    for body in (opening, '{"neither": 1}'):
-        aws.sqs.send_message(QueueUrl=aws.work_queue, MessageBody=body)
-        assert the_worker.poll_once()
-    # The open went back for a worker that hosts sessions; the message of neither type went.
-    deadline = time.monotonic() + 10
-    seen: list[str] = []
-    while not seen and time.monotonic() < deadline:
-        seen = [m["Body"] for m in aws.messages(aws.work_queue)]
-    assert seen == [opening]
+    the_worker = worker(aws, job_runner(Runner(), aws.traces))  # it runs no batched job
+    with caplog.at_level(logging.ERROR, logger="trialbox.worker"):
+        for body in (batched, json.dumps({"session": spec}), '{"neither": 1}'):
+            aws.sqs.send_message(QueueUrl=aws.work_queue, MessageBody=body)
+            assert the_worker.poll_once()
+    said = [r.getMessage()[:40] for r in caplog.records]
+    assert said == [
+        "dropping a batched job: this worker runs",
+        "dropping a work message that is not a jo",
+        "dropping a work message that is not a jo",
+    ]
+    assert aws.messages(aws.work_queue) == []

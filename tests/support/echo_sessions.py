@@ -1,5 +1,5 @@
 """A session worker for moto in-process tests of what sits above a session (the SDK's faces,
-the trainer adapters' tools): it takes session opens from the work queue and answers each
+the trainer adapters' tools): it takes session opens from the open queue and answers each
 call, read from its one inbox, on the session's reply queue with feedback that echoes the
 call, without a sandbox."""
 
@@ -18,8 +18,8 @@ class EchoSessions:
     """Serves on a thread until `stop()`: `opened` lists each SessionSpec it took, `calls`
     each Call it answered (feedback `ran <argv>` per command, `wrote <paths>` for files)."""
 
-    def __init__(self, sqs: Any, work_queue_url: str) -> None:
-        self.sqs, self.work_queue_url = sqs, work_queue_url
+    def __init__(self, sqs: Any, open_queue_url: str) -> None:
+        self.sqs, self.open_queue_url = sqs, open_queue_url
         self.inbox = sqs.create_queue(QueueName=f"echo-inbox-{uuid.uuid4().hex}")["QueueUrl"]
         self.opened: list[SessionSpec] = []
         self.calls: list[Call] = []
@@ -33,7 +33,7 @@ class EchoSessions:
 
     def _serve(self) -> None:
         while not self._stopping.is_set():
-            for body in self._take(self.work_queue_url):
+            for body in self._take(self.open_queue_url):
                 spec = SessionOpen.model_validate_json(body).session
                 self.opened.append(spec)
                 opened = Reply(

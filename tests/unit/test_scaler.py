@@ -31,7 +31,7 @@ class Sqs:
                 "ApproximateNumberOfMessagesNotVisible": 3,
             },
             WORK: {"ApproximateNumberOfMessages": 2, "ApproximateNumberOfMessagesNotVisible": 50},
-            OPENS: {"ApproximateNumberOfMessages": 6, "ApproximateNumberOfMessagesNotVisible": 9},
+            OPENS: {"ApproximateNumberOfMessages": 0, "ApproximateNumberOfMessagesNotVisible": 0},
         }
         self.asked: list[tuple[str, list[str]]] = []
 
@@ -112,6 +112,7 @@ def reader(
 
 def test_the_demand_is_the_requests_not_admitted_the_work_waiting_the_count_and_the_held() -> None:
     sqs = Sqs()
+    sqs.depth[OPENS] = {"ApproximateNumberOfMessages": 6, "ApproximateNumberOfMessagesNotVisible": 9}
     demand = reader(running=5, held=[1.0, 4.0, 2.0], sqs=sqs).read(1_700_000_000)
     # requests: visible 7 + in flight 3; work and opens: visible only (a taken job is in the
     # count, a taken open in the held sessions).

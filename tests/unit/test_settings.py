@@ -20,6 +20,7 @@ WORKER = {
     c.ENV_FINISH_QUEUE_URL: "https://sqs/finish",
     c.ENV_ADMISSION_TABLE: "admission-t",
     c.ENV_SESSION_QUEUE_PREFIX: "stack-s-",
+    c.ENV_OPEN_QUEUE_URL: "https://sqs/opens",
 }
 
 
@@ -48,6 +49,7 @@ def test_from_env_reads_each_field_by_its_variable() -> None:
         "rollout_arn": "arn:aws:states:us-east-1:0:stateMachine:Rollout",
         "batch_arn": "arn:aws:states:us-east-1:0:stateMachine:Batch",
         "work_queue_url": "https://sqs/work",
+        "open_queue_url": None,
         "requests_dlq_url": "https://sqs/dlq",
         "heartbeat_s": 45,
         "execute_margin_s": 30,
@@ -130,7 +132,7 @@ def test_a_missing_required_variable_is_named() -> None:
     assert str(exc.value) == (
         f"invalid environment for WorkerSettings: {c.ENV_WORK_QUEUE_URL}: Field required; "
         f"{c.ENV_FINISH_QUEUE_URL}: Field required; {c.ENV_ADMISSION_TABLE}: Field required; "
-        f"{c.ENV_SESSION_QUEUE_PREFIX}: Field required"
+        f"{c.ENV_SESSION_QUEUE_PREFIX}: Field required; {c.ENV_OPEN_QUEUE_URL}: Field required"
     )
 
 
