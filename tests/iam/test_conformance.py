@@ -80,6 +80,14 @@ UNUSED = [
     ),
     Unused(
         WORKER,
+        "sqs:ChangeMessageVisibility",
+        "arn:aws:sqs:*:*:PoolOpensQueue*",
+        "an open goes back to the queue only when a worker took it and cannot host it (told "
+        "to stop during the long poll, its inbox not made, or under rlimit a job came first): "
+        "tests/integration/test_opener.py runs each",
+    ),
+    Unused(
+        WORKER,
         "ecs:UpdateTaskProtection",
         "*",
         "task scale-in protection goes through the ECS agent, which the twin does not have "

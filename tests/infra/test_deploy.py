@@ -132,8 +132,9 @@ def test_the_scaler_is_granted_its_calls_on_its_resources_and_no_more(template: 
         assert granted[action]["Resource"] == {"Ref": service_id}
     requests, _ = only(template, "AWS::SQS::Queue", "IntakeRequestsQueue")
     work, _ = only(template, "AWS::SQS::Queue", "PoolWorkQueue")
+    opens, _ = only(template, "AWS::SQS::Queue", "PoolOpensQueue")
     queues = granted["sqs:GetQueueAttributes"]["Resource"]
-    assert queues == [{"Fn::GetAtt": [q, "Arn"]} for q in (requests, work)]
+    assert sorted(q["Fn::GetAtt"][0] for q in queues) == sorted([requests, work, opens])
     table, _ = only(template, "AWS::DynamoDB::Table", "StorageAdmission")
     items = granted["dynamodb:GetItem"]
     assert items["Resource"] == {"Fn::GetAtt": [table, "Arn"]}

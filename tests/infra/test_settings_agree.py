@@ -234,6 +234,7 @@ def test_the_worker_container_sets_every_variable_the_worker_needs(template: Tem
         c.ENV_FINISH_QUEUE_URL,
         c.ENV_ADMISSION_TABLE,
         c.ENV_SESSION_QUEUE_PREFIX,
+        c.ENV_OPEN_QUEUE_URL,
     }
     assert required <= env.keys()
     # Set by the stack, so that its config (cdk.json) reaches the worker: not left to defaults.

@@ -18,6 +18,7 @@ from tests.support.template import ROOT, definition, only, resources
 from trialbox import constants as c
 from trialbox.integrations.sandbox_fusion import FUNCTION_TIMEOUT_S, RUN_CODE_TASK
 from trialbox.settings import work_visibility_s
+from trialbox.models.sessions import OPEN_TIMEOUT_S
 from trialbox.worker.metrics import held_sessions_line
 
 
@@ -145,7 +146,7 @@ def test_queues_have_dlqs_and_visibility_six_times_the_consumer(
 ) -> None:
     queues = resources(template, "AWS::SQS::Queue")
     with_dlq = [q for q in queues.values() if "RedrivePolicy" in q["Properties"]]
-    assert len(with_dlq) == 3 and len(queues) == 6  # requests, work, finish
+    assert len(with_dlq) == 3 and len(queues) == 7  # requests, work, finish; DLQs; opens
     for queue in queues.values():
         assert queue["Properties"]["SqsManagedSseEnabled"] is True
     dispatcher = one(template, "AWS::Lambda::Function", "DispatcherFunction")
@@ -161,6 +162,11 @@ def test_queues_have_dlqs_and_visibility_six_times_the_consumer(
     finish = one(template, "AWS::SQS::Queue", "FinishQueue")["Properties"]
     assert finish["VisibilityTimeout"] >= 6 * finisher["Properties"]["Timeout"]
     assert "RedrivePolicy" in finish
+    # Sessions' opens: kept as long as a client waits for one, so none is hosted after its
+    # client gave up; no DLQ (an open nobody took is its client's timeout to report).
+    opens = one(template, "AWS::SQS::Queue", "PoolOpensQueue")["Properties"]
+    assert opens["MessageRetentionPeriod"] == OPEN_TIMEOUT_S
+    assert "RedrivePolicy" not in opens
     template.has_resource_properties(
         "AWS::Lambda::EventSourceMapping",
         {"FunctionResponseTypes": ["ReportBatchItemFailures"], "BatchSize": 10},
@@ -493,7 +499,8 @@ def test_queues_and_the_rollout_have_alarms(template: Template) -> None:
         }
 
     queues = resources(template, "AWS::SQS::Queue")
-    dlqs = {k for k, q in queues.items() if "RedrivePolicy" not in q["Properties"]}
+    redrives = [q["Properties"].get("RedrivePolicy") for q in queues.values()]
+    dlqs = {k for k in queues if any(k in json.dumps(r) for r in redrives if r)}
     sources = set(queues) - dlqs
     dlq_watched = watched("ApproximateNumberOfMessagesVisible")
     age_watched = watched("ApproximateAgeOfOldestMessage")
