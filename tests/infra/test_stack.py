@@ -17,8 +17,8 @@ from infra.config import StackConfig
 from tests.support.template import ROOT, definition, only, resources
 from trialbox import constants as c
 from trialbox.integrations.sandbox_fusion import FUNCTION_TIMEOUT_S, RUN_CODE_TASK
-from trialbox.settings import work_visibility_s
 from trialbox.models.sessions import OPEN_TIMEOUT_S
+from trialbox.settings import work_visibility_s
 from trialbox.worker.metrics import held_sessions_line
 
 

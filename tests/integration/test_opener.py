@@ -56,7 +56,8 @@ def send_opens(aws: Aws, opens: str, reply_url: str, n: int) -> list[str]:
             idle_release_s=30,
             reply_url=reply_url,
         )
-        aws.sqs.send_message(QueueUrl=opens, MessageBody=SessionOpen(session=spec).model_dump_json())
+        body = SessionOpen(session=spec).model_dump_json()
+        aws.sqs.send_message(QueueUrl=opens, MessageBody=body)
     return ids
 
 

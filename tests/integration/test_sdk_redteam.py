@@ -42,8 +42,8 @@ from trialbox.models.sessions import SessionOpen
 from trialbox.pipeline.dispatch import Dispatcher
 from trialbox.pipeline.record import record
 from trialbox.sdk import AsyncClient, Client, Resources, sessions
-from trialbox.sqs_batch import MAX_BATCH_BYTES
 from trialbox.sdk.extract import extract_code
+from trialbox.sqs_batch import MAX_BATCH_BYTES
 
 ROLLOUT_ARN = "arn:aws:states:us-east-1:123456789012:stateMachine:Rollout"
 TASKS = Path(__file__).resolve().parents[2] / "examples" / "tasks.jsonl"

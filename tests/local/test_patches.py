@@ -11,8 +11,8 @@ from typing import Any
 import boto3
 import pytest
 from moto import backends, mock_aws
-from moto.core import utils as moto_utils
 from moto.awslambda_simple.models import LambdaSimpleBackend
+from moto.core import utils as moto_utils
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import (

@@ -112,7 +112,10 @@ def reader(
 
 def test_the_demand_is_the_requests_not_admitted_the_work_waiting_the_count_and_the_held() -> None:
     sqs = Sqs()
-    sqs.depth[OPENS] = {"ApproximateNumberOfMessages": 6, "ApproximateNumberOfMessagesNotVisible": 9}
+    sqs.depth[OPENS] = {
+        "ApproximateNumberOfMessages": 6,
+        "ApproximateNumberOfMessagesNotVisible": 9,
+    }
     demand = reader(running=5, held=[1.0, 4.0, 2.0], sqs=sqs).read(1_700_000_000)
     # requests: visible 7 + in flight 3; work and opens: visible only (a taken job is in the
     # count, a taken open in the held sessions).

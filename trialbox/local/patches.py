@@ -54,7 +54,9 @@ _DYNAMODB_OPERATIONS = (
     "put_item", "get_item", "query", "scan", "update_item", "delete_item", "transact_write_items",
 )  # fmt: skip
 _original_dynamodb = {name: getattr(DynamoDBBackend, name) for name in _DYNAMODB_OPERATIONS}
-_original_sqs_clock = (sqs_models.unix_time, sqs_models.unix_time_millis)
+# The clock moto's SQS reads (read_the_sqs_clock_directly), by the names it imported it as.
+_SQS_NAMES: dict[str, Any] = vars(sqs_models)
+_original_sqs_clock = (_SQS_NAMES["unix_time"], _SQS_NAMES["unix_time_millis"])
 _dynamodb_lock = threading.RLock()  # a transaction's own puts and deletes take it again
 
 
@@ -252,7 +254,7 @@ def read_the_sqs_clock_directly() -> None:
     scanned asks the clock by datetime arithmetic (utcnow minus the epoch): with a few hundred
     sessions' opens in the queue, one SendMessageBatch of 10 took 26 ms. That clock is
     time.time() by a long way round: read it directly (still a scan, 15 times cheaper)."""
-    sqs_models.unix_time, sqs_models.unix_time_millis = _unix_time, _unix_time_millis
+    _SQS_NAMES.update(unix_time=_unix_time, unix_time_millis=_unix_time_millis)
 
 
 def _rebind(old: Any, new: Any) -> None:
@@ -300,4 +302,4 @@ def undo() -> None:
     _hosts.clear()
     for name, original in _original_dynamodb.items():
         setattr(DynamoDBBackend, name, original)
-    sqs_models.unix_time, sqs_models.unix_time_millis = _original_sqs_clock
+    _SQS_NAMES.update(zip(("unix_time", "unix_time_millis"), _original_sqs_clock, strict=True))
