@@ -43,7 +43,7 @@ class Shape:
 
 
 ALONE = Shape(transitions=4.0, starts=1.0)
-# A session's open: a message on the work queue, through no state machine and no admission
+# A session's open: a message on the open queue, through no state machine and no admission
 # (its calls go to its worker's inbox; its grade, one batched sample, is left out).
 SESSION = Shape(transitions=0.0, starts=0.0, count_writes=0.0)
 SCALER_PERIOD_S = 60  # the scaler's schedule (EventBridge's least rate: a minute)
