@@ -10,6 +10,7 @@ import re
 import sys
 import time
 import types
+import uuid
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -23,7 +24,8 @@ from trialbox import constants as c
 from trialbox.errors import InputError, SessionError
 from trialbox.integrations import common, verl
 from trialbox.integrations.trl import environment_factory
-from trialbox.models import Status, Task
+from trialbox.models import Limits, Status, Task
+from trialbox.models.sessions import Call, Reply, SessionOpen, SessionSpec
 from trialbox.sdk import Client, Resources, sessions
 from trialbox.sdk.extract import fenced_blocks
 
@@ -96,6 +98,44 @@ def env(
 def client(sessions_resources: Resources, echo: EchoSessions) -> Iterator[Client]:
     with Client(sessions_resources) as made:
         yield made
+
+
+def test_the_echo_worker_says_alive_before_a_result_as_a_host_does(
+    aws: Aws, echo: EchoSessions
+) -> None:
+    """Was a flake of a loaded suite (an extra call echoed): the echo worker sent a call's
+    result and nothing before it, so a client that heard nothing for FAILOVER_S took it for
+    lost, reopened the session and sent the call again. As trialbox/worker/sessions.py, it
+    says `alive` on a call's receipt (and every ALIVE_S while it runs)."""
+    replies = aws.sqs.create_queue(QueueName=f"echo-replies-{uuid.uuid4().hex}")["QueueUrl"]
+    spec = SessionSpec(
+        session_id="s-1", task_id="add", limits=Limits(), expires_at=time.time() + 60,
+        idle_release_s=60, reply_url=replies,
+    )  # fmt: skip
+    aws.sqs.send_message(
+        QueueUrl=aws.work_queue, MessageBody=SessionOpen(session=spec).model_dump_json()
+    )
+    (opened,) = _replies(aws, replies, 1)
+    assert opened.kind == "opened" and opened.inbox_url is not None
+    call = Call(session_id="s-1", reply_url=replies, seq=1, op="exec", commands=[["true"]])
+    aws.sqs.send_message(QueueUrl=opened.inbox_url, MessageBody=call.model_dump_json())
+    told = [(reply.kind, reply.seq, reply.epoch) for reply in _replies(aws, replies, 2)]
+    assert told == [("alive", 1, 0), ("result", 1, 0)]
+
+
+def _replies(aws: Aws, url: str, count: int) -> list[Reply]:
+    """The first `count` replies on a reply queue, in the order they came (within 10 s)."""
+    got: list[Reply] = []
+    deadline = time.monotonic() + 10
+    while len(got) < count:
+        assert time.monotonic() < deadline, got
+        for message in aws.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10).get(
+            "Messages", []
+        ):
+            got.append(Reply.model_validate_json(message["Body"]))
+            aws.sqs.delete_message(QueueUrl=url, ReceiptHandle=message["ReceiptHandle"])
+        time.sleep(0.01)
+    return got
 
 
 # --- TRL ---------------------------------------------------------------------------------------

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from typing import Any
 
 import pytest
+from moto.stepfunctions.parser.asl.eval.callback.callback import CallbackEndpoint
 
 from tests.support.moto import Aws
 from tests.support.tasks import ADD_TASK, CORRECT
@@ -71,6 +72,11 @@ def wait_for(aws: Aws, arn: str, timeout_s: float = 30) -> dict[str, Any]:
             return dict(described)
         time.sleep(0.1)
     raise AssertionError("the execution did not finish")
+
+
+# How long a worker may take to stop once its job is over (an answer, a delete: moto's calls),
+# or to hand a job back once its grace ended: a stop that hangs fails, a slow job does not.
+STOPPED_S = 15
 
 
 def worker(aws: Aws, run_job: Any) -> Worker:
@@ -211,25 +217,85 @@ def test_a_job_whose_execution_moved_on_while_its_slot_was_taken_is_dropped(aws:
     assert aws.messages(aws.work_queue) == []  # the stale message is gone
 
 
+def test_a_job_taken_before_moto_set_its_task_up_runs(
+    aws: Aws, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Was a flake of a loaded suite (a stop test's job never started within 15 s): a worker
+    that took a job's message as soon as it was sent beat before moto's execution thread,
+    starved, had set the task up; moto answered InvalidToken and the worker dropped the job as
+    stale. On AWS the token is live once the message is sent: the `aws` fixture carries the
+    twin's patches of moto's early heartbeats and callbacks. Here the set-up is late on
+    purpose, as a loaded machine makes it."""
+    set_up = CallbackEndpoint.setup_heartbeat_endpoint
+
+    def late(self: CallbackEndpoint, heartbeat_seconds: int) -> Any:
+        time.sleep(1)
+        return set_up(self, heartbeat_seconds)
+
+    monkeypatch.setattr(CallbackEndpoint, "setup_heartbeat_endpoint", late)
+    machine = waiting_machine(aws, heartbeat_s=5)
+    arn = start(aws, machine, "w-early", job(aws, "w-early"))
+    the_worker = worker(aws, fake_report)
+    deadline = time.monotonic() + 10
+    while not the_worker.poll_once():
+        assert time.monotonic() < deadline, "no work message arrived"
+    assert wait_for(aws, arn)["status"] == "SUCCEEDED"
+
+
+def test_a_message_sent_during_a_long_poll_ends_it(aws: Aws) -> None:
+    """Was a flake of a loaded suite: the tests' lock on moto's data stores (one call at a
+    time) was held through a worker's long poll, so no message could be sent during one; each
+    poll lasted its whole WaitTimeSeconds and the sender lost the lock to the next poll. A
+    long poll now gives the lock up while it waits, and a message ends it, as on SQS."""
+    polled: dict[str, Any] = {}
+
+    def poll() -> None:
+        started = time.monotonic()
+        answer = aws.sqs.receive_message(QueueUrl=aws.work_queue, WaitTimeSeconds=20)
+        polled.update(messages=len(answer.get("Messages", [])), s=time.monotonic() - started)
+
+    polling = threading.Thread(target=poll)
+    polling.start()
+    time.sleep(0.5)  # the poll waits
+    aws.sqs.send_message(QueueUrl=aws.work_queue, MessageBody="{}")
+    polling.join(30)
+    assert polled["messages"] == 1 and polled["s"] < 10, polled
+
+
+def wait_until_started(aws: Aws, arn: str, started: threading.Event) -> None:
+    """Until the job runs, however long a loaded machine takes to start it; a failure as soon
+    as its execution ends first (the job was dropped: it never will)."""
+    while not started.wait(0.1):
+        status = aws.sfn.describe_execution(executionArn=arn)["status"]
+        assert status == "RUNNING", f"the job never started: its execution is {status}"
+
+
 def test_a_stop_request_finishes_the_current_job_and_loses_nothing(aws: Aws) -> None:
     machine = waiting_machine(aws)
     uri = job(aws, "w-4")
     arn = start(aws, machine, "w-4", uri)
-    started = threading.Event()
+    started, finished = threading.Event(), threading.Event()
     real = job_runner(Runner(), aws.traces)
 
     def slow(spec: JobSpec, stop: threading.Event) -> RunReport:
         started.set()
         time.sleep(1)  # SIGTERM arrives mid-job (the entrypoint's handler sets `stop`)
-        return real(spec, stop)
+        try:
+            return real(spec, stop)
+        finally:
+            finished.set()
 
     the_worker = worker(aws, slow)
     serving = threading.Thread(target=the_worker.serve)
     serving.start()
-    assert started.wait(15)
-    the_worker.stop.set()
-    serving.join(timeout=60)
-    assert not serving.is_alive()
+    try:
+        wait_until_started(aws, arn, started)
+        the_worker.stop.set()
+        finished.wait()  # the job's own run, as long as the machine makes it
+    finally:
+        the_worker.stop.set()
+        serving.join(timeout=STOPPED_S)
+    assert not serving.is_alive()  # its job done, it answers and stops: no other poll
     assert wait_for(aws, arn)["status"] == "SUCCEEDED"
 
 
@@ -290,25 +356,31 @@ def test_a_failing_aws_call_does_not_end_the_worker_loop(aws: Aws) -> None:
 def test_a_worker_told_to_stop_hands_a_long_job_back_after_its_grace(aws: Aws) -> None:
     machine = waiting_machine(aws)
     arn = start(aws, machine, "w-7", job(aws, "w-7"))
-    started, release = threading.Event(), threading.Event()
+    started, release, finished = threading.Event(), threading.Event(), threading.Event()
     real = job_runner(Runner(), aws.traces)
 
     def long_job(spec: JobSpec, stop: threading.Event) -> RunReport:
         started.set()
         release.wait(30)  # still running when the grace ends
-        return real(spec, stop)
+        try:
+            return real(spec, stop)
+        finally:
+            finished.set()
 
     the_worker = worker(aws, long_job)
     serving = threading.Thread(target=the_worker.serve)
     serving.start()
     try:
-        assert started.wait(15)
+        wait_until_started(aws, arn, started)
         the_worker.shut_down(grace_s=0.5)  # what SIGTERM does in the Fargate entrypoint
-        done = wait_for(aws, arn, timeout_s=15)
+        # Handed back at the first heartbeat tick (1 s) past the grace.
+        done = wait_for(aws, arn, timeout_s=STOPPED_S)
         assert (done["status"], done.get("error")) == ("FAILED", "Sandbox.Interrupted")
     finally:
         release.set()
-        serving.join(timeout=60)
+        if started.is_set():
+            finished.wait()  # the job's own end: its result is dropped
+        serving.join(timeout=STOPPED_S)
     assert not serving.is_alive()
     assert aws.traces.s3.list_objects_v2(Bucket="traces", Prefix="jobs/w-7/report")["KeyCount"] == 0
 

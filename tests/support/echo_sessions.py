@@ -1,7 +1,9 @@
 """A session worker for moto in-process tests of what sits above a session (the SDK's faces,
 the trainer adapters' tools): it takes session opens from the open queue and answers each
 call, read from its one inbox, on the session's reply queue with feedback that echoes the
-call, without a sandbox."""
+call, without a sandbox. As the real host (trialbox/worker/sessions.py) it says `alive` on a
+call's receipt and every ALIVE_S while it runs: a client that hears nothing for FAILOVER_S
+takes the worker for lost."""
 
 from __future__ import annotations
 
@@ -11,7 +13,14 @@ import uuid
 from typing import Any
 
 from trialbox.models import Status
-from trialbox.models.sessions import Call, CallResult, Reply, SessionOpen, SessionSpec
+from trialbox.models.sessions import (
+    ALIVE_S,
+    Call,
+    CallResult,
+    Reply,
+    SessionOpen,
+    SessionSpec,
+)
 
 
 class EchoSessions:
@@ -36,11 +45,7 @@ class EchoSessions:
             for body in self._take(self.open_queue_url):
                 spec = SessionOpen.model_validate_json(body).session
                 self.opened.append(spec)
-                opened = Reply(
-                    kind="opened", session_id=spec.session_id, epoch=spec.epoch, worker="echo",
-                    inbox_url=self.inbox,
-                )  # fmt: skip
-                self._reply(spec, opened)
+                self._tell(spec, "opened", inbox_url=self.inbox)
             specs = {spec.session_id: spec for spec in self.opened}
             for body in self._take(self.inbox):
                 call = Call.model_validate_json(body)
@@ -48,11 +53,31 @@ class EchoSessions:
             time.sleep(0.01)
 
     def _answer(self, spec: SessionSpec, call: Call) -> None:
+        """As the real host's `_handle`: `alive` on receipt and every ALIVE_S while the call
+        runs, then its result. Was a flake of a loaded suite: with only the result, a client
+        that heard nothing for FAILOVER_S (moto, slow) reopened the session and sent the call
+        again, and two calls were echoed for one."""
+        self._tell(spec, "alive", seq=call.seq)
+        done = threading.Event()
+        ticker = threading.Thread(target=self._alive, args=(spec, call.seq, done), daemon=True)
+        ticker.start()
+        try:
+            result = self._run(spec, call)
+        finally:
+            done.set()
+            ticker.join()
+        self._tell(spec, "result", seq=call.seq, result=result)
+
+    def _alive(self, spec: SessionSpec, seq: int, done: threading.Event) -> None:
+        while not done.wait(ALIVE_S):
+            self._tell(spec, "alive", seq=seq)
+
+    def _run(self, spec: SessionSpec, call: Call) -> CallResult:
         self.calls.append(call)
         said = [f"ran {argv}" for argv in call.commands]
         if call.files:
             said.append(f"wrote {sorted(call.files)}")
-        result = CallResult(
+        return CallResult(
             session_id=spec.session_id,
             seq=call.seq,
             op=call.op,
@@ -60,11 +85,10 @@ class EchoSessions:
             feedback="\n".join(said),
             checkpoint=f"s3://traces/echo/{spec.session_id}/{call.seq}",
         )
-        reply = Reply(
-            kind="result", session_id=spec.session_id, epoch=spec.epoch, seq=call.seq,
-            result=result,
-        )  # fmt: skip
-        self._reply(spec, reply.model_copy(update={"worker": "echo"}))
+
+    def _tell(self, spec: SessionSpec, kind: str, **fields: Any) -> None:
+        head = {"kind": kind, "session_id": spec.session_id, "epoch": spec.epoch, "worker": "echo"}
+        self._reply(spec, Reply.model_validate(head | fields))
 
     def _take(self, url: str) -> list[str]:
         try:

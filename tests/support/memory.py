@@ -27,18 +27,22 @@ def _resident(proc: str) -> int:
 
 def memory_of(uids: tuple[int, ...] | range, shm: Path = Path("/dev/shm")) -> int:
     """Bytes: every process's resident anonymous and shared memory, the uids' files on `shm`,
-    and the memfds and unlinked files their processes hold open."""
+    and the memfds and unlinked files their processes' threads hold open."""
     total, files = 0, {}
     for entry in os.scandir("/proc"):
         with contextlib.suppress(OSError):
             if not entry.name.isdigit() or entry.stat().st_uid not in uids:
                 continue
             total += _resident(entry.path)
-            for fd in os.listdir(f"{entry.path}/fd"):
+            # Every thread's table: one may have its own (unshare(CLONE_FILES)).
+            for task in os.listdir(f"{entry.path}/task"):
                 with contextlib.suppress(OSError):
-                    info = os.stat(f"{entry.path}/fd/{fd}")
-                    if stat.S_ISREG(info.st_mode) and info.st_nlink == 0:
-                        files[(info.st_dev, info.st_ino)] = info.st_blocks * 512
+                    fds = f"{entry.path}/task/{task}/fd"
+                    for fd in os.listdir(fds):
+                        with contextlib.suppress(OSError):
+                            info = os.stat(f"{fds}/{fd}")
+                            if stat.S_ISREG(info.st_mode) and info.st_nlink == 0:
+                                files[(info.st_dev, info.st_ino)] = info.st_blocks * 512
     for path in shm.iterdir():
         with contextlib.suppress(OSError):
             info = path.lstat()

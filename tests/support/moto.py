@@ -9,6 +9,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from moto.core.botocore_stubber import BotocoreStubber
+from moto.sqs.models import Queue as SqsQueue
 
 from trialbox import constants as c
 from trialbox.pipeline import admission
@@ -26,10 +27,13 @@ MOTO_CONFIG: Any = {
 # while another thread's call changes it ("dictionary changed size during iteration"), which
 # killed a test's fake pipeline thread. The services are; calls to the data stores are taken
 # one at a time, as moto's server would if it were. Step Functions and Lambda are left out:
-# their calls start work that calls back in.
+# their calls start work that calls back in. A long poll gives the data stores up while it
+# waits (waiting_for_a_sender).
 SERIAL_SERVICES = ("sqs", "dynamodb", "s3")
 _serial = threading.RLock()
+_held = threading.local()  # depth: how many times this thread holds _serial
 _process_request = BotocoreStubber.process_request
+_wait_for_messages = SqsQueue.wait_for_messages
 
 
 def one_at_a_time(self: BotocoreStubber, request: Any) -> Any:
@@ -37,7 +41,27 @@ def one_at_a_time(self: BotocoreStubber, request: Any) -> Any:
     if not any(f"{service}." in host for service in SERIAL_SERVICES):
         return _process_request(self, request)
     with _serial:
-        return _process_request(self, request)
+        _held.depth = getattr(_held, "depth", 0) + 1
+        try:
+            return _process_request(self, request)
+        finally:
+            _held.depth -= 1
+
+
+def waiting_for_a_sender(queue: SqsQueue, timeout: int) -> None:
+    """moto's long poll (ReceiveMessage's WaitTimeSeconds) waits for a message with the data
+    stores given up, so that a sender can add the message it waits for (moto wakes the poll
+    then). Was a flake of a loaded suite: held through a worker's 1 s long polls, the lock let
+    no message arrive during one, and the state machine's SendMessage, woken only as a poll
+    ended, lost the lock to the next poll again and again: a job started 17 s late."""
+    if getattr(_held, "depth", 0) != 1:  # not one ReceiveMessage's alone: as moto does
+        _wait_for_messages(queue, timeout)
+        return
+    _serial.release()
+    try:
+        _wait_for_messages(queue, timeout)
+    finally:
+        _serial.acquire()
 
 
 @dataclass

@@ -193,8 +193,9 @@ def memory_spread(processes: int, mib_each: int, kind: str = "anon", hold_s: flo
     then the parent prints "held N". `kind`: where the memory is: "anon" (the heap), "tmpfs"
     (a file on /dev/shm, then unlinked but held open), "memfd" (written, never mapped), or
     "leaderless" (the heap of a thread whose thread-group leader exited: /proc/<pid>/status,
-    the leader's, shows no memory at all), or "hidden_memfd" (memfds of an undumpable
-    process, whose descriptors only CAP_SYS_PTRACE may look at)."""
+    the leader's, shows no memory at all), "hidden_memfd" (memfds of an undumpable process,
+    whose descriptors only CAP_SYS_PTRACE may look at), or "unshared_memfd" (memfds of a
+    thread with a table of descriptors of its own: /proc/<pid>/fd, the leader's, shows none)."""
     return f"""
 import ctypes, os, platform, threading, time
 KIND, N, SIZE, HOLD = {kind!r}, {processes}, {mib_each} * 1024 * 1024, {hold_s}
@@ -212,6 +213,16 @@ for i in range(N):
                 os._exit(0)
             threading.Thread(target=hold).start()
             ctypes.CDLL(None).syscall(SYS_EXIT, 0)
+        if KIND == "unshared_memfd":
+            def hold():
+                ctypes.CDLL(None).unshare(0x400)  # CLONE_FILES: a table of its own
+                fds = [os.memfd_create("spread") for _ in range(0, SIZE >> 20, 32)]
+                for mib in range(SIZE >> 20):
+                    os.write(fds[mib // 32], chunk)
+                time.sleep(HOLD)
+                os._exit(0)
+            threading.Thread(target=hold).start()
+            time.sleep(HOLD + 30)  # hold() ends the process
         if KIND == "anon":
             held = b"\\1" * SIZE
         else:

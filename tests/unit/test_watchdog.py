@@ -66,7 +66,7 @@ def test_the_tmpfs_walk_takes_at_most_a_share_of_a_cpu(
 
     monkeypatch.setattr(watchdog, "_unmapped_files", counted)
     dog = watchdog.MemoryWatchdog((os.getuid(),), 1, [tmp_path])
-    dog._shmem_low = 0  # the machine's whole Shmem counts as grown: each sample wants a walk
+    dog._grown = 1 << 40  # as if the machine's shared memory had grown: the first sample walks
     started = time.monotonic()
     while time.monotonic() - started < 0.5:
         dog._sample_kernel()
@@ -189,3 +189,53 @@ def test_shared_memory_grown_since_the_last_walk_counts_until_the_next(
     machine["shmem"] = 400 << 20  # grown since the walk, and no walk looks
     assert dog._sample_kernel() > 100 << 20
     assert dog._total() > 100 << 20  # the processes' thread sees it too
+
+
+def _machine(monkeypatch: pytest.MonkeyPatch, shmem_mb: int = 0) -> dict[str, int]:
+    """The machine's Shmem as the test sets it (slab still)."""
+    machine = {"shmem": shmem_mb << 20}
+    monkeypatch.setattr(watchdog, "_shmem", lambda: machine["shmem"])
+    monkeypatch.setattr(watchdog, "_slab", lambda: 0)
+    return machine
+
+
+def test_a_neighbours_growth_after_a_cheap_walk_is_not_the_sandboxs(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Was a flake of a loaded suite: all the machine's Shmem grown since a walk began counted
+    as the sandbox's until the next walk, in both threads, however cheap the walks: a
+    neighbour's 300 MiB burst into /dev/shm put a sandbox holding 60 of its 100 MiB over
+    (`oom`). Only while a walk must wait (the sandbox made it slow) does that growth count."""
+    machine = _machine(monkeypatch)
+    monkeypatch.setattr(watchdog, "_unmapped_files", lambda *args: 0)  # nothing of its own
+    dog = watchdog.MemoryWatchdog((2**31 - 7,), 100, [])
+    dog._processes = 60 << 20
+    machine["shmem"] = 50 << 20
+    assert dog._sample_kernel() == 60 << 20  # it could be over: a walk, which finds nothing
+    machine["shmem"] = 350 << 20  # a neighbour's burst, before the next kernel sample
+    assert dog._total() == 60 << 20  # the processes' thread
+    assert dog._sample_kernel() == 60 << 20  # the next walk finds nothing either
+
+
+@pytest.mark.parametrize("held", ["files", "hidden"])
+def test_a_neighbours_release_hides_none_of_the_sandboxs_growth(
+    monkeypatch: pytest.MonkeyPatch, held: str
+) -> None:
+    """Was a flake of a loaded suite (an undumpable sandbox held 552 MiB of memfds under 256
+    before its `oom`): a walk was wanted only once the machine's Shmem passed a low-water mark
+    by what was left of the limit, and a neighbour freeing 300 MiB while the sandbox wrote
+    lowered that mark under the sandbox's own growth. What the machine's Shmem rises by now
+    counts, whatever others freed meanwhile; a process that hid is charged all of it."""
+    machine = _machine(monkeypatch, shmem_mb=300)  # a neighbour's 300 MiB
+    own = {"bytes": 0}
+
+    def walk(uids: tuple[int, ...], pids: list[int], places: list[Path], risen: int) -> int:
+        return own["bytes"] if held == "files" else risen
+
+    monkeypatch.setattr(watchdog, "_unmapped_files", walk)
+    dog = watchdog.MemoryWatchdog((2**31 - 7,), 80, [])
+    # The sandbox writes 200 MiB in three samples; meanwhile the neighbour frees its 300.
+    for shmem, mine in ((350, 50), (250, 150), (300, 200)):
+        machine["shmem"], own["bytes"] = shmem << 20, mine << 20
+        total = dog._sample_kernel()
+    assert total == {"files": 200 << 20, "hidden": 100 << 20}[held]  # either way over 80

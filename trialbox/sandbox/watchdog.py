@@ -22,17 +22,28 @@ What a sample counts, over-counting rather than missing:
   held in their SysV semaphore arrays and message queues (kernel_memory);
 - shared memory no process maps: entries the uids own on the container's tmpfs mounts (a
   file's pages, a long link target's page, and each entry's inode, ENTRY_BYTES) and
-  memfds or unlinked tmpfs files a process of theirs holds open (looked at with this thread's
-  fsuid switched to the process's uid: no CAP_SYS_PTRACE on Fargate). Walking those costs
-  more, so a sample does it only when the machine's Shmem and slab (/proc/meminfo) grew past
-  what is left of the limit since the sandbox started: nothing else can hide unmapped shared
-  memory. Its cost is the sandbox's to raise (8,000 files in a place it writes), so it looks
+  memfds or unlinked tmpfs files a process of theirs holds open, in each of its threads'
+  tables of descriptors (unshare(CLONE_FILES) makes one of a thread's own; looked at with
+  this thread's fsuid switched to the process's uid: no CAP_SYS_PTRACE on Fargate). Walking
+  those costs more, so a sample does it only when the sandbox could be over with the last
+  walk's files and all that the machine's Shmem and slab (/proc/meminfo) rose by since as its
+  own: nothing else can hide unmapped shared memory. Rises only, between two samples, never
+  netted against what others freed meanwhile: a neighbour freeing 300 MiB while the sandbox
+  wrote hid the sandbox's own growth from a low-water mark (what it writes while a neighbour
+  frees as much between the same two samples only waits for the next walk, which finds it
+  all). Its cost is the sandbox's to raise (8,000 files in a place it writes), so it looks
   at files only in directories the uids may write, and the next walk waits WALK_IDLE times
-  the last one's CPU time: a fifth of a CPU at most. In between, the last walk's result
-  stands in, plus all the machine's Shmem grew by since that walk began (both threads count
-  it): however slow the sandbox makes its walks, growth between two is never unseen.
+  the last one's CPU time: a fifth of a CPU at most. The last walk's result stands in until
+  the next. While a walk must wait, all the machine's Shmem and slab rose by since the last
+  one began counts too (both threads count it): however slow the sandbox makes its walks,
+  growth between two is never unseen. Walks that keep up with the samples are charged
+  nothing of the kind: what grows between two is the sampling's gap, as any memory's (a
+  neighbour's burst into /dev/shm, charged that way, ended honest sandboxes `oom`).
   A process that made itself undumpable, whose descriptors cannot be looked at, is charged
-  all of that growth instead.
+  all that the machine's Shmem rose by since the sandbox started instead. A thread that has
+  no memory any more (exiting, a zombie, a leader that exited alone) shows its descriptors
+  as root's too, and is not taken for one: an honest program's exited child was, and the
+  sandbox was charged a neighbour's /dev/shm file.
 
 Not counted: pipe buffers (the kernel caps a uid's at fs.pipe-user-pages-soft, 64 MiB, then
 8 KiB a pipe), and kernel memory of other kinds a process can hold (page tables, which
@@ -173,16 +184,18 @@ def _proportional(pid: int) -> int:
 # kcmp, setresuid and setresgid by number: glibc's wrappers of the latter two change every
 # thread of the process, the system calls only the calling one.
 _SYSCALLS = {"x86_64": (312, 117, 119), "aarch64": (272, 147, 149)}
-KCMP_VM = 1
+KCMP_VM = 1  # one address space
+KCMP_FILES = 2  # one table of descriptors
 
 
-def _same_mm(pid: int, other: int, uid: int) -> bool:
-    """Whether two processes of `uid` share one address space: a vfork child before its exec
-    shares its parent's, and its figures show all of the parent's memory. kcmp(KCMP_VM) is
-    the kernel's own answer; its check is on the caller's real uid (no CAP_SYS_PTRACE on
-    Fargate), so this thread alone takes the uid for the call, keeping root as its saved uid
-    to return to. False when it cannot tell (an undumpable process): counted twice, never
-    missed."""
+def _shares(pid: int, other: int, kind: int, uid: int) -> bool:
+    """Whether two processes (or threads) of `uid` share one kernel object of `kind`: a vfork
+    child before its exec shares its parent's address space (KCMP_VM), and its figures show
+    all of the parent's memory; a thread shares its group's descriptors (KCMP_FILES) unless it
+    made a table of its own (unshare(CLONE_FILES)). kcmp is the kernel's own answer; its check
+    is on the caller's real uid (no CAP_SYS_PTRACE on Fargate), so this thread alone takes the
+    uid for the call, keeping root as its saved uid to return to. False when it cannot tell (an
+    undumpable process): counted twice, or looked at twice, never missed."""
     kcmp, setresuid, setresgid = _SYSCALLS[platform.machine()]
     if _libc.syscall(setresgid, uid, uid, 0) != 0:
         return False
@@ -190,7 +203,7 @@ def _same_mm(pid: int, other: int, uid: int) -> bool:
         if _libc.syscall(setresuid, uid, uid, 0) != 0:
             return False
         try:
-            return bool(_libc.syscall(kcmp, pid, other, KCMP_VM, 0, 0) == 0)
+            return bool(_libc.syscall(kcmp, pid, other, kind, 0, 0) == 0)
         finally:
             if _libc.syscall(setresuid, 0, 0, 0) != 0:
                 raise OSError(ctypes.get_errno(), "the watchdog could not take root back")
@@ -218,7 +231,8 @@ def _once_per_mm(figures: dict[int, int]) -> int:
         if parent in figures:
             with contextlib.suppress(OSError):
                 uid = os.stat(f"/proc/{pid}").st_uid
-                if os.stat(f"/proc/{parent}").st_uid == uid and _same_mm(pid, parent, uid):
+                same = os.stat(f"/proc/{parent}").st_uid == uid
+                if same and _shares(pid, parent, KCMP_VM, uid):
                     continue
         if parent == 0 or parent in figures:
             # Gone, or not sharing (no longer, once it has exec'd since its figure was read):
@@ -275,25 +289,50 @@ def _looking_as(uid: int) -> Iterator[None]:
         _libc.setfsgid(0)
 
 
+def _has_memory(task: str) -> bool:
+    """Whether a thread (/proc/<pid>/task/<tid>) still has an address space: one that has
+    none is exiting, a zombie, or a leader that exited alone, and never has one again."""
+    with contextlib.suppress(OSError):
+        return _rss_fields(_read(f"{task}/status")) is not None
+    return False  # gone
+
+
 def _open_files(pid: int, devices: set[int], seen: dict[tuple[int, int], int]) -> bool:
-    """Record the memfds and unlinked tmpfs files `pid` holds open; False when its
-    descriptors cannot be looked at (it made itself undumpable)."""
-    try:
-        uid = os.stat(f"/proc/{pid}").st_uid
-        with _looking_as(uid):
-            for fd in os.listdir(f"/proc/{pid}/fd"):
-                with contextlib.suppress(OSError):
-                    info = os.stat(f"/proc/{pid}/fd/{fd}")
-                    if not stat.S_ISREG(info.st_mode) or info.st_nlink:
-                        continue
-                    memfd = os.readlink(f"/proc/{pid}/fd/{fd}").startswith("/memfd:")
-                    if memfd or info.st_dev in devices:
-                        seen[(info.st_dev, info.st_ino)] = info.st_blocks * 512
-    except PermissionError:
-        return False
-    except OSError:  # gone
-        pass
+    """Record the memfds and unlinked tmpfs files `pid`'s threads hold open, each table of
+    descriptors once (a thread may have one of its own: unshare(CLONE_FILES)); False when a
+    thread that has its memory cannot be looked at (it made itself undumpable). A thread that
+    has none any more shows its descriptors as root's too: it is exiting, or a zombie, or a
+    leader that exited alone (its live threads hold the group's descriptors), not hiding. Such
+    a thread of an honest program, beside a neighbour's shared memory, was charged it all."""
+    looked: list[int] = []  # a thread of each table looked at
+    with contextlib.suppress(OSError):  # gone
+        for tid in map(int, os.listdir(f"/proc/{pid}/task")):
+            task = f"/proc/{pid}/task/{tid}"
+            try:
+                uid = os.stat(task).st_uid
+                if any(_shares(tid, other, KCMP_FILES, uid) for other in looked):
+                    continue
+                with _looking_as(uid):
+                    _record_open_files(f"{task}/fd", devices, seen)
+                looked.append(tid)
+            except PermissionError:
+                if _has_memory(task):
+                    return False
+            except OSError:  # this thread is gone
+                pass
     return True
+
+
+def _record_open_files(fds: str, devices: set[int], seen: dict[tuple[int, int], int]) -> None:
+    """The memfds and unlinked tmpfs files in one /proc/.../fd directory."""
+    for fd in os.listdir(fds):
+        with contextlib.suppress(OSError):
+            info = os.stat(f"{fds}/{fd}")
+            if not stat.S_ISREG(info.st_mode) or info.st_nlink:
+                continue
+            memfd = os.readlink(f"{fds}/{fd}").startswith("/memfd:")
+            if memfd or info.st_dev in devices:
+                seen[(info.st_dev, info.st_ino)] = info.st_blocks * 512
 
 
 def _writable_by(info: os.stat_result, uids: tuple[int, ...]) -> bool:
@@ -304,11 +343,11 @@ def _writable_by(info: os.stat_result, uids: tuple[int, ...]) -> bool:
     )
 
 
-def _unmapped_files(uids: tuple[int, ...], pids: list[int], places: list[Path], grown: int) -> int:
+def _unmapped_files(uids: tuple[int, ...], pids: list[int], places: list[Path], risen: int) -> int:
     """Bytes of tmpfs entries the uids own under `places` (pages and inodes), and of memfds
     and unlinked files their processes hold open, each file once. A process whose descriptors
-    cannot be looked at is charged all of the machine's shared-memory growth (`grown`)
-    instead: it hid."""
+    cannot be looked at is charged all the machine's Shmem rose by since the sandbox started
+    (`risen`) instead: it hid."""
     seen: dict[tuple[int, int], int] = {}
     stack = [(place, True) for place in places]
     while stack:
@@ -327,7 +366,7 @@ def _unmapped_files(uids: tuple[int, ...], pids: list[int], places: list[Path], 
                         seen[(info.st_dev, info.st_ino)] = info.st_blocks * 512 + ENTRY_BYTES
     devices = {os.stat(place).st_dev for place in places if place.exists()}
     hidden = [pid for pid in pids if not _open_files(pid, devices, seen)]
-    return max(sum(seen.values()), grown) if hidden else sum(seen.values())
+    return max(sum(seen.values()), risen) if hidden else sum(seen.values())
 
 
 class MemoryWatchdog:
@@ -344,15 +383,17 @@ class MemoryWatchdog:
         self.peak = 0
         self._done = threading.Event()
         self._kill = threading.Lock()
-        self._shmem_low = _shmem()
-        self._slab_low = _slab()
-        # The machine's Shmem when the last walk began (None before the first): what it grew
-        # by since counts as the sandbox's until the next walk says whose it is.
-        self._walk_shmem: int | None = None
+        # The machine's Shmem and slab at the last kernel sample, and what they rose by since:
+        # rises only, never netted against what others freed meanwhile (a neighbour's release
+        # of 300 MiB hid as much of the sandbox's own growth from a low-water mark).
+        self._machine = (_shmem(), _slab())
+        self._risen = 0  # Shmem, since the sandbox started: what a hidden process is charged
+        self._grown = 0  # Shmem and slab, since the last walk began (or the start)
+        self._deferred = False  # a walk was wanted but must wait: _grown counts meanwhile
         self._processes = 0  # bytes, and pids, of the last processes' sample
         self._pids: list[int] = []
         self._kernel = 0  # bytes of the last sockets-and-files sample
-        self._unwalked = 0  # the machine's shared-memory growth that sample did not walk
+        self._unwalked = 0  # the machine's growth the last kernel sample did not walk
         self._files = 0  # bytes the last walk found
         self._next_walk = 0.0  # monotonic time before which no walk starts
         self._sockets = UnixSocketMemory()
@@ -375,10 +416,13 @@ class MemoryWatchdog:
         return round(self.peak / (KiB * KiB), 2)
 
     def _standing(self) -> int:
-        """The machine's shared memory grown since the last walk began: however long the
-        sandbox makes the walks take (its files), growth between two is never unseen."""
-        walked = self._walk_shmem
-        return 0 if walked is None else max(_shmem() - walked, 0)
+        """While a walk must wait (the sandbox made the last one slow), all the machine's
+        shared memory rose by since the last walk began: however slow the sandbox makes its
+        walks, growth between two is never unseen. Otherwise none: the walks follow the
+        samples, and the growth between two is the sampling's gap, as any memory's."""
+        if not self._deferred:
+            return 0
+        return self._grown + max(_shmem() - self._machine[0], 0)
 
     def _total(self) -> int:
         total = self._processes + self._kernel + self._standing()
@@ -397,31 +441,29 @@ class MemoryWatchdog:
 
     def _sample_kernel(self) -> int:
         sockets = self._sockets.queued(self.uids) + kernel_memory.held_by(self.uids)
-        # Growth since the lowest Shmem (and slab: a tmpfs's inodes) seen, so that another
-        # sandbox's release cannot hide this one's growth. The walk costs more: only when the
-        # growth could matter, and not when the sandbox is over without it.
-        shmem, slab = _shmem(), _slab()
-        self._shmem_low = min(self._shmem_low, shmem)
-        self._slab_low = min(self._slab_low, slab)
-        grown = shmem - self._shmem_low
-        near = self._processes + sockets + grown + slab - self._slab_low
-        if not self._processes + sockets <= self.limit < near:
-            self._kernel, self._unwalked, self._walk_shmem = sockets, grown, None
+        shmem, slab = _shmem(), _slab()  # slab: a tmpfs's inodes (an empty file, a directory)
+        rose = max(shmem - self._machine[0], 0)
+        self._risen += rose
+        self._grown += rose + max(slab - self._machine[1], 0)
+        self._machine = (shmem, slab)
+        # The walk costs more: only when the sandbox could be over, with the last walk's files
+        # and all the machine's growth since as its own, and not when it is over without them.
+        could_be = self._processes + sockets + self._files + self._grown
+        if not self._processes + sockets <= self.limit < could_be:
+            self._kernel, self._unwalked, self._deferred = sockets + self._files, self._grown, False
             return self._total()
         if time.monotonic() >= self._next_walk:
-            if self._walk_shmem is None:  # the growth during the first walk counts
-                self._walk_shmem = shmem
+            self._grown, self._deferred = 0, False  # what grows during the walk is the next's
             started = time.thread_time()
-            self._files = _unmapped_files(self.uids, self._pids, self.places, grown)
+            self._files = _unmapped_files(self.uids, self._pids, self.places, self._risen)
             # The walk's cost is the sandbox's to raise (its files): at most a share of a CPU
-            # goes to it, its result standing in until the next, with what the machine's
-            # shared memory grew by since it began (_standing).
+            # goes to it, its result standing in until the next, with all the machine's
+            # shared memory rose by since it began (_standing).
             cost = time.thread_time() - started
             self._next_walk = time.monotonic() + cost * WALK_IDLE
-            self._kernel, self._walk_shmem = sockets + self._files, shmem
         else:
-            self._kernel = sockets + self._files
-        self._unwalked = 0
+            self._deferred = True
+        self._kernel, self._unwalked = sockets + self._files, 0
         return self._total()
 
     def _next_wait(self, total: int) -> float:
