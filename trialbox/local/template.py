@@ -47,6 +47,7 @@ APP_IMPORTS = (
     "models/jobs.py",
     "models/result.py",
     "models/batches.py",
+    "models/sessions.py",
 )
 
 
