@@ -12,27 +12,43 @@ from infra.alarms import at_least
 MAX_RECEIVES = 3
 
 
+def secure_queue(
+    scope: Construct,
+    construct_id: str,
+    *,
+    visibility: Duration,
+    retention: Duration,
+    dead_letter_queue: sqs.DeadLetterQueue | None = None,
+) -> sqs.Queue:
+    """An SQS queue encrypted at rest (SQS-managed keys) that refuses requests without TLS."""
+    return sqs.Queue(
+        scope,
+        construct_id,
+        encryption=sqs.QueueEncryption.SQS_MANAGED,
+        enforce_ssl=True,
+        visibility_timeout=visibility,
+        retention_period=retention,
+        dead_letter_queue=dead_letter_queue,
+    )
+
+
 class QueueWithDlq(Construct):
     def __init__(
         self, scope: Construct, construct_id: str, *, visibility: Duration, max_age: Duration
     ) -> None:
         super().__init__(scope, construct_id)
-        self.dlq = sqs.Queue(
+        self.dlq = secure_queue(
             self,
             "Dlq",
-            encryption=sqs.QueueEncryption.SQS_MANAGED,
-            enforce_ssl=True,
-            retention_period=Duration.days(14),
+            retention=Duration.days(14),
             # A DLQ's consumer (the requests DLQ's answers what dead-letters) gets 6 x its 30 s.
-            visibility_timeout=Duration.minutes(3),
+            visibility=Duration.minutes(3),
         )
-        self.queue = sqs.Queue(
+        self.queue = secure_queue(
             self,
             "Queue",
-            encryption=sqs.QueueEncryption.SQS_MANAGED,
-            enforce_ssl=True,
-            visibility_timeout=visibility,
-            retention_period=Duration.days(4),
+            visibility=visibility,
+            retention=Duration.days(4),
             dead_letter_queue=sqs.DeadLetterQueue(max_receive_count=MAX_RECEIVES, queue=self.dlq),
         )
         minute = Duration.minutes(1)

@@ -11,12 +11,12 @@ from aws_cdk import ArnFormat, Duration, Stack
 from aws_cdk import aws_events as events
 from aws_cdk import aws_events_targets as targets
 from aws_cdk import aws_iam as iam
-from aws_cdk import aws_sqs as sqs
 from constructs import Construct
 
 from infra.alarms import at_least
 from infra.lambdas import TrialboxFunction
 from infra.nag import acknowledge
+from infra.queues import secure_queue
 from trialbox.models.sessions import OPEN_TIMEOUT_S
 
 # The SDK's calls: make its reply queue (tagged with its expiry, retagged to cover a later
@@ -73,13 +73,8 @@ class OpenQueue(Construct):
 
     def __init__(self, scope: Construct, construct_id: str) -> None:
         super().__init__(scope, construct_id)
-        self.queue = sqs.Queue(
-            self,
-            "Queue",
-            encryption=sqs.QueueEncryption.SQS_MANAGED,
-            enforce_ssl=True,
-            visibility_timeout=OPEN_VISIBILITY,
-            retention_period=Duration.seconds(OPEN_TIMEOUT_S),
+        self.queue = secure_queue(
+            self, "Queue", visibility=OPEN_VISIBILITY, retention=Duration.seconds(OPEN_TIMEOUT_S)
         )
         acknowledge(
             self.queue,
