@@ -31,6 +31,11 @@ def batches(bodies: list[tuple[str, str]]) -> Iterator[list[tuple[str, str]]]:
         yield batch
 
 
+def deletions(messages: list[dict[str, Any]]) -> list[dict[str, str]]:
+    """DeleteMessageBatch's entries for received `messages` (at most 10: one receive's)."""
+    return [{"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(messages)]
+
+
 def send_to_queues(sqs: Any, messages: list[tuple[str, str]]) -> list[int]:
     """Send each (queue URL, body), a batch per queue at a time (botocore retries each
     call); the indexes of the messages not sent (SQS failed them, or their call failed), for

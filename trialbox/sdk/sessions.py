@@ -57,6 +57,7 @@ from trialbox.sdk.arguments import ForkArguments, ReadArguments, arguments
 from trialbox.sdk.aws import call
 from trialbox.sdk.inputs import located
 from trialbox.sdk.tasksets import taskset_rows
+from trialbox.sqs_batch import deletions
 
 if TYPE_CHECKING:
     from trialbox.sdk.aws import Aws
@@ -293,12 +294,7 @@ class ReplyQueue:
                 messages = answer.get("Messages", [])
                 if messages:
                     await self.io.run(
-                        sqs.delete_message_batch,
-                        QueueUrl=url,
-                        Entries=[
-                            {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]}
-                            for i, m in enumerate(messages)
-                        ],
+                        sqs.delete_message_batch, QueueUrl=url, Entries=deletions(messages)
                     )
             except AwsCallError as exc:  # the waiting sessions hear nothing, and fail over
                 log.warning("reading the session reply queue failed: %s", exc)

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any
 from pydantic import ValidationError
 
 from trialbox.models.sessions import SessionOpen, SessionSpec
+from trialbox.sqs_batch import deletions
 
 if TYPE_CHECKING:
     from trialbox.worker.sessions import SessionHost
@@ -96,13 +97,7 @@ class Opener:
 
     def _delete(self, messages: list[dict[str, Any]]) -> None:
         if messages:
-            self.sqs.delete_message_batch(
-                QueueUrl=self.queue_url,
-                Entries=[
-                    {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]}
-                    for i, m in enumerate(messages)
-                ],
-            )
+            self.sqs.delete_message_batch(QueueUrl=self.queue_url, Entries=deletions(messages))
 
     def _return(self, messages: list[dict[str, Any]]) -> None:
         for message in messages:

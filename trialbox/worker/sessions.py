@@ -44,7 +44,7 @@ from trialbox.pipeline.stores import ObjectStore
 from trialbox.sandbox.runner import MiB, Runner
 from trialbox.sandbox.session import SessionWorkspace, WorkspaceError
 from trialbox.scoring.feedback import command_feedback
-from trialbox.sqs_batch import send_to_queues
+from trialbox.sqs_batch import deletions, send_to_queues
 from trialbox.worker.checkpoint_io import load_checkpoint, save_checkpoint
 from trialbox.worker.protection import TaskProtection
 
@@ -596,12 +596,7 @@ class Inbox:
         if not messages:
             return
         # Deleted on receipt: a call never runs twice, even if this worker dies mid-call.
-        self.sqs.delete_message_batch(
-            QueueUrl=url,
-            Entries=[
-                {"Id": str(i), "ReceiptHandle": m["ReceiptHandle"]} for i, m in enumerate(messages)
-            ],
-        )
+        self.sqs.delete_message_batch(QueueUrl=url, Entries=deletions(messages))
         for message in messages:
             try:
                 routed = INBOX_MESSAGE.validate_json(message["Body"])
