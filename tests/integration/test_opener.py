@@ -45,8 +45,8 @@ def opener(aws: Aws, opens: str, host: SessionHost) -> Opener:
     return Opener(aws.sqs, opens, host, threading.Event(), wait_s=0, on_hosted=threading.Event())
 
 
-def send_opens(aws: Aws, opens: str, reply_url: str, n: int) -> list[str]:
-    ids = [f"s{k:02d}" + "a" * 29 for k in range(n)]
+def send_opens(aws: Aws, opens: str, reply_url: str, n: int, fill: str = "a") -> list[str]:
+    ids = [f"s{k:02d}" + fill * 29 for k in range(n)]
     for session_id in ids:
         spec = SessionSpec(
             session_id=session_id,
@@ -148,3 +148,25 @@ def test_a_message_that_is_not_an_open_is_dropped_and_the_opens_beside_it_are_ho
     assert host.held() == 1
     assert [Reply.model_validate_json(b).session_id for b in waiting(aws, replies)] == [session_id]
     assert "not an open" in caplog.text
+
+
+def test_opens_admitted_before_a_failed_delete_are_still_hosted_and_redelivered_once(
+    aws: Aws, opens: str, host: SessionHost, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Was a break (red team): a DeleteMessageBatch that failed after admit left the session
+    registered with no thread, so its slot was held for good (under rlimit, the task refused
+    every job) and its redelivered open was taken as a duplicate and never answered."""
+    replies = aws.sqs.create_queue(QueueName="replies")["QueueUrl"]
+    (session_id,) = send_opens(aws, opens, replies, 1, fill="d")  # its thread's name: its own
+    real = aws.sqs.delete_message_batch
+
+    def throttled(**kwargs: object) -> None:
+        raise RuntimeError("DeleteMessageBatch: throttled")
+
+    monkeypatch.setattr(aws.sqs, "delete_message_batch", throttled)
+    with pytest.raises(RuntimeError, match="throttled"):
+        opener(aws, opens, host).poll_once()
+    monkeypatch.setattr(aws.sqs, "delete_message_batch", real)
+    said = [Reply.model_validate_json(b) for b in waiting(aws, replies)]
+    assert [(r.kind, r.session_id) for r in said] == [("opened", session_id)]
+    assert [t.name for t in threading.enumerate() if t.name == session_id] == [session_id]

@@ -88,9 +88,11 @@ class Opener:
             self._delete(dropped)
             raise
         taken, admitted = self.host.admit(specs)
-        self._delete(opens[:taken] + dropped)  # taken: a dying worker loses its sessions only
-        self._return(opens[taken:])
-        self.host.start(admitted)
+        try:
+            self._delete(opens[:taken] + dropped)  # taken: a dying worker loses its sessions only
+            self._return(opens[taken:])
+        finally:  # admitted is hosted: never left without its thread (a slot held for good)
+            self.host.start(admitted)
         if admitted and self.host.exclusive:
             self.on_hosted.set()
         return True

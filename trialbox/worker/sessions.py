@@ -155,7 +155,6 @@ class SessionHost:
     def start(self, sessions: list[HostedSession]) -> None:
         """Say `opened` for the fresh sessions (no state to make durable first), in batches
         per client, and start every session's thread (those with state say it themselves)."""
-        self._protect()
         fresh = [s for s in sessions if s.fresh]
         replies = [
             (s.spec.reply_url, s.opened().model_dump_json(exclude_defaults=True)) for s in fresh
@@ -165,6 +164,7 @@ class SessionHost:
         for session in sessions:
             name = session.spec.session_id
             threading.Thread(target=session.serve, daemon=True, name=name).start()
+        self._protect()
 
     def held(self) -> int:
         with self._lock:
