@@ -430,18 +430,27 @@ def test_the_io_match_grader_stays_visible_to_the_watchdog(rlimit: Runner) -> No
         }
     )
     code = "import time\ntime.sleep(1.5)\nprint(1)\n"
-    seen: dict[int, int] = {}
-    names: dict[int, str] = {}
-    parents: dict[int, int] = {}
+    # (pid, parent, owner of /proc/<pid>/fd) while the process was a live pytest: its cmdline
+    # read as pytest before and after the stat (an exiting process's cmdline is empty and its
+    # /proc files are root's; under load it may stay a zombie for a while, so the last look at
+    # a pid proves nothing).
+    seen: list[tuple[int, int, int]] = []
     done = threading.Event()
+
+    def cmdline(pid: int) -> bytes:
+        return Path(f"/proc/{pid}/cmdline").read_bytes()
 
     def look() -> None:
         while not done.is_set():
             for pid in processes_of(uids(rlimit)):
-                with contextlib.suppress(OSError):
-                    seen[pid] = os.stat(f"/proc/{pid}/fd").st_uid
-                    names[pid] = Path(f"/proc/{pid}/cmdline").read_bytes()[:60].decode()
-                    parents[pid] = int(Path(f"/proc/{pid}/stat").read_bytes().split()[3])
+                with contextlib.suppress(OSError, IndexError):
+                    before = cmdline(pid)
+                    owner = os.stat(f"/proc/{pid}/fd").st_uid
+                    parent = int(
+                        Path(f"/proc/{pid}/stat").read_bytes().rsplit(b")", 1)[1].split()[1]
+                    )
+                    if b"\0pytest\0" in before and cmdline(pid) == before:
+                        seen.append((pid, parent, owner))
             time.sleep(0.05)
 
     sampler = threading.Thread(target=look)
@@ -453,8 +462,8 @@ def test_the_io_match_grader_stays_visible_to_the_watchdog(rlimit: Runner) -> No
         done.set()
         sampler.join()
     assert result.reward == 1.0, result.feedback
-    # The grader: the pytest process whose parent is none (its forks, before their exec or
-    # once exiting, may show root's).
-    pytest = {pid for pid, name in names.items() if "\0pytest\0" in name}
-    graders = {seen[pid] for pid in pytest if parents[pid] not in pytest}
-    assert graders and 0 not in graders, (seen, names)
+    # The grader: the pytest process whose parent is none (its forks, before their exec, may
+    # show root's).
+    pytest = {pid for pid, _, _ in seen}
+    graders = [owner for _, parent, owner in seen if parent not in pytest]
+    assert graders and 0 not in graders, seen

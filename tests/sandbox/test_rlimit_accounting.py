@@ -5,6 +5,8 @@ them all; rlimit's figure must agree with it (trialbox/sandbox/reaper.py)."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from trialbox.models import Limits
@@ -124,3 +126,18 @@ def test_peak_memory_of_an_unwaited_child_is_counted(rlimit: Runner) -> None:
     result = rlimit.exec(["python", "-c", BIG_UNWAITED_CHILD], Limits(memory_mb=1024))
     assert (result.exit_code, result.stdout) == (0, "done\n"), result.stderr
     assert result.peak_memory_mb >= 300, result.peak_memory_mb
+
+
+def test_the_workers_own_memory_is_not_the_commands_peak(rlimit: Runner, bwrap: Runner) -> None:
+    """Was a break: the command was forked from the worker (its reaper, then itself), and the
+    kernel keeps a process's largest resident set across exec, so every command's peak was at
+    least the worker's: an honest program of 340 MiB reported 531 MiB in a suite's worker of
+    that size, and the performance scorer compared solutions by the worker's memory, not
+    theirs. A command's peak is what its own processes held, as bwrap's cgroup reports it."""
+    ballast = bytearray(os.urandom(1024)) * (400 * 1024)  # 400 MiB resident in this process
+    small = "print('done')"
+    result = rlimit.exec(["python", "-c", small], Limits(memory_mb=1024))
+    on_bwrap = bwrap.exec(["python", "-c", small], Limits(memory_mb=1024))
+    assert len(ballast) and (result.exit_code, result.stdout) == (0, "done\n"), result.stderr
+    assert result.peak_memory_mb < 64, (result.peak_memory_mb, on_bwrap.peak_memory_mb)
+    assert abs(result.peak_memory_mb - on_bwrap.peak_memory_mb) <= 16

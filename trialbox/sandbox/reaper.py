@@ -3,9 +3,11 @@ rlimit backend (no cgroup). wait4() of the command's main process only has what 
 waited for: work done in a child it never waits for, a double-forked daemon or a process killed
 at the end would go uncounted.
 
-So each command gets a reaper: a root process, forked from the worker and not a slot uid (the
-sandbox cannot signal, trace or read it), that makes itself a child subreaper
-(PR_SET_CHILD_SUBREAPER) and forks the command. Whatever the command's processes do, each ends
+So each command gets a reaper: a root process, not a slot uid (the sandbox cannot signal, trace
+or read it), that makes itself a child subreaper (PR_SET_CHILD_SUBREAPER) and forks the
+command. It is a program of its own (reaper_process.py), exec'd, never a fork of the worker:
+the kernel keeps a process's largest resident set across exec, so a command forked from the
+worker reported the worker's memory as its peak. Whatever the command's processes do, each ends
 as a zombie of its parent or, once that parent is gone, of the reaper, which waits for every
 one (__WALL: clone children too) until it has no child left. The kernel adds a reaped
 process's CPU time, and that of everything it reaped, to its reaper's RUSAGE_CHILDREN, and its
@@ -23,28 +25,28 @@ SA_NOCLDWAIT set is released by the kernel unreaped, and its time with it.
 from __future__ import annotations
 
 import contextlib
-import ctypes
 import os
-import resource
+import platform
 import select
-import struct
 import subprocess
+import sys
 import time
-from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
 from trialbox.errors import SandboxError
-from trialbox.sandbox import seccomp
+from trialbox.sandbox import reaper_process, seccomp
+from trialbox.sandbox.reaper_process import EXITED, START, TOTALS
 
-PR_SET_CHILD_SUBREAPER = 36
-WALL = 0x40000000  # __WALL: children whatever their exit signal (clone children too)
-EXITED = struct.Struct("=i")  # the main process's wait status
-TOTALS = struct.Struct("=ddq")  # RUSAGE_CHILDREN's utime, stime (s) and maxrss (KiB)
+PROGRAM = Path(reaper_process.__file__)
 # After the runner's kill, the reaper only has zombies left to reap.
 TOTALS_WAIT_S = 5.0
+# An interpreter's start, with room for a loaded machine.
+START_WAIT_S = 30.0
+# Below the worker's threads: the memory watchdog's samples must not wait behind the sandbox's
+# own processes for a CPU (they would, six busy ones on two cores: 556 MiB held of 256 before a
+# sample saw it). A sandbox cannot raise it back: RLIMIT_NICE 0.
 SANDBOX_NICE = 10
-_libc = ctypes.CDLL(None, use_errno=True)
 
 
 @dataclass(frozen=True)
@@ -120,68 +122,59 @@ class Reaped:
                 self.totals()
 
 
-def _reap(main: int, status: int) -> None:
-    """In the reaper: reap every descendant, report, exit. Never returns."""
-    code = 1
-    try:
-        # Only the command's processes may hold its pipes (and the worker's others) open.
-        os.closerange(0, status)
-        os.closerange(status + 1, os.sysconf("SC_OPEN_MAX"))
-        while True:
-            try:
-                pid, wait_status, _ = os.wait4(-1, WALL)
-            except ChildProcessError:
-                break
-            if pid == main:
-                os.write(status, EXITED.pack(wait_status))
-        usage = resource.getrusage(resource.RUSAGE_CHILDREN)
-        os.write(status, TOTALS.pack(usage.ru_utime, usage.ru_stime, usage.ru_maxrss))
-        code = 0
-    finally:
-        os._exit(code)
+def _filter() -> str:
+    """The seccomp filter the command's first process installs, as hex."""
+    if platform.machine() not in seccomp.ARCHES:
+        raise SandboxError(f"no seccomp filter for {platform.machine()}")
+    return seccomp.program().hex()
 
 
-def _start(uid: int, status: int) -> Callable[[], None]:
-    """subprocess's preexec_fn, in its child, as root: that child becomes the reaper and forks
-    the command, which switches to `uid` in a new session and returns to subprocess's exec."""
-
-    def preexec() -> None:
-        if _libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:  # the launch's failure
-            raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
-        main = os.fork()
-        if main:
-            _reap(main, status)
-        os.setsid()
-        # Below the worker's threads: the memory watchdog's samples must not wait behind the
-        # sandbox's own processes for a CPU (they would, six busy ones on two cores: 556 MiB
-        # held of 256 before a sample saw it). A sandbox cannot raise it back: RLIMIT_NICE 0.
-        os.setpriority(os.PRIO_PROCESS, 0, SANDBOX_NICE)
-        os.setgroups([])
-        os.setresgid(uid, uid, uid)
-        os.setresuid(uid, uid, uid)
-        seccomp.install()
-
-    return preexec
+def _read_start(read: int, proc: subprocess.Popen[bytes]) -> None:
+    """Until the reaper says the command exec'd (or why not): a SandboxError, never the
+    command's failure, when it did not."""
+    told = b""
+    while len(told) < START.size or len(told) < START.size + START.unpack_from(told)[0]:
+        ready = select.select([read], [], [], START_WAIT_S)[0]
+        chunk = os.read(read, 4096) if ready else b""
+        if not chunk:
+            proc.kill()
+            code = proc.wait()
+            raise SandboxError(f"the command's reaper did not start it (exited with {code})")
+        told += chunk
+    (length,) = START.unpack_from(told)
+    if length:
+        proc.wait(timeout=TOTALS_WAIT_S)
+        raise SandboxError(told[START.size : START.size + length].decode(errors="replace"))
 
 
 def start(argv: list[str], uid: int, cwd: Path, env: dict[str, str], fds: list[int]) -> Reaped:
     """Start `argv` as `uid` under a reaper; its stdout and stderr are `proc`'s pipes."""
     read, write = os.pipe()
     try:
+        command = [str(write), str(uid), str(SANDBOX_NICE), _filter(), "--", *argv]
         proc = subprocess.Popen(
-            argv,
+            [sys.executable, "-I", "-S", str(PROGRAM), *command],
             cwd=cwd,
             stdin=subprocess.DEVNULL,
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,
-            pass_fds=fds,
+            pass_fds=[*fds, write],
             env=env,
             start_new_session=True,  # the reaper's own: out of the worker's process group
-            preexec_fn=_start(uid, write),
         )
     except BaseException:
         os.close(read)
         raise
     finally:
         os.close(write)
+    try:
+        _read_start(read, proc)
+    except BaseException:
+        os.close(read)
+        proc.kill()
+        proc.wait()
+        for pipe in (proc.stdout, proc.stderr):
+            if pipe is not None:
+                pipe.close()
+        raise
     return Reaped(proc, read)

@@ -7,8 +7,9 @@ the whole sandbox (a watchdog over the slot uids' memory that kills past memory_
 is undumpable, so a sandboxed process cannot read its environment (and the task's credentials
 URI) from /proc; nothing runs as a slot uid with the runner's environment.
 
-The command starts as the slot uid under a reaper (see reaper), which forks it; it switches uid
-and groups before it execs `prlimit`, so a refused switch is the sandbox's failure
+The command starts as the slot uid under a reaper (see reaper: a program of its own, never a
+fork of the worker, whose memory would count in the command's peak), which forks it; it
+switches uid and groups and installs the seccomp filter before it execs `prlimit`, so a refused switch is the sandbox's failure
 (SandboxError), never the command's exit code. The reaper reaps every process the command
 started, wherever it went, so the CPU time reported is all of theirs. prlimit lowers the
 limits and execs `setpriv --no-new-privs`, which execs the command; both come from util-linux,

@@ -22,12 +22,12 @@ to hold kernel resources outside its limits is denied with an errno, never a kil
   only (ENOSYS).
 
 The program is classic BPF, built here (no libseccomp in the image): bwrap loads it with
-`--seccomp FD`; the rlimit backend installs it in the child before exec (`install`).
+`--seccomp FD`; the rlimit backend's reaper installs it in the command's first process before exec
+(trialbox/sandbox/reaper_process.py).
 """
 
 from __future__ import annotations
 
-import ctypes
 import errno
 import platform
 import struct
@@ -134,28 +134,3 @@ def _assemble(body: list[tuple[int, str | None, str | None, int] | str]) -> byte
 
         code.append(_insn(op, offset(if_true), offset(if_false), k))
     return b"".join(code)
-
-
-class _SockFprog(ctypes.Structure):
-    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
-
-
-PR_SET_SECCOMP, SECCOMP_MODE_FILTER, PR_SET_NO_NEW_PRIVS = 22, 2, 38
-_PROGRAM = program() if platform.machine() in ARCHES else b""
-_BUFFER = ctypes.create_string_buffer(_PROGRAM, len(_PROGRAM) or 1)
-_FPROG = _SockFprog(len(_PROGRAM) // 8, ctypes.cast(_BUFFER, ctypes.c_void_p))
-_LIBC = ctypes.CDLL(None, use_errno=True)
-
-
-def install() -> None:
-    """In a forked child before exec (subprocess's preexec_fn, which runs after the uid switch):
-    built at import, so nothing here allocates. no_new_privs first, as seccomp requires of an
-    unprivileged caller (the command gets it from setpriv anyway)."""
-    if not _PROGRAM:
-        raise OSError(errno.ENOSYS, f"no seccomp filter for {platform.machine()}")
-    if (
-        _LIBC.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
-        or _LIBC.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.byref(_FPROG), 0, 0) != 0
-    ):
-        code = ctypes.get_errno()
-        raise OSError(code, f"seccomp: {errno.errorcode.get(code, code)}")
