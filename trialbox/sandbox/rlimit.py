@@ -10,10 +10,10 @@ URI) from /proc; nothing runs as a slot uid with the runner's environment.
 The command starts as the slot uid under a reaper (see reaper: a program of its own, never a
 fork of the worker, whose memory would count in the command's peak), which forks it; it
 switches uid and groups and installs the seccomp filter before it execs `prlimit`, so a
-refused switch is the sandbox's failure (SandboxError), never the command's exit code. The reaper reaps every process the command
-started, wherever it went, so the CPU time reported is all of theirs. prlimit lowers the
-limits and execs `setpriv --no-new-privs`, which execs the command; both come from util-linux,
-which every Debian image has.
+refused switch is the sandbox's failure (SandboxError), never the command's exit code. The
+reaper reaps every process the command started, wherever it went, so the CPU time reported is
+all of theirs. prlimit lowers the limits and execs `setpriv --no-new-privs`, which execs the
+command; both come from util-linux, which every Debian image has.
 
 Between jobs on one task, `sweep` wipes what the slot uids left anywhere writable (wipe.py), and
 the worker checks `residue` before it takes the next job.
