@@ -10,6 +10,7 @@ import os
 import secrets
 import socket
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -161,15 +162,21 @@ class Runner:
             grading_timeout_s=grading_timeout_s,
         )
 
-    def _agent_spec(self, argv: list[str], slot: Slot, limits: Limits) -> CommandSpec:
-        env = sandbox_env(self.runtime, self._sandbox_path(slot.work_dir), limits)
+    def _workspace_spec(
+        self,
+        argv: Sequence[str],
+        slot: Slot,
+        limits: Limits,
+        role: Literal["agent", "grader"] = "agent",
+    ) -> CommandSpec:
+        """A command in the slot's workspace, under `limits` and their timeout."""
         return CommandSpec(
             argv=tuple(argv),
             workdir=slot.work_dir,
-            role="agent",
+            role=role,
             limits=limits,
             timeout_s=limits.timeout_s,
-            env=env,
+            env=sandbox_env(self.runtime, self._sandbox_path(slot.work_dir), limits),
         )
 
     def exec(self, argv: list[str], limits: Limits, files_dir: Path | None = None) -> CommandResult:
@@ -188,7 +195,7 @@ class Runner:
                     slot.agent_uid,
                     limits.disk_mb * MiB,
                 )
-            outcome = self.backend.run(slot, self._agent_spec(argv, slot, limits))
+            outcome = self.backend.run(slot, self._workspace_spec(argv, slot, limits))
         return command_result("exec", argv, outcome)
 
     def run(
@@ -293,7 +300,7 @@ class Runner:
                 raise overflow from exc
             raise
         for argv in sample.commands:
-            outcome = self.backend.run(slot, self._agent_spec(argv, slot, limits))
+            outcome = self.backend.run(slot, self._workspace_spec(argv, slot, limits))
             commands.append(command_result("agent", argv, outcome))
         processes.kill_all((uid,))  # the agent's leftovers, before anything reads its files
         if checkpoint_to is not None:
@@ -356,7 +363,6 @@ class Runner:
         if aside is not None:
             return PerformanceReport(policy_failed=f"the solution's workspace {aside}")
         argv = ("python", "-c", spec.workload)
-        env = sandbox_env(self.runtime, self._sandbox_path(slot.work_dir), limits)
         roles: dict[str, Literal["agent", "grader"]] = {"reference": "grader", "policy": "agent"}
         report = PerformanceReport()
         expected: str | None = None  # what the reference's workload printed, first time
@@ -369,14 +375,7 @@ class Runner:
                         raise  # the task's files, in a swept slot: the platform's
                     report.policy_failed = f"the solution's workspace {exc}"
                     return report
-                run = CommandSpec(
-                    argv=argv,
-                    workdir=slot.work_dir,
-                    role=roles[side],
-                    limits=limits,
-                    timeout_s=limits.timeout_s,
-                    env=env,
-                )
+                run = self._workspace_spec(argv, slot, limits, roles[side])
                 outcome = self.backend.run(slot, run)
                 failed = _workload_failure(outcome)
                 if failed is None and side == "reference" and expected is None:
