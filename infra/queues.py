@@ -1,5 +1,5 @@
-"""A queue always comes with its DLQ, encryption, TLS and two alarms (DESIGN section 8,
-queue hygiene): anything in the DLQ, and a message older than the queue should ever hold."""
+"""A queue always comes with its DLQ, encryption, TLS and two alarms (docs/pipeline.md,
+"Alarms"): anything in the DLQ, and a message older than the queue should ever hold."""
 
 from __future__ import annotations
 

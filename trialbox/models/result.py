@@ -1,4 +1,5 @@
-"""The typed result a trainer receives, and the reward and loss-mask rules (DESIGN section 4)."""
+"""The typed result a trainer receives, and the reward and loss-mask rules (docs/sandbox.md,
+"Statuses, rewards, loss masks")."""
 
 from __future__ import annotations
 

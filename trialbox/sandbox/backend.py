@@ -11,7 +11,7 @@ import signal
 import subprocess
 import time
 from abc import ABC, abstractmethod
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
@@ -29,9 +29,9 @@ KILLED_EXIT = 128 + signal.SIGKILL
 REPORT_FD_ENV = "TRIALBOX_REPORT_FD"
 
 
-@dataclass
+@dataclass(frozen=True, kw_only=True)
 class CommandSpec:
-    argv: list[str]
+    argv: tuple[str, ...]
     workdir: Path  # host path; the command's working directory
     role: Literal["agent", "grader"]
     limits: Limits
@@ -43,7 +43,7 @@ class CommandSpec:
     channel: tuple[str, bytes] | None = None
     # (variable, descriptor): inherited by the command, whose number the variable names. The
     # run owns them from then on and closes its copies once the command started.
-    inherit: list[tuple[str, int]] = field(default_factory=list)
+    inherit: tuple[tuple[str, int], ...] = ()
     # Started in the same slot once this command runs (under bwrap, in its cgroup: one memory
     # limit for both) and killed with it: the policy's process at grading.
     companion: CommandSpec | None = None
@@ -156,8 +156,9 @@ class Backend(ABC):
         report = Collector(REPORT_CAP)
         read_fd, write_fd = os.pipe() if spec.report else (None, None)
         passed: list[int] = []
+        named: dict[str, str] = {}  # each passed descriptor's variable, and its number
         if write_fd is not None:
-            spec.env = spec.env | {REPORT_FD_ENV: str(write_fd)}
+            named[REPORT_FD_ENV] = str(write_fd)
             passed.append(write_fd)
         if spec.channel is not None:
             variable, data = spec.channel
@@ -167,10 +168,11 @@ class Backend(ABC):
             while view:
                 view = view[os.write(channel, view) :]
             os.lseek(channel, 0, os.SEEK_SET)
-            spec.env = spec.env | {variable: str(channel)}
+            named[variable] = str(channel)
         for variable, fd in spec.inherit:
-            spec.env = spec.env | {variable: str(fd)}
+            named[variable] = str(fd)
             passed.append(fd)
+        spec = replace(spec, env=spec.env | named)
         later = [fd for _, fd in spec.companion.inherit] if spec.companion else []
         started = time.monotonic()
         companion: Launched | None = None
@@ -197,8 +199,7 @@ class Backend(ABC):
         return outcome
 
     def _companion(self, slot: Slot, spec: CommandSpec, main: Launched) -> Launched:
-        for variable, fd in spec.inherit:
-            spec.env = spec.env | {variable: str(fd)}
+        spec = replace(spec, env=spec.env | {variable: str(fd) for variable, fd in spec.inherit})
         try:
             return self.launch(slot, spec, [fd for _, fd in spec.inherit], join=True)
         except BaseException:

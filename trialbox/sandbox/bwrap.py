@@ -198,7 +198,7 @@ class BwrapBackend(Backend):
         drop = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
         drop += ["--no-new-privs", "--inh-caps=-all", "--"]
         argv = ["/bin/sh", "-c", JOIN_SHIM, "sh", *map(str, cgroup.procs_files), "--"]
-        argv += drop + self._bwrap_args(spec, status_w, filter_fd) + spec.argv
+        argv += [*drop, *self._bwrap_args(spec, status_w, filter_fd), *spec.argv]
         try:
             proc = subprocess.Popen(
                 argv,

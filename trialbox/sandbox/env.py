@@ -1,5 +1,6 @@
-"""The deterministic environment every sandboxed command gets (DESIGN section 5). Nothing of
-the host's environment is inherited: no AWS_* variable, no credentials, no proxy."""
+"""The deterministic environment every sandboxed command gets (docs/sandbox.md, "The
+environment inside"). Nothing of the host's environment is inherited: no AWS_* variable, no
+credentials, no proxy."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The runner: materialize, agent phase, checkpoint, grading phase, raw run report
-(DESIGN section 5). The same steps run under either isolation backend."""
+(docs/sandbox.md, "The runner"). The same steps run under either isolation backend."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ import os
 import secrets
 import socket
 import threading
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Literal
 
@@ -161,9 +162,22 @@ class Runner:
             grading_timeout_s=grading_timeout_s,
         )
 
-    def _agent_spec(self, argv: list[str], slot: Slot, limits: Limits) -> CommandSpec:
-        env = sandbox_env(self.runtime, self._sandbox_path(slot.work_dir), limits)
-        return CommandSpec(argv, slot.work_dir, "agent", limits, limits.timeout_s, env)
+    def _workspace_spec(
+        self,
+        argv: Sequence[str],
+        slot: Slot,
+        limits: Limits,
+        role: Literal["agent", "grader"] = "agent",
+    ) -> CommandSpec:
+        """A command in the slot's workspace, under `limits` and their timeout."""
+        return CommandSpec(
+            argv=tuple(argv),
+            workdir=slot.work_dir,
+            role=role,
+            limits=limits,
+            timeout_s=limits.timeout_s,
+            env=sandbox_env(self.runtime, self._sandbox_path(slot.work_dir), limits),
+        )
 
     def exec(self, argv: list[str], limits: Limits, files_dir: Path | None = None) -> CommandResult:
         """One command in a fresh sandbox (`trialbox sandbox exec`)."""
@@ -181,7 +195,7 @@ class Runner:
                     slot.agent_uid,
                     limits.disk_mb * MiB,
                 )
-            outcome = self.backend.run(slot, self._agent_spec(argv, slot, limits))
+            outcome = self.backend.run(slot, self._workspace_spec(argv, slot, limits))
         return command_result("exec", argv, outcome)
 
     def run(
@@ -286,7 +300,7 @@ class Runner:
                 raise overflow from exc
             raise
         for argv in sample.commands:
-            outcome = self.backend.run(slot, self._agent_spec(argv, slot, limits))
+            outcome = self.backend.run(slot, self._workspace_spec(argv, slot, limits))
             commands.append(command_result("agent", argv, outcome))
         processes.kill_all((uid,))  # the agent's leftovers, before anything reads its files
         if checkpoint_to is not None:
@@ -348,8 +362,7 @@ class Runner:
         `aside`: why the solution's files could not be set aside (its failure), or None."""
         if aside is not None:
             return PerformanceReport(policy_failed=f"the solution's workspace {aside}")
-        argv = ["python", "-c", spec.workload]
-        env = sandbox_env(self.runtime, self._sandbox_path(slot.work_dir), limits)
+        argv = ("python", "-c", spec.workload)
         roles: dict[str, Literal["agent", "grader"]] = {"reference": "grader", "policy": "agent"}
         report = PerformanceReport()
         expected: str | None = None  # what the reference's workload printed, first time
@@ -362,7 +375,7 @@ class Runner:
                         raise  # the task's files, in a swept slot: the platform's
                     report.policy_failed = f"the solution's workspace {exc}"
                     return report
-                run = CommandSpec(argv, slot.work_dir, roles[side], limits, limits.timeout_s, env)
+                run = self._workspace_spec(argv, slot, limits, roles[side])
                 outcome = self.backend.run(slot, run)
                 failed = _workload_failure(outcome)
                 if failed is None and side == "reference" and expected is None:
@@ -401,23 +414,24 @@ class Runner:
         aside = slot.root / TIMED_SOLUTION_DIR
         _copy(aside, slot.work_dir, lambda *_: None, uid, limits)
 
-    def _boundary(self, grader: CommandSpec, slot: Slot, task: Task) -> None:
-        """The policy's process beside the grader's: the zygote of trialbox_policy, as the
-        agent's uid in the agent's workspace, on a control socket only the two hold."""
+    def _boundary(self, grader: CommandSpec, slot: Slot, task: Task) -> CommandSpec:
+        """The grader's spec with the policy's process beside it: the zygote of
+        trialbox_policy, as the agent's uid in the agent's workspace, on a control socket only
+        the two hold."""
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         workspace = self._sandbox_path(slot.work_dir)
         env = sandbox_env(self.runtime, workspace, grader.limits)
         env["PYTHONPATH"] = str(self.runtime.plugin_dir)
-        grader.companion = CommandSpec(
-            ["python", "-P", "-m", POLICY_MODULE],
-            slot.work_dir,
-            "agent",
-            grader.limits,
-            grader.timeout_s,
-            env,
-            inherit=[(POLICY_FD_ENV, theirs.detach())],
+        companion = CommandSpec(
+            argv=("python", "-P", "-m", POLICY_MODULE),
+            workdir=slot.work_dir,
+            role="agent",
+            limits=grader.limits,
+            timeout_s=grader.timeout_s,
+            env=env,
+            inherit=((POLICY_FD_ENV, theirs.detach()),),
         )
-        grader.inherit.append((POLICY_FD_ENV, ours.detach()))
+        control = (POLICY_FD_ENV, ours.detach())
         # The grading time the policy's calls may use: pytest keeps the rest to report.
         budget = max(grader.timeout_s * 0.8, grader.timeout_s - 2.0)
         # On a descriptor, not in env: a workspace of many modules would pass the kernel's
@@ -427,7 +441,9 @@ class Runner:
             "modules": policy_modules(slot.work_dir, self.protected | hidden_modules(task)),
             "hidden": sorted(task.hidden_tests),
         }
-        grader.inherit.append((POLICY_SPEC_FD_ENV, _memfd(json.dumps(spec).encode())))
+        described = (POLICY_SPEC_FD_ENV, _memfd(json.dumps(spec).encode()))
+        inherit = (*grader.inherit, control, described)
+        return dataclasses.replace(grader, companion=companion, inherit=inherit)
 
     def _grade(
         self,
@@ -474,11 +490,18 @@ class Runner:
         if task.grading.io is not None:  # the hidden cases, on a descriptor only the grader reads
             channel = (iomatch.CASES_FD_ENV, task.grading.io.payload())
         spec = CommandSpec(
-            argv, slot.grade_dir, "grader", limits, task.grading_timeout_s, env, True, channel
+            argv=tuple(argv),
+            workdir=slot.grade_dir,
+            role="grader",
+            limits=limits,
+            timeout_s=task.grading_timeout_s,
+            env=env,
+            report=True,
+            channel=channel,
+            inherit=((NONCE_FD_ENV, _memfd(nonce.encode())),),
         )
-        spec.inherit.append((NONCE_FD_ENV, _memfd(nonce.encode())))
         if boundary:
-            self._boundary(spec, slot, task)
+            spec = self._boundary(spec, slot, task)
         outcome = self.backend.run(slot, spec)
         result = command_result("grading", argv, outcome)
         commands.append(result)

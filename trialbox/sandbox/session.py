@@ -96,7 +96,7 @@ class SessionWorkspace:
         limits = self.limits
         if timeout_s is not None:
             limits = limits.model_copy(update={"timeout_s": min(timeout_s, limits.timeout_s)})
-        spec = self.runner._agent_spec(argv, self.slot, limits)
+        spec = self.runner._workspace_spec(argv, self.slot, limits)
         try:
             outcome = self.runner.backend.run(self.slot, spec)
         finally:

@@ -1,4 +1,5 @@
-"""Sessions: one workspace that evolves over many tool calls, then a grade (DESIGN section 3).
+"""Sessions: one workspace that evolves over many tool calls, then a grade (docs/sdk.md,
+"Sessions").
 
 No queue is a session's own. Opening one sends a message on the stack's open queue (opens
 made together leave in one SendMessageBatch); a worker with room for sessions takes up to 10
