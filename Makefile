@@ -83,6 +83,7 @@ demo: setup
 bench: setup
 	$(BIN)/python benchmarks/sandbox_overhead.py
 	$(BIN)/python benchmarks/pipeline_throughput.py -n 100
+	$(BIN)/python benchmarks/orchestration_cpu.py -n 100
 	$(BIN)/python benchmarks/transitions.py
 	$(BIN)/python benchmarks/scale_model.py
 	$(BIN)/python benchmarks/model_vs_twin.py

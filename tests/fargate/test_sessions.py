@@ -99,6 +99,7 @@ def test_an_idle_released_session_frees_the_task_for_other_work_then_comes_back(
             assert second.exec(["test", "-e", "mine.txt"]).exit_code == 1
             assert second.worker == made.worker  # the same task, one session at a time
         back = first.step(commands=[["cat", "mine.txt"]])
-        assert back.commands[0].stdout == "first\n" and back.restored_s is not None
+        assert back.commands and back.commands[0].stdout == "first\n", back
+        assert back.restored_s is not None
         assert (first.epoch, first.failovers, back.worker) == (1, 0, made.worker)
     assert service.failures() == []

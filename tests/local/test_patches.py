@@ -10,6 +10,7 @@ from typing import Any
 
 import boto3
 import pytest
+from jsonpath_ng.parser import JsonPathParser
 from moto import backends, mock_aws
 from moto.awslambda_simple.models import LambdaSimpleBackend
 from moto.core import utils as moto_utils
@@ -23,6 +24,7 @@ from moto.stepfunctions.parser.asl.eval.callback.callback import (
     CallbackOutcomeSuccess,
 )
 from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
+from moto.stepfunctions.parser.asl.utils import json_path
 
 from trialbox.local import patches
 
@@ -217,6 +219,32 @@ def test_moto_parses_a_definition_per_execution_without_the_patch_and_once_with_
     assert parses_and_outputs(CHOOSE, inputs, monkeypatch) == (1, sizes)
     # A Parallel's components hold a run's state: each execution parses its own.
     assert parses_and_outputs(BRANCHES, [0, 1], monkeypatch)[0] == 2
+
+
+def test_moto_builds_a_json_path_parser_per_evaluation_without_the_patch_and_once_with_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    built = []
+    real = JsonPathParser.__init__
+
+    def counted(self: JsonPathParser, *args: Any, **kwargs: Any) -> None:
+        built.append(1)
+        real(self, *args, **kwargs)
+
+    monkeypatch.setattr(JsonPathParser, "__init__", counted)
+    data = {"size": "big", "input": {"value": 3}, "items": [1, 2]}
+    paths = ["$.size", "$.input.value", "$.size", "$.items[0]", "$.input.value", "$.size"]
+    found = [json_path.extract_json(path, data) for path in paths]
+    assert found == ["big", 3, "big", 1, 3, "big"]
+    assert len(built) == len(paths)  # still needed: a parser (and its tables) per evaluation
+    patches.parse_each_json_path_once()
+    built.clear()
+    assert [json_path.extract_json(path, data) for path in paths] == found
+    assert len(built) == 3  # once for each path
+    monkeypatch.undo()
+    # Executions evaluate their paths through it (InputPath, ResultPath, parameters) alike.
+    sizes = [{"size": s} for s in ("small", "big", "big", "small")]
+    assert parses_and_outputs(CHOOSE, [0, 5, 2, 1], monkeypatch)[1] == sizes
 
 
 def test_the_moto_server_lists_its_package_per_request_without_the_patch_and_once_with_it(

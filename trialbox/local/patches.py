@@ -19,6 +19,7 @@ from moto.dynamodb.models import DynamoDBBackend
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication
 from moto.sqs import models as sqs_models
 from moto.stepfunctions.parser import models as sfn_models
+from moto.stepfunctions.parser.asl.component.common.path import result_path
 from moto.stepfunctions.parser.asl.component.eval_component import EvalComponent
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.service.resource import (
     ResourceCondition,
@@ -32,7 +33,7 @@ from moto.stepfunctions.parser.asl.eval.callback.callback import (
 )
 from moto.stepfunctions.parser.asl.eval.environment import Environment
 from moto.stepfunctions.parser.asl.parse.asl_parser import AmazonStateLanguageParser
-from moto.stepfunctions.parser.asl.utils import boto_client
+from moto.stepfunctions.parser.asl.utils import boto_client, json_path
 from moto.stepfunctions.parser.backend.execution_worker import ExecutionWorker
 from moto.stepfunctions.responses import StepFunctionResponse
 
@@ -46,6 +47,12 @@ _original_entrypoint = ExecutionWorker._get_evaluation_entrypoint
 _original_backend_for_host = DomainDispatcherApplication.get_backend_for_host
 _original_send_task_failure = StepFunctionResponse.send_task_failure
 _original_eval_execution = StateTaskServiceCallback._eval_execution
+# The names the JSONPath parsers moto's interpreter calls are imported as, by module, and
+# those parsers (parse_each_json_path_once).
+_JSON_PATH_NAMES: dict[str, dict[str, Any]] = {
+    "json_path": vars(json_path), "result_path": vars(result_path),
+}  # fmt: skip
+_original_json_path_parsers = {m: names["parse"] for m, names in _JSON_PATH_NAMES.items()}
 # The names moto's Step Functions backend raises its exceptions by.
 _SFN_ERRORS: dict[str, Any] = vars(sfn_models)
 _original_task_does_not_exist = _SFN_ERRORS["TaskDoesNotExist"]
@@ -222,6 +229,22 @@ def parse_each_definition_once() -> None:
     ExecutionWorker._get_evaluation_entrypoint = _entrypoint  # type: ignore[method-assign]
 
 
+@functools.lru_cache(maxsize=1024)
+def _json_path(module: str, path: str) -> Any:
+    return _original_json_path_parsers[module](path)
+
+
+def parse_each_json_path_once() -> None:
+    """Defect (cost): moto's interpreter builds a new jsonpath_ng parser, which builds ply's
+    parsing tables again, for every JSONPath it evaluates (each InputPath, ResultPath and
+    `.$` parameter of every state of every execution): about a tenth of the services
+    process's CPU. A parsed path is a tree its `find` only reads, and a definition's paths
+    are few: parse each once. (Two parsers, jsonpath_ng's and its extended one, each keep
+    their own.)"""
+    for module, names in _JSON_PATH_NAMES.items():
+        names["parse"] = functools.partial(_json_path, module)
+
+
 _hosts: dict[str | None, Any] = {}
 
 
@@ -298,6 +321,9 @@ def undo() -> None:
     _rebind(_reused_client, _original_boto_client_for)
     ExecutionWorker._get_evaluation_entrypoint = _original_entrypoint  # type: ignore[method-assign]
     _parsed.cache_clear()
+    for module, names in _JSON_PATH_NAMES.items():
+        names["parse"] = _original_json_path_parsers[module]
+    _json_path.cache_clear()
     DomainDispatcherApplication.get_backend_for_host = _original_backend_for_host  # type: ignore[method-assign]
     _hosts.clear()
     for name, original in _original_dynamodb.items():

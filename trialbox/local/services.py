@@ -111,6 +111,7 @@ def serve(port: int, heartbeat_s: int, log_dir: Path, ready: IO[str], until: IO[
     patches.new_token_per_attempt()
     patches.reuse_service_clients()
     patches.parse_each_definition_once()
+    patches.parse_each_json_path_once()
     patches.route_each_host_once()
     patches.isolate_dynamodb_transactions()
     patches.read_the_sqs_clock_directly()
