@@ -30,18 +30,12 @@ import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
+from pipeline_throughput import SOLUTION, TASK, WORKERS  # the same small pytest sample
+
 from trialbox.local.requestlog import ENV_REQUEST_LOG, calls
 from trialbox.models import ExecutionRequest, ExecutionResult
 from trialbox.sdk import Client
 
-TESTS = "from solution import add\ndef test_one():\n    assert add(1, 2) == 3\n"
-SOLUTION = "def add(a, b):\n    return a + b\n"
-TASK = {
-    "task_id": "bench",
-    "hidden_tests": {"tests/test_add.py": TESTS},
-    "grading": {"command": ["python", "-m", "pytest", "-q", "tests"]},
-}
-WORKERS = 2
 TICK = os.sysconf("SC_CLK_TCK")
 TARGET_MS = 25.0
 
