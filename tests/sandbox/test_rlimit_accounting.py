@@ -6,10 +6,13 @@ them all; rlimit's figure must agree with it (trialbox/sandbox/reaper.py)."""
 from __future__ import annotations
 
 import os
+import time
+from typing import Any
 
 import pytest
 
-from trialbox.models import Limits
+from trialbox.models import Limits, Status
+from trialbox.sandbox import reaper
 from trialbox.sandbox.config import SandboxConfig
 from trialbox.sandbox.runner import Runner
 
@@ -141,3 +144,21 @@ def test_the_workers_own_memory_is_not_the_commands_peak(rlimit: Runner, bwrap: 
     assert len(ballast) and (result.exit_code, result.stdout) == (0, "done\n"), result.stderr
     assert result.peak_memory_mb < 64, (result.peak_memory_mb, on_bwrap.peak_memory_mb)
     assert abs(result.peak_memory_mb - on_bwrap.peak_memory_mb) <= 16
+
+
+def test_a_command_over_before_the_worker_reads_its_start_is_still_measured(
+    rlimit: Runner, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Was a break of the exec'd reaper: the worker read the reaper's start record with the
+    records after it (the exit status, the totals) when the command ended first, dropped them,
+    and took the reaper for dead: `sandbox_error` for a quick command on a busy machine (a
+    session's `cat` after a reopen). Here the worker reads the record late, always."""
+    real = reaper.select.select
+
+    def late(*args: Any) -> Any:
+        time.sleep(0.3)  # the command (`true`) and its reaper are done by then
+        return real(*args)
+
+    monkeypatch.setattr(reaper.select, "select", late)
+    result = rlimit.exec(["true"], Limits(timeout_s=10))
+    assert (result.status, result.exit_code) == (Status.SUCCEEDED, 0), result

@@ -129,22 +129,29 @@ def _filter() -> str:
     return seccomp.program().hex()
 
 
-def _read_start(read: int, proc: subprocess.Popen[bytes]) -> None:
-    """Until the reaper says the command exec'd (or why not): a SandboxError, never the
-    command's failure, when it did not."""
+def _read_exactly(read: int, size: int, proc: subprocess.Popen[bytes]) -> bytes:
+    """`size` bytes and never more: the records after them (the exit status, the totals) are
+    `Reaped`'s to read, and they may be in the pipe already (a command that ended at once)."""
     told = b""
-    while len(told) < START.size or len(told) < START.size + START.unpack_from(told)[0]:
+    while len(told) < size:
         ready = select.select([read], [], [], START_WAIT_S)[0]
-        chunk = os.read(read, 4096) if ready else b""
+        chunk = os.read(read, size - len(told)) if ready else b""
         if not chunk:
             proc.kill()
             code = proc.wait()
             raise SandboxError(f"the command's reaper did not start it (exited with {code})")
         told += chunk
-    (length,) = START.unpack_from(told)
+    return told
+
+
+def _read_start(read: int, proc: subprocess.Popen[bytes]) -> None:
+    """Until the reaper says the command exec'd (or why not): a SandboxError, never the
+    command's failure, when it did not."""
+    (length,) = START.unpack(_read_exactly(read, START.size, proc))
     if length:
+        why = _read_exactly(read, length, proc).decode(errors="replace")
         proc.wait(timeout=TOTALS_WAIT_S)
-        raise SandboxError(told[START.size : START.size + length].decode(errors="replace"))
+        raise SandboxError(why)
 
 
 def start(argv: list[str], uid: int, cwd: Path, env: dict[str, str], fds: list[int]) -> Reaped:
