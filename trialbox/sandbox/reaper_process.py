@@ -20,6 +20,7 @@ from __future__ import annotations
 import ctypes
 import os
 import resource
+import signal
 import struct
 import sys
 
@@ -44,6 +45,10 @@ def _prctl(libc: ctypes.CDLL, option: int, arg2: int, arg3: object = 0) -> None:
 
 def _become(uid: int, nice: int, program: bytes, libc: ctypes.CDLL) -> None:
     """In the command's first process, before its exec."""
+    # What this interpreter ignores at its start, an exec would hand on: the command would
+    # get EPIPE for SIGPIPE and EFBIG for SIGXFSZ (subprocess's restore_signals, as bwrap's).
+    for number in (signal.SIGPIPE, signal.SIGXFSZ):
+        signal.signal(number, signal.SIG_DFL)
     os.setsid()
     os.setpriority(os.PRIO_PROCESS, 0, nice)
     os.setgroups([])
