@@ -77,10 +77,11 @@ class Reaped:
             self._data = self._data[EXITED.size :]
 
     def exited(self) -> bool:
-        """The main process has exited (its descendants may live on)."""
+        """The main process has exited (its descendants may live on), or the reaper is gone
+        without saying so: `wait` tells which, at once rather than at the deadline."""
         if self.wait_status is None:
             self._read(0)
-        return self.wait_status is not None
+        return self.wait_status is not None or self._eof
 
     def wait(self) -> int:
         """The main process's exit code (-N: killed by signal N)."""
