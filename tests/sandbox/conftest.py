@@ -12,6 +12,7 @@ from tests.support.tasks import ADD_TASK
 from trialbox.models import Limits, Sample, Task
 from trialbox.models.report import CommandResult, RunReport
 from trialbox.models.result import ExecutionResult
+from trialbox.sandbox.config import SandboxConfig
 from trialbox.sandbox.runner import Runner
 from trialbox.scoring import score
 
@@ -19,6 +20,17 @@ from trialbox.scoring import score
 @pytest.fixture(scope="session")
 def runner() -> Runner:
     return Runner()
+
+
+@pytest.fixture(scope="module")
+def rlimit() -> Runner:
+    """The rlimit backend (Fargate's), beside the machine's default."""
+    return Runner(SandboxConfig.from_env().model_copy(update={"backend": "rlimit"}))
+
+
+@pytest.fixture(scope="module")
+def bwrap() -> Runner:
+    return Runner(SandboxConfig.from_env().model_copy(update={"backend": "bwrap"}))
 
 
 @pytest.fixture

@@ -13,7 +13,6 @@ import pytest
 
 from trialbox.models import Limits, Status
 from trialbox.sandbox import reaper
-from trialbox.sandbox.config import SandboxConfig
 from trialbox.sandbox.runner import Runner
 
 # Burns about `seconds` of CPU in this thread, whatever the interpreter's speed.
@@ -96,16 +95,6 @@ BIG_UNWAITED_CHILD = (
     "os.close(w)\n"
     "print(os.read(r, 4).decode())\n"
 )
-
-
-@pytest.fixture(scope="module")
-def rlimit() -> Runner:
-    return Runner(SandboxConfig.from_env().model_copy(update={"backend": "rlimit"}))
-
-
-@pytest.fixture(scope="module")
-def bwrap() -> Runner:
-    return Runner(SandboxConfig.from_env().model_copy(update={"backend": "bwrap"}))
 
 
 def cpu_s(runner: Runner, code: str) -> float:

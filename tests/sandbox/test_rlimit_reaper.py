@@ -12,21 +12,10 @@ import pytest
 
 from trialbox.errors import SandboxError
 from trialbox.models import Limits
-from trialbox.sandbox.config import SandboxConfig
 from trialbox.sandbox.runner import Runner
 
 # `yes` killed by SIGPIPE says nothing; with SIGPIPE ignored it says "Broken pipe" and fails.
 DISPOSITIONS = "grep SigIgn /proc/self/status; yes | head -n 1"
-
-
-@pytest.fixture(scope="module")
-def rlimit() -> Runner:
-    return Runner(SandboxConfig.from_env().model_copy(update={"backend": "rlimit"}))
-
-
-@pytest.fixture(scope="module")
-def bwrap() -> Runner:
-    return Runner(SandboxConfig.from_env().model_copy(update={"backend": "bwrap"}))
 
 
 def test_the_command_starts_with_default_signal_dispositions(rlimit: Runner, bwrap: Runner) -> None:
