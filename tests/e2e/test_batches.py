@@ -5,6 +5,7 @@ billed transition per sample, counted from the executions' histories."""
 from __future__ import annotations
 
 import json
+import logging
 import os
 import signal
 import time
@@ -25,6 +26,8 @@ from trialbox.models import ExecutionResult, Status
 from trialbox.models.batches import BatchInput
 from trialbox.pipeline.admission import Admission
 from trialbox.sdk import Client, Resources
+
+log = logging.getLogger(__name__)
 
 WRONG = "def add(a, b):\n    return 3\n"
 
@@ -131,8 +134,19 @@ def test_a_worker_killed_mid_batch_reruns_only_its_own_sample() -> None:
     """Two samples of one batch on two workers; the worker running one is SIGKILLed. Its
     claim's lease lapses, its message comes back, and the replacement takes the sample over
     (attempt + 1) within 3 x the heartbeat; the other sample runs once. Each ends with one
-    correct result."""
-    heartbeat_s = 5
+    correct result.
+
+    Two samples sent together may still start apart (a loaded machine's dispatcher can take
+    them in two invocations): that run tests the Rollout path, not this one, so it is run
+    again on a fresh twin, at most twice."""
+    for _ in range(3):
+        if _kill_one_of_a_batch(heartbeat_s=5):
+            return
+    pytest.fail("two samples sent together never started as one batch in three runs")
+
+
+def _kill_one_of_a_batch(heartbeat_s: int) -> bool:
+    """The scenario on a fresh twin: False, with nothing killed, when no batch started."""
     with LocalTwin(workers=2, heartbeat_s=heartbeat_s) as twin:
         assert twin.pool is not None
         client = _client(twin)
@@ -144,6 +158,10 @@ def test_a_worker_killed_mid_batch_reruns_only_its_own_sample() -> None:
         while not (running := _running(twin.pool.pids(), sleeps[0])):
             assert time.monotonic() < deadline, "no worker took a sample"
             time.sleep(0.05)
+        if not executions(twin, c.OUTPUT_BATCH_ARN):
+            log.warning("the two samples started apart: the scenario runs again")
+            client.close()
+            return False
         os.kill(running, signal.SIGKILL)
         killed_at = time.monotonic()
         results = client.gather(handles, timeout=180)
@@ -152,7 +170,9 @@ def test_a_worker_killed_mid_batch_reruns_only_its_own_sample() -> None:
         assert time.monotonic() - killed_at < 3 * heartbeat_s + 10
         (batch,) = executions(twin, c.OUTPUT_BATCH_ARN)
         assert batch["status"] == "SUCCEEDED"
+        assert not executions(twin, c.OUTPUT_ROLLOUT_ARN)
         client.close()
+        return True
 
 
 @pytest.mark.parametrize("together", [True, False], ids=["in-a-batch", "alone"])
