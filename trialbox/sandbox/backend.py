@@ -8,12 +8,11 @@ import contextlib
 import os
 import selectors
 import signal
-import subprocess
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal
+from typing import IO, Literal, Protocol
 
 from trialbox.errors import SandboxError, Stopped
 from trialbox.models.limits import Limits
@@ -27,6 +26,19 @@ DRAIN_S = 0.5
 REPORT_CAP = 16 * 1024 * 1024
 KILLED_EXIT = 128 + signal.SIGKILL
 REPORT_FD_ENV = "TRIALBOX_REPORT_FD"
+
+
+class Process(Protocol):
+    """What a backend needs of the process it started (a Popen, or a warm reaper)."""
+
+    stdout: IO[bytes] | None
+    stderr: IO[bytes] | None
+
+    def kill(self) -> None: ...
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -80,7 +92,7 @@ class Outcome:
 class Launched(ABC):
     """A started sandbox. The backend owns its process tree and its measurements."""
 
-    def __init__(self, proc: subprocess.Popen[bytes]) -> None:
+    def __init__(self, proc: Process) -> None:
         self.proc = proc
 
     @abstractmethod

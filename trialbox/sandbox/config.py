@@ -27,3 +27,5 @@ class SandboxConfig(EnvSettings):
     # Slot i runs the agent as uid_base + 2i and the grader as uid_base + 2i + 1.
     uid_base: int = Field(default=200_000, ge=1000)
     slot_wait_s: float = Field(default=120.0, gt=0)
+    # rlimit: grading commands fork from a warm process per slot (trialbox/sandbox/warm.py).
+    warm: bool = True

@@ -36,6 +36,7 @@ from pathlib import Path
 
 from trialbox.errors import SandboxError
 from trialbox.sandbox import reaper_process, seccomp
+from trialbox.sandbox.backend import Process
 from trialbox.sandbox.reaper_process import EXITED, START, TOTALS
 
 PROGRAM = Path(reaper_process.__file__)
@@ -59,7 +60,7 @@ class Reaped:
     """The worker's side: a command started under its reaper (`proc` is the reaper's Popen,
     its stdout and stderr the command's)."""
 
-    def __init__(self, proc: subprocess.Popen[bytes], status: int) -> None:
+    def __init__(self, proc: Process, status: int) -> None:
         self.proc = proc
         self._status = status
         self._data = b""
@@ -123,14 +124,14 @@ class Reaped:
                 self.totals()
 
 
-def _filter() -> str:
+def filter_hex() -> str:
     """The seccomp filter the command's first process installs, as hex."""
     if platform.machine() not in seccomp.ARCHES:
         raise SandboxError(f"no seccomp filter for {platform.machine()}")
     return seccomp.program().hex()
 
 
-def _read_exactly(read: int, size: int, proc: subprocess.Popen[bytes]) -> bytes:
+def _read_exactly(read: int, size: int, proc: Process) -> bytes:
     """`size` bytes and never more: the records after them (the exit status, the totals) are
     `Reaped`'s to read, and they may be in the pipe already (a command that ended at once)."""
     told = b""
@@ -145,7 +146,7 @@ def _read_exactly(read: int, size: int, proc: subprocess.Popen[bytes]) -> bytes:
     return told
 
 
-def _read_start(read: int, proc: subprocess.Popen[bytes]) -> None:
+def _read_start(read: int, proc: Process) -> None:
     """Until the reaper says the command exec'd (or why not): a SandboxError, never the
     command's failure, when it did not."""
     (length,) = START.unpack(_read_exactly(read, START.size, proc))
@@ -159,7 +160,7 @@ def start(argv: list[str], uid: int, cwd: Path, env: dict[str, str], fds: list[i
     """Start `argv` as `uid` under a reaper; its stdout and stderr are `proc`'s pipes."""
     read, write = os.pipe()
     try:
-        command = [str(write), str(uid), str(SANDBOX_NICE), _filter(), "--", *argv]
+        command = [str(write), str(uid), str(SANDBOX_NICE), filter_hex(), "--", *argv]
         proc = subprocess.Popen(
             [sys.executable, "-I", "-S", str(PROGRAM), *command],
             cwd=cwd,
@@ -175,6 +176,12 @@ def start(argv: list[str], uid: int, cwd: Path, env: dict[str, str], fds: list[i
         raise
     finally:
         os.close(write)
+    return attach(proc, read)
+
+
+def attach(proc: Process, read: int) -> Reaped:
+    """The command's reaper, once started with `read` the status pipe's end: a Reaped once the
+    command started, else a SandboxError (the reaper killed and its pipes closed)."""
     try:
         _read_start(read, proc)
     except BaseException:

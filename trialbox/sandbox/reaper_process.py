@@ -23,6 +23,7 @@ import resource
 import signal
 import struct
 import sys
+from collections.abc import Callable
 
 START = struct.Struct("=I")
 EXITED = struct.Struct("=i")
@@ -43,12 +44,15 @@ def _prctl(libc: ctypes.CDLL, option: int, arg2: int, arg3: object = 0) -> None:
         raise OSError(code, f"prctl({option}): {os.strerror(code)}")
 
 
-def _become(uid: int, nice: int, program: bytes, libc: ctypes.CDLL) -> None:
-    """In the command's first process, before its exec."""
-    # What this interpreter ignores at its start, an exec would hand on: the command would
-    # get EPIPE for SIGPIPE and EFBIG for SIGXFSZ (subprocess's restore_signals, as bwrap's).
-    for number in (signal.SIGPIPE, signal.SIGXFSZ):
-        signal.signal(number, signal.SIG_DFL)
+def _become(uid: int, nice: int, program: bytes, libc: ctypes.CDLL, execs: bool = True) -> None:
+    """In the command's first process, before its exec (`execs`) or before it runs a module
+    in this interpreter (warm_process.py)."""
+    if execs:
+        # What this interpreter ignores at its start, an exec would hand on: the command would
+        # get EPIPE for SIGPIPE and EFBIG for SIGXFSZ (subprocess's restore_signals, as
+        # bwrap's). A module run in this interpreter keeps them ignored, as its own start does.
+        for number in (signal.SIGPIPE, signal.SIGXFSZ):
+            signal.signal(number, signal.SIG_DFL)
     os.setsid()
     os.setpriority(os.PRIO_PROCESS, 0, nice)
     os.setgroups([])
@@ -72,20 +76,31 @@ def _which(name: str) -> str:
     raise FileNotFoundError(f"{name} is not on PATH")
 
 
-def _start(status: int, uid: int, nice: int, program: bytes, argv: list[str]) -> int:
-    """Fork the command's first process; its pid, once it exec'd (START written either way)."""
+def _start(
+    status: int,
+    uid: int,
+    nice: int,
+    program: bytes,
+    argv: list[str],
+    run: Callable[[Callable[[], None]], None] | None = None,
+) -> int:
+    """Fork the command's first process; its pid, once it exec'd (START written either way).
+    `run`: instead of the exec, the command is a module this interpreter runs (warm_process.py);
+    it is handed what tells the reaper the command started, once it has."""
     libc = ctypes.CDLL(None, use_errno=True)
     _prctl(libc, PR_SET_CHILD_SUBREAPER, 1)
     # Found as root, before the switch: the uid may not read the modules a lookup imports.
-    path = _which(argv[0])
+    path = _which(argv[0]) if run is None else ""
     why_read, why_write = os.pipe2(os.O_CLOEXEC)
     main = os.fork()
     if main == 0:
         try:
             os.close(status)
             os.close(why_read)
-            _become(uid, nice, program, libc)
-            os.execv(path, argv)
+            _become(uid, nice, program, libc, execs=run is None)
+            if run is None:
+                os.execv(path, argv)
+            run(lambda: os.close(why_write))
         except BaseException as exc:  # every failure is told, then the exit
             os.write(why_write, _why(exc))
         finally:
@@ -103,14 +118,8 @@ def _why(exc: BaseException) -> bytes:
     return f"{type(exc).__name__}: {exc}".encode()[:MAX_WHY]
 
 
-def main(args: list[str]) -> None:
-    status, uid, nice, program = int(args[0]), int(args[1]), int(args[2]), bytes.fromhex(args[3])
-    try:
-        first = _start(status, uid, nice, program, args[5:])
-    except OSError as exc:  # before any fork: the command never started
-        why = _why(exc)
-        os.write(status, START.pack(len(why)) + why)
-        return
+def reap(status: int, first: int) -> None:
+    """Once the command started: wait for every process of it, and tell its end on `status`."""
     # Only the command's processes may hold its pipes (and the descriptors passed to it) open.
     os.closerange(0, status)
     os.closerange(status + 1, os.sysconf("SC_OPEN_MAX"))
@@ -123,6 +132,17 @@ def main(args: list[str]) -> None:
             os.write(status, EXITED.pack(wait_status))
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     os.write(status, TOTALS.pack(usage.ru_utime, usage.ru_stime, usage.ru_maxrss))
+
+
+def main(args: list[str]) -> None:
+    status, uid, nice, program = int(args[0]), int(args[1]), int(args[2]), bytes.fromhex(args[3])
+    try:
+        first = _start(status, uid, nice, program, args[5:])
+    except OSError as exc:  # before any fork: the command never started
+        why = _why(exc)
+        os.write(status, START.pack(len(why)) + why)
+        return
+    reap(status, first)
 
 
 if __name__ == "__main__":

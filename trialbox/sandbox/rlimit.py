@@ -52,6 +52,7 @@ from trialbox.sandbox.config import SandboxConfig
 from trialbox.sandbox.fs import remove_tree, unmount
 from trialbox.sandbox.runtime import Runtime
 from trialbox.sandbox.slots import Slot
+from trialbox.sandbox.warm import WarmPool, warm_module
 from trialbox.sandbox.watchdog import MemoryWatchdog, tmpfs_places
 
 MiB = 1024 * 1024
@@ -136,6 +137,7 @@ class RlimitBackend(Backend):
         as_uid.make_undumpable()
         as_uid.scrub_environment_block()
         as_uid.seal_session_keyring()
+        self.warm = WarmPool(runtime.python) if config.warm else None
 
     def prepare_dir(
         self, path: Path, size_mb: int, owner: int, group: int, mode: int, inodes: int = 65536
@@ -189,9 +191,10 @@ class RlimitBackend(Backend):
             # mounted for the wipe to see them.
             "msgqueue": (resource.RLIMIT_MSGQUEUE, 0),
         }
+        rlimits = [(kind, _within_hard(kind, value)) for kind, value in wanted.values()]
         argv = [
             "prlimit",
-            *(f"--{name}={_within_hard(kind, value)}" for name, (kind, value) in wanted.items()),
+            *(f"--{name}={value}" for name, (_, value) in zip(wanted, rlimits, strict=True)),
             "--",
             "setpriv",
             "--no-new-privs",
@@ -210,7 +213,9 @@ class RlimitBackend(Backend):
         # One bound for the slot's command and its companion (both uids), as bwrap's cgroup.
         watchdog = None if join else MemoryWatchdog(slot.uids, limits.memory_mb, self.memory_places)
         try:
-            reaped = reaper.start(argv, uid, spec.workdir, env, fds)
+            reaped = self._warm_launch(slot, spec, uid, env, fds, rlimits)
+            if reaped is None:
+                reaped = reaper.start(argv, uid, spec.workdir, env, fds)
         except (OSError, subprocess.SubprocessError) as exc:  # never the command's failure
             why = f"the sandbox could not start the command as uid {uid}: {exc}"
             raise SandboxError(why) from exc
@@ -219,3 +224,21 @@ class RlimitBackend(Backend):
         # Once the command is over, nothing it left outside the slot's tree reaches the next.
         wipe_outside = partial(wipe.wipe_outside, slot.uids, self.places, slot.root)
         return RlimitLaunched(reaped, uid, watchdog, None if join else wipe_outside)
+
+    def _warm_launch(
+        self,
+        slot: Slot,
+        spec: CommandSpec,
+        uid: int,
+        env: dict[str, str],
+        fds: list[int],
+        rlimits: list[tuple[int, int]],
+    ) -> reaper.Reaped | None:
+        """The command forked from the slot's warm process, when it can be: None, it starts
+        cold. What prlimit and setpriv do, its first process does itself."""
+        if self.warm is None:
+            return None
+        module = warm_module(spec.argv, env, self.runtime.python)
+        if module is None:
+            return None
+        return self.warm.launch(slot.index, module, spec.argv, uid, spec.workdir, env, fds, rlimits)

@@ -1,0 +1,140 @@
+"""The warm grader (rlimit: trialbox/sandbox/warm.py): what one sample does to the interpreter
+it was given, or around it, never reaches the next sample on the same slot.
+
+A probe sample (warm_samples/probe.py) records what its interpreter looks like; an attacking
+sample (warm_samples/attack.py) then plants something in each place listed below and signals
+every ancestor it can; a second probe must see exactly what the first saw, from a fork of the
+same warm process. Each attack is shown to reach the next sample against a deliberately naive
+warm process (tests/support/naive_warm_process.py: it runs the samples itself), so none of
+these checks could pass for want of an attack that works."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.support.tasks import ADD_TASK
+from trialbox.models import Sample, Task
+from trialbox.models.report import RunReport
+from trialbox.sandbox.config import SandboxConfig
+from trialbox.sandbox.runner import Runner
+from trialbox.sandbox.runtime import POLICY_MODULE
+from trialbox.sandbox.warm import WarmPool
+
+SAMPLES = Path(__file__).with_name("warm_samples")
+NAIVE = Path(__file__).parents[1] / "support" / "naive_warm_process.py"
+OBSERVED = re.compile(r"OBSERVED (\{.*\})")
+PROBE_TEST = (
+    "import json\nfrom solution import observe\n"
+    "def test_observe():\n    raise AssertionError('OBSERVED ' + json.dumps(observe()))\n"
+)
+# What the attack plants, by the probe's name for where it looks.
+PLANTED = (
+    "builtins",
+    "module attribute",
+    "sys.modules",
+    "sys.path",
+    "meta_path",
+    "path_importer_cache",
+    "atexit",
+    "threads",
+    "signals",
+    "environment",
+    "cwd",
+    "umask",
+    "memory",
+)
+# Left outside the interpreter: the backend's wipe after each command removes them, warm or
+# cold (tests/sandbox/test_rlimit.py), so the naive process leaks them no more than this one.
+AROUND = ("/tmp", "/dev/shm", "HOME")
+
+
+def _task(isolation: str) -> Task:
+    raw: dict[str, Any] = json.loads(json.dumps(ADD_TASK))
+    raw["hidden_tests"] = {"tests/test_probe.py": PROBE_TEST}
+    raw["grading"] |= {"isolation": isolation, "expected_tests": None}
+    return Task.model_validate(raw)
+
+
+def _observed(report: RunReport, strict: bool = True) -> dict[str, Any]:
+    """What the probe saw. Not `strict`: {} when it could not say (an attack on the naive
+    process broke the trusted plugin's report: that attack reached the probe too)."""
+    messages = [t.message or "" for t in report.grading.tests] if report.grading else []
+    found = [m for m in map(OBSERVED.search, messages) if m]
+    assert found or not strict, (messages, report.commands[-1].stderr)
+    return dict(json.loads(found[0].group(1))) if found else {}
+
+
+def _run(runner: Runner, task: Task, sample: str, n: int, plant: str | None = None) -> RunReport:
+    """`plant`: the one attack attack.py makes (else every one)."""
+    code = (SAMPLES / sample).read_text()
+    if plant is not None:
+        code = code.replace("\nPLANT = None", f"\nPLANT = {plant!r}", 1)
+    files = {"solution.py": code}
+    return runner.run(task, Sample(task_id=task.task_id, sample_id=f"{sample}-{n}", files=files))
+
+
+def _runner(program: Path | None) -> Runner:
+    config = SandboxConfig.from_env().model_copy(update={"backend": "rlimit", "slots": 1})
+    runner = Runner(config)
+    if program is not None:
+        runner.backend.warm = WarmPool(runner.runtime.python, program)  # type: ignore[attr-defined]
+    return runner
+
+
+def _module(isolation: str) -> str:
+    """The warm process the sample's code runs in."""
+    return "pytest" if isolation == "in_process" else POLICY_MODULE
+
+
+def _before_and_after(runner: Runner, isolation: str) -> tuple[dict[str, Any], dict[str, Any]]:
+    task = _task(isolation)
+    before = _observed(_run(runner, task, "probe.py", 1))
+    _run(runner, task, "attack.py", 2)
+    return before, _observed(_run(runner, task, "probe.py", 3))
+
+
+@pytest.mark.parametrize("isolation", ["in_process", "boundary"])
+def test_nothing_a_sample_plants_reaches_the_next_sample_on_its_slot(isolation: str) -> None:
+    """Every attack at once, the ancestors' signals included."""
+    runner = _runner(None)
+    before, after = _before_and_after(runner, isolation)
+    assert set(PLANTED + AROUND) <= set(before)
+    assert {k: (before[k], after[k]) for k in before if before[k] != after[k]} == {}
+    # Both probes ran from the same warm process, which the attack could not stop or kill.
+    warm = runner.backend.warm  # type: ignore[attr-defined]
+    server = warm.server(0, _module(isolation))
+    assert server is not None and server.alive()
+    assert server.launched == 3
+
+
+def test_each_attack_reaches_the_next_sample_through_a_naive_warm_process() -> None:
+    """One attack at a time (together, they break the naive process's grading outright), each
+    on a naive process of its own, against what a fresh one shows. in_process: the sample's
+    code runs in the grader's process, which is the naive warm process itself."""
+    task = _task("in_process")
+    before = _observed(_run(_runner(NAIVE), task, "probe.py", 1))
+    missed = []
+    for plant in PLANTED:
+        runner = _runner(NAIVE)
+        _run(runner, task, "attack.py", 2, plant)
+        if before[plant] == _observed(_run(runner, task, "probe.py", 3), strict=False).get(plant):
+            missed.append(plant)
+    assert missed == [], missed
+
+
+def test_a_warm_process_that_died_is_replaced() -> None:
+    runner = _runner(None)
+    task = _task("in_process")
+    before = _observed(_run(runner, task, "probe.py", 1))
+    warm = runner.backend.warm  # type: ignore[attr-defined]
+    dead = warm.server(0, "pytest")
+    dead.proc.kill()
+    dead.proc.wait()
+    assert _observed(_run(runner, task, "probe.py", 2)) == before
+    replaced = warm.server(0, "pytest")
+    assert replaced is not dead and replaced.alive() and replaced.launched == 1

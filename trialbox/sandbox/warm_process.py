@@ -1,0 +1,213 @@
+"""A slot's warm process on the rlimit backend (the worker's side, and why: sandbox/warm.py).
+
+The worker starts it as the sandbox runtime's `python -P`, with the environment a cold command
+of its kind gets, as root, and it imports its module (pytest and its default plugins, or the
+policy's zygote) once. Then, for each command the worker sends on the control socket (a JSON
+request, and the command's descriptors by SCM_RIGHTS: stdout, stderr, the status pipe, then
+those passed to it), it forks the command's reaper and answers its pid. The reaper is
+reaper_process.py's, with one difference: the command's first process does not exec a new
+interpreter; it becomes the slot uid exactly as a cold one does (session, priority, groups,
+uid, the rlimits prlimit would set, no capabilities, no_new_privs, the seccomp filter), then
+runs the module as `python -P -m MODULE ARGS` would, in the interpreter it inherited, and exits
+as that interpreter would.
+
+This process never runs a sample's code, nor holds anything of one: a sample's process is a
+fork, and whatever it changes (modules, builtins, sys.path, atexit hooks, threads, signal
+handlers, the environment, the working directory, memory) dies with it. It runs as root, so
+no slot uid can signal, trace or read it. Standard library only, as reaper_process.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import ctypes
+import fcntl
+import gc
+import importlib
+import json
+import os
+import resource
+import runpy
+import signal
+import socket
+import sys
+import threading
+import types
+from collections.abc import Callable
+from typing import Any
+
+import reaper_process as reaper  # type: ignore[import-not-found]  # beside this file
+
+MAX_REQUEST = 1 << 20
+MAX_FDS = 64
+READY = b"ready"
+_LINUX_CAPABILITY_VERSION_3 = 0x20080522
+SYS_CAPSET = {"x86_64": 126, "aarch64": 91}
+PR_SET_DUMPABLE = 4
+libc = ctypes.CDLL(None, use_errno=True)
+
+
+def preload(module: str) -> None:
+    """What every command of this kind imports first; pytest's default plugins with pytest."""
+    importlib.import_module(module)
+    if module == "pytest":
+        from _pytest.config import default_plugins
+
+        for name in default_plugins:
+            try:
+                importlib.import_module(f"_pytest.{name}")
+            except ImportError:
+                continue
+
+
+def _drop_capabilities() -> None:
+    """setpriv's --inh-caps=-all: the uid switch cleared the effective and permitted sets; the
+    inheritable set (and with it the ambient) goes too."""
+    header = (ctypes.c_uint32 * 2)(_LINUX_CAPABILITY_VERSION_3, 0)
+    data = (ctypes.c_uint32 * 6)()
+    if libc.syscall(SYS_CAPSET[os.uname().machine], header, data) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, f"capset: {os.strerror(code)}")
+
+
+def _exit_code(code: object) -> int:
+    """The interpreter's own rule for SystemExit's code."""
+    if code is None:
+        return 0
+    if isinstance(code, int):
+        return code & 0xFF
+    with contextlib.suppress(Exception):
+        print(code, file=sys.stderr)
+    return 1
+
+
+def _run_as_main(module: str) -> int:
+    """`python -m module`'s run and exit: SystemExit's code, the excepthook for anything else
+    (a KeyboardInterrupt ends by SIGINT, as the interpreter does), non-daemon threads joined,
+    atexit hooks run, stdio flushed."""
+    interrupted = False
+    try:
+        runpy._run_module_as_main(module)  # type: ignore[attr-defined]  # what -m runs
+        code = 0
+    except SystemExit as exc:
+        code = _exit_code(exc.code)
+    except BaseException as exc:
+        interrupted = isinstance(exc, KeyboardInterrupt)
+        sys.excepthook(type(exc), exc, exc.__traceback__)
+        code = 1
+    with contextlib.suppress(BaseException):
+        threading._shutdown()  # type: ignore[attr-defined]
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        with contextlib.suppress(Exception):
+            stream.flush()
+    if interrupted:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    return code
+
+
+def _runner(
+    module: str, argv: list[str], rlimits: list[list[int]]
+) -> Callable[[Callable[[], None]], None]:
+    """What the command's first process does once it is the slot uid under the filter."""
+
+    def run(started: Callable[[], None]) -> None:
+        for kind, value in rlimits:
+            resource.setrlimit(kind, (value, value))
+        _drop_capabilities()
+        # The uid switch made this process undumpable (an exec would have undone it): its /proc
+        # files would be root's, and the watchdog, which finds a sandbox's processes by their
+        # owner there, would not see it. Its memory is the sample's own, as after a cold exec.
+        if libc.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0) != 0:
+            raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE)")
+        for name in ("warm_process", "reaper_process"):
+            sys.modules.pop(name, None)
+        entry = sys.modules.get(module)
+        if entry is not None and not hasattr(entry, "__path__"):
+            del sys.modules[module]  # a plain module runs as __main__ only, as under -m
+        main = types.ModuleType("__main__")
+        sys.modules["__main__"] = main
+        sys.argv = ["-m", *argv[4:]]
+        sys.orig_argv = list(argv)
+        started()
+        os._exit(_run_as_main(module))
+
+    return run
+
+
+def _place(received: list[int], targets: list[int]) -> int:
+    """The command's descriptors where it expects them: stdin /dev/null, stdout, stderr, and
+    each passed one at the number its variable names; every other one closed. The status
+    pipe's number, above them all."""
+    floor = max([2, *targets]) + 1
+    moved = [fcntl.fcntl(fd, fcntl.F_DUPFD, floor) for fd in received]
+    for fd in received:
+        os.close(fd)
+    stdout, stderr, status, *passed = moved
+    null = os.open(os.devnull, os.O_RDONLY)
+    for fd, target in ((null, 0), (stdout, 1), (stderr, 2), *zip(passed, targets, strict=True)):
+        os.dup2(fd, target)
+    keep = {0, 1, 2, status, *targets}
+    for name in os.listdir("/proc/self/fd"):
+        if int(name) not in keep:
+            with contextlib.suppress(OSError):  # the listing's own descriptor, closed by now
+                os.close(int(name))
+    return status
+
+
+def _reaper(request: dict[str, Any], received: list[int]) -> None:
+    """The forked reaper: the command's descriptors, working directory and environment, then
+    reaper_process's start and reap."""
+    status = _place(received, request["fds"])
+    os.setsid()
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    argv = request["argv"]
+    run = _runner(argv[3], argv, request["rlimits"])
+    program = bytes.fromhex(request["filter"])
+    try:
+        first = reaper._start(status, request["uid"], request["nice"], program, argv, run)
+    except OSError as exc:  # before any fork: the command never started
+        why = reaper._why(exc)
+        os.write(status, reaper.START.pack(len(why)) + why)
+        return
+    reaper.reap(status, first)
+
+
+def _collect() -> None:
+    """Reap the reapers that ended (each is this process's child until then)."""
+    while True:
+        try:
+            pid, _ = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return
+        if pid == 0:
+            return
+
+
+def main(args: list[str]) -> None:
+    control = socket.socket(fileno=int(args[0]))
+    preload(args[1])
+    gc.freeze()  # what every fork shares stays shared: the collector never writes to it
+    control.sendall(READY)
+    while True:
+        _collect()
+        try:
+            message, received, _, _ = socket.recv_fds(control, MAX_REQUEST, MAX_FDS)
+        except OSError:
+            return
+        if not message:
+            return  # the worker is gone
+        pid = os.fork()
+        if pid == 0:
+            try:
+                control.close()
+                _reaper(json.loads(message), received)
+            finally:
+                os._exit(0)
+        for fd in received:
+            os.close(fd)
+        control.sendall(pid.to_bytes(4, "little"))
