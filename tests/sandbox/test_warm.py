@@ -1,5 +1,6 @@
-"""The warm grader (rlimit: trialbox/sandbox/warm.py): what one sample does to the interpreter
-it was given, or around it, never reaches the next sample on the same slot.
+"""The warm grader (trialbox/sandbox/warm.py, bwrap_warm.py): what one sample does to the
+interpreter it was given, or around it, never reaches the next sample on the same slot, on
+either backend.
 
 A probe sample (warm_samples/probe.py) records what its interpreter looks like; an attacking
 sample (warm_samples/attack.py) then plants something in each place listed below and signals
@@ -78,8 +79,8 @@ def _run(runner: Runner, task: Task, sample: str, n: int, plant: str | None = No
     return runner.run(task, Sample(task_id=task.task_id, sample_id=f"{sample}-{n}", files=files))
 
 
-def _runner(program: Path | None) -> Runner:
-    config = SandboxConfig.from_env().model_copy(update={"backend": "rlimit", "slots": 1})
+def _runner(program: Path | None, backend: str = "rlimit") -> Runner:
+    config = SandboxConfig.from_env().model_copy(update={"backend": backend, "slots": 1})
     runner = Runner(config)
     if program is not None:
         runner.backend.warm = WarmPool(runner.runtime.python, program)  # type: ignore[attr-defined]
@@ -98,10 +99,13 @@ def _before_and_after(runner: Runner, isolation: str) -> tuple[dict[str, Any], d
     return before, _observed(_run(runner, task, "probe.py", 3))
 
 
+@pytest.mark.parametrize("backend", ["bwrap", "rlimit"])
 @pytest.mark.parametrize("isolation", ["in_process", "boundary"])
-def test_nothing_a_sample_plants_reaches_the_next_sample_on_its_slot(isolation: str) -> None:
+def test_nothing_a_sample_plants_reaches_the_next_sample_on_its_slot(
+    isolation: str, backend: str
+) -> None:
     """Every attack at once, the ancestors' signals included."""
-    runner = _runner(None)
+    runner = _runner(None, backend)
     before, after = _before_and_after(runner, isolation)
     assert set(PLANTED + AROUND) <= set(before)
     assert {k: (before[k], after[k]) for k in before if before[k] != after[k]} == {}
@@ -127,8 +131,9 @@ def test_each_attack_reaches_the_next_sample_through_a_naive_warm_process() -> N
     assert missed == [], missed
 
 
-def test_a_warm_process_that_died_is_replaced() -> None:
-    runner = _runner(None)
+@pytest.mark.parametrize("backend", ["bwrap", "rlimit"])
+def test_a_warm_process_that_died_is_replaced(backend: str) -> None:
+    runner = _runner(None, backend)
     task = _task("in_process")
     before = _observed(_run(runner, task, "probe.py", 1))
     warm = runner.backend.warm  # type: ignore[attr-defined]

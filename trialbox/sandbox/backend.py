@@ -12,13 +12,17 @@ import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import IO, Literal, Protocol
+from typing import IO, TYPE_CHECKING, Literal, Protocol
 
 from trialbox.errors import SandboxError, Stopped
 from trialbox.models.limits import Limits
 from trialbox.sandbox import processes
 from trialbox.sandbox.output import Collector, HeadTail
+from trialbox.sandbox.runtime import Runtime
 from trialbox.sandbox.slots import Slot
+
+if TYPE_CHECKING:
+    from trialbox.sandbox.warm import WarmPool
 
 # After the main process exits, a descendant may still hold the pipes; it is killed, and what
 # it had written is drained for at most this long.
@@ -122,6 +126,23 @@ class Launched(ABC):
 class Backend(ABC):
     name: Literal["bwrap", "rlimit"]
     caps_workspace: bool  # prepare_dir enforces size_mb itself (ENOSPC past it)
+    runtime: Runtime
+    warm: WarmPool | None  # the slots' warm processes (warm.py), None when they are off
+
+    def warm_module(self, spec: CommandSpec) -> str | None:
+        """The module a warm process would run this command as; None: it starts cold."""
+        from trialbox.sandbox.warm import warm_module  # warm imports this module
+
+        if self.warm is None:
+            return None
+        return warm_module(spec.argv, spec.env, self.runtime.python)
+
+    def warm_up(self, slot: Slot, spec: CommandSpec) -> None:
+        """Before the command's clock starts: the slot's warm process for it, started if it
+        has none (an interpreter's start and pytest's import are not the sample's time)."""
+        module = self.warm_module(spec)
+        if self.warm is not None and module is not None:
+            self.warm.ready(slot.index, module, spec.env)
 
     @abstractmethod
     def prepare_dir(
@@ -186,6 +207,9 @@ class Backend(ABC):
             passed.append(fd)
         spec = replace(spec, env=spec.env | named)
         later = [fd for _, fd in spec.companion.inherit] if spec.companion else []
+        for command in (spec, spec.companion):
+            if command is not None:
+                self.warm_up(slot, command)
         started = time.monotonic()
         companion: Launched | None = None
         try:

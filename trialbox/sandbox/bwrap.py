@@ -16,12 +16,14 @@ from trialbox.errors import SandboxSetupError
 from trialbox.models.limits import Limits
 from trialbox.sandbox import processes, seccomp
 from trialbox.sandbox.backend import Backend, CommandSpec, Launched, Measured
+from trialbox.sandbox.bwrap_warm import warm_launch
 from trialbox.sandbox.cgroups import Cgroup, cgroup_class
 from trialbox.sandbox.config import SandboxConfig
 from trialbox.sandbox.fs import mount_tmpfs, remove_tree, unmount
 from trialbox.sandbox.runtime import Runtime
 from trialbox.sandbox.shared_files import publish
 from trialbox.sandbox.slots import Slot
+from trialbox.sandbox.warm import WarmPool
 
 SANDBOX_WORKDIR = "/workspace"
 # The launch shim runs as root just long enough to join the cgroups, then execs setpriv.
@@ -86,6 +88,8 @@ class BwrapBackend(Backend):
         self._cgroups: dict[int, Cgroup] = {}
         self.etc_dir = config.state_dir / "etc"
         self._write_etc()
+        self.warm = WarmPool(runtime.python) if config.warm else None
+        self.sandbox_workdir = Path(SANDBOX_WORKDIR)
 
     def _write_etc(self) -> None:
         """A minimal /etc for the sandbox: no shadow, no resolv.conf, nothing of the host's."""
@@ -187,6 +191,14 @@ class BwrapBackend(Backend):
         return args
 
     def launch(self, slot: Slot, spec: CommandSpec, fds: list[int], join: bool = False) -> Launched:
+        """The grader's and the policy's interpreter forked from a warm one into a sandbox made
+        for the command (bwrap_warm.py) where it can be; every other command started cold."""
+        launched = warm_launch(self, slot, spec, fds, join)
+        return launched if launched is not None else self.launch_cold(slot, spec, fds, join)
+
+    def launch_cold(
+        self, slot: Slot, spec: CommandSpec, fds: list[int], join: bool = False
+    ) -> BwrapLaunched:
         uid = slot.agent_uid if spec.role == "agent" else slot.grader_uid
         cgroup = self._cgroup(slot)
         if not join:

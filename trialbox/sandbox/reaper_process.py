@@ -83,10 +83,12 @@ def _start(
     program: bytes,
     argv: list[str],
     run: Callable[[Callable[[], None]], None] | None = None,
+    enter: Callable[[], None] | None = None,
 ) -> int:
     """Fork the command's first process; its pid, once it exec'd (START written either way).
     `run`: instead of the exec, the command is a module this interpreter runs (warm_process.py);
-    it is handed what tells the reaper the command started, once it has."""
+    it is handed what tells the reaper the command started, once it has. `enter`: what the
+    first process does as root before it becomes the uid (join a sandbox's namespaces)."""
     libc = ctypes.CDLL(None, use_errno=True)
     _prctl(libc, PR_SET_CHILD_SUBREAPER, 1)
     # Found as root, before the switch: the uid may not read the modules a lookup imports.
@@ -97,6 +99,8 @@ def _start(
         try:
             os.close(status)
             os.close(why_read)
+            if enter is not None:
+                enter()
             _become(uid, nice, program, libc, execs=run is None)
             if run is None:
                 os.execv(path, argv)

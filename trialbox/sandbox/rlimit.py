@@ -52,7 +52,7 @@ from trialbox.sandbox.config import SandboxConfig
 from trialbox.sandbox.fs import remove_tree, unmount
 from trialbox.sandbox.runtime import Runtime
 from trialbox.sandbox.slots import Slot
-from trialbox.sandbox.warm import WarmPool, warm_module
+from trialbox.sandbox.warm import WarmPool
 from trialbox.sandbox.watchdog import MemoryWatchdog, tmpfs_places
 
 MiB = 1024 * 1024
@@ -138,6 +138,7 @@ class RlimitBackend(Backend):
         as_uid.scrub_environment_block()
         as_uid.seal_session_keyring()
         self.warm = WarmPool(runtime.python) if config.warm else None
+        self._sharing: dict[int, list[int]] = {}  # by slot: the warm pids its command shares
 
     def prepare_dir(
         self, path: Path, size_mb: int, owner: int, group: int, mode: int, inodes: int = 65536
@@ -210,11 +211,21 @@ class RlimitBackend(Backend):
             writable = slot.scratch_dir
             self.prepare_dir(writable, 0, uid, uid, 0o700)
         env.update(HOME=str(writable), TMPDIR=str(writable))
-        # One bound for the slot's command and its companion (both uids), as bwrap's cgroup.
-        watchdog = None if join else MemoryWatchdog(slot.uids, limits.memory_mb, self.memory_places)
+        # One bound for the slot's command and its companion (both uids), as bwrap's cgroup,
+        # which the pages they share with warm processes count in full.
+        if not join:
+            self._sharing[slot.index] = []
+        sharing = self._sharing[slot.index]
+        watchdog = (
+            None
+            if join
+            else MemoryWatchdog(slot.uids, limits.memory_mb, self.memory_places, sharing.copy)
+        )
         try:
             reaped = self._warm_launch(slot, spec, uid, env, fds, rlimits)
-            if reaped is None:
+            if reaped is not None:
+                sharing += self._warm_pids(slot, spec, reaped)
+            else:
                 reaped = reaper.start(argv, uid, spec.workdir, env, fds)
         except (OSError, subprocess.SubprocessError) as exc:  # never the command's failure
             why = f"the sandbox could not start the command as uid {uid}: {exc}"
@@ -236,9 +247,16 @@ class RlimitBackend(Backend):
     ) -> reaper.Reaped | None:
         """The command forked from the slot's warm process, when it can be: None, it starts
         cold. What prlimit and setpriv do, its first process does itself."""
-        if self.warm is None:
-            return None
-        module = warm_module(spec.argv, env, self.runtime.python)
-        if module is None:
+        module = self.warm_module(spec)
+        if self.warm is None or module is None:
             return None
         return self.warm.launch(slot.index, module, spec.argv, uid, spec.workdir, env, fds, rlimits)
+
+    def _warm_pids(self, slot: Slot, spec: CommandSpec, reaped: reaper.Reaped) -> list[int]:
+        """The warm process a command was forked from, and its reaper."""
+        module = self.warm_module(spec)
+        server = (
+            None if self.warm is None or module is None else self.warm.server(slot.index, module)
+        )
+        reaper_pid = getattr(reaped.proc, "pid", None)
+        return [pid for pid in (server and server.proc.pid, reaper_pid) if isinstance(pid, int)]

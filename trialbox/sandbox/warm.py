@@ -47,6 +47,13 @@ BOOT = (
 READY_S = 60.0  # the runtime's interpreter and its pytest import, on a loaded machine
 ANSWER_S = 10.0
 PER_RUN = "TRIALBOX_"
+# Set by each command for itself: the warm process, root, has a HOME and TMPDIR no slot uid
+# may write (nothing it imports should read a file a sample planted).
+OWN_PLACES = {"HOME": "/", "TMPDIR": "/"}
+
+
+class WarmLost(OSError):
+    """A command was sent and its warm process did not answer: what it started may run."""
 
 
 def warm_module(argv: tuple[str, ...], env: dict[str, str], python: Path) -> str | None:
@@ -61,8 +68,9 @@ def warm_module(argv: tuple[str, ...], env: dict[str, str], python: Path) -> str
 
 
 def startup_env(env: dict[str, str]) -> dict[str, str]:
-    """What of a command's environment its interpreter's start could depend on."""
-    return {k: v for k, v in env.items() if not k.startswith(PER_RUN)}
+    """What of a command's environment its interpreter's start could depend on (its HOME
+    and TMPDIR are read later, from the environment the command gets)."""
+    return {k: v for k, v in env.items() if not k.startswith(PER_RUN)} | OWN_PLACES
 
 
 class WarmProc:
@@ -148,6 +156,11 @@ class WarmServer:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
+    def anon_mb(self) -> float:
+        """Its resident anonymous memory: what every fork maps without its cgroup paying."""
+        status = Path(f"/proc/{self.proc.pid}/status").read_text()
+        return int(status.split("RssAnon:", 1)[1].split()[0]) / 1024
+
     def launch(
         self,
         argv: tuple[str, ...],
@@ -156,9 +169,12 @@ class WarmServer:
         env: dict[str, str],
         fds: list[int],
         rlimits: list[tuple[int, int]],
+        enter: list[int] | None = None,
     ) -> reaper.Reaped:
         """The command forked from this process, as `reaper.start` starts one cold. OSError:
-        this process failed to answer (close it; the command did not start)."""
+        this process failed to answer (close it; the command did not start). `enter` (bwrap):
+        a pidfd of the sandbox's holder process and the cgroup procs files to join, passed on
+        and closed here; `cwd` is then the sandbox's."""
         status_r, status_w = os.pipe()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
@@ -174,12 +190,15 @@ class WarmServer:
         }
         try:
             with self._lock:
-                passing = [out_w, err_w, status_w, *fds]
+                passing = [out_w, err_w, status_w, *fds, *(enter or [])]
                 socket.send_fds(self.control, [json.dumps(request).encode()], passing)
-                answer = self.control.recv(4)
+                try:
+                    answer = self.control.recv(4)
+                except OSError as exc:
+                    raise WarmLost(f"the warm process did not answer: {exc}") from exc
                 self.launched += 1
             if len(answer) != 4:
-                raise OSError("the warm process closed its control socket")
+                raise WarmLost("the warm process closed its control socket")
             proc = WarmProc(int.from_bytes(answer, "little"), out_r, err_r)
         except BaseException:
             for fd in (status_r, out_r, err_r):
@@ -223,15 +242,21 @@ class WarmPool:
         env: dict[str, str],
         fds: list[int],
         rlimits: list[tuple[int, int]],
+        enter: list[int] | None = None,
     ) -> reaper.Reaped | None:
         """The command, forked from the slot's warm process; None when none could take it
         (the caller starts it cold)."""
-        server = self._server(slot, module, env)
+        server = self.ready(slot, module, env)
         if server is None:
             return None
         try:
-            return server.launch(argv, uid, cwd, env, fds, rlimits)
-        except OSError:
+            return server.launch(argv, uid, cwd, env, fds, rlimits, enter)
+        except WarmLost as exc:
+            # The command may have started, with the descriptors that were passed to it: not
+            # one more may. The sandbox's failure; the slot's sweep kills what it left.
+            self._drop(slot, module, server)
+            raise SandboxError(str(exc)) from exc
+        except OSError:  # nothing was sent: it starts cold
             self._drop(slot, module, server)
             return None
 
@@ -239,7 +264,9 @@ class WarmPool:
         """The slot's warm process for `module`, if it has one."""
         return self._servers.get((slot, module))
 
-    def _server(self, slot: int, module: str, env: dict[str, str]) -> WarmServer | None:
+    def ready(self, slot: int, module: str, env: dict[str, str]) -> WarmServer | None:
+        """The slot's warm process for `module`, started for `env` when it has none (or one
+        that is gone or was started for another); None when none can start."""
         with self._lock:
             server = self._servers.get((slot, module))
             if server is not None and server.alive() and server.env == startup_env(env):

@@ -32,7 +32,6 @@ import runpy
 import signal
 import socket
 import sys
-import threading
 import types
 from collections.abc import Callable
 from typing import Any
@@ -45,6 +44,8 @@ READY = b"ready"
 _LINUX_CAPABILITY_VERSION_3 = 0x20080522
 SYS_CAPSET = {"x86_64": 126, "aarch64": 91}
 PR_SET_DUMPABLE = 4
+CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS, CLONE_NEWIPC = 0x20000, 0x2000000, 0x4000000, 0x8000000
+CLONE_NEWPID, CLONE_NEWNET = 0x20000000, 0x40000000
 libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -72,11 +73,11 @@ def _drop_capabilities() -> None:
 
 
 def _exit_code(code: object) -> int:
-    """The interpreter's own rule for SystemExit's code."""
+    """The interpreter's own rule for SystemExit's code (one past a C long is an error: 255)."""
     if code is None:
         return 0
     if isinstance(code, int):
-        return code & 0xFF
+        return code & 0xFF if -(2**63) <= code < 2**63 else 255
     with contextlib.suppress(Exception):
         print(code, file=sys.stderr)
     return 1
@@ -96,12 +97,16 @@ def _run_as_main(module: str) -> int:
         interrupted = isinstance(exc, KeyboardInterrupt)
         sys.excepthook(type(exc), exc, exc.__traceback__)
         code = 1
-    with contextlib.suppress(BaseException):
-        threading._shutdown()  # type: ignore[attr-defined]
+    threading = sys.modules.get("threading")  # never imported: no thread to join
+    if threading is not None:
+        with contextlib.suppress(BaseException):
+            threading._shutdown()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
-        with contextlib.suppress(Exception):
+        try:
             stream.flush()
+        except Exception:
+            code = 120  # the interpreter's exit when its last flush fails
     if interrupted:
         signal.signal(signal.SIGINT, signal.SIG_DFL)
         os.kill(os.getpid(), signal.SIGINT)
@@ -124,6 +129,12 @@ def _runner(
             raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE)")
         for name in ("warm_process", "reaper_process"):
             sys.modules.pop(name, None)
+        # What the reaper's request left freed goes back, not into this process's resident
+        # memory (each fork the command makes would hold it too).
+        libc.malloc_trim(0)
+        tempfile = sys.modules.get("tempfile")
+        if tempfile is not None:  # found again from this environment's TMPDIR
+            setattr(tempfile, "tempdir", None)  # noqa: B010
         entry = sys.modules.get(module)
         if entry is not None and not hasattr(entry, "__path__"):
             del sys.modules[module]  # a plain module runs as __main__ only, as under -m
@@ -137,39 +148,71 @@ def _runner(
     return run
 
 
-def _place(received: list[int], targets: list[int]) -> int:
+def _place(received: list[int], targets: list[int]) -> tuple[int, list[int]]:
     """The command's descriptors where it expects them: stdin /dev/null, stdout, stderr, and
     each passed one at the number its variable names; every other one closed. The status
-    pipe's number, above them all."""
+    pipe's number and those of the descriptors after the passed ones (`_enter`'s), above them
+    all."""
     floor = max([2, *targets]) + 1
     moved = [fcntl.fcntl(fd, fcntl.F_DUPFD, floor) for fd in received]
     for fd in received:
         os.close(fd)
-    stdout, stderr, status, *passed = moved
+    stdout, stderr, status, *rest = moved
+    passed, extra = rest[: len(targets)], rest[len(targets) :]
     null = os.open(os.devnull, os.O_RDONLY)
     for fd, target in ((null, 0), (stdout, 1), (stderr, 2), *zip(passed, targets, strict=True)):
         os.dup2(fd, target)
-    keep = {0, 1, 2, status, *targets}
+    keep = {0, 1, 2, status, *targets, *extra}
     for name in os.listdir("/proc/self/fd"):
         if int(name) not in keep:
             with contextlib.suppress(OSError):  # the listing's own descriptor, closed by now
                 os.close(int(name))
-    return status
+    return status, extra
+
+
+def _setns(fd: int, kinds: int) -> None:
+    if libc.setns(fd, kinds) != 0:
+        code = ctypes.get_errno()
+        raise OSError(code, f"setns: {os.strerror(code)}")
+
+
+def _enter(holder: int, cgroups: list[int], cwd: str) -> Callable[[], None]:
+    """bwrap: the command's first process, still root, joins the sandbox's cgroup (writing its
+    own pid, 0, to each hierarchy's procs file the worker opened) and the namespaces of the
+    sandbox's holder process (`holder`, a pidfd; not its user namespace: the process then
+    switches to the same uid the sandbox has), and starts in its working directory there. The
+    reaper entered its pid namespace before the fork."""
+
+    def enter() -> None:
+        for fd in cgroups:
+            os.write(fd, b"0")
+            os.close(fd)
+        _setns(holder, CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP)
+        os.close(holder)
+        os.chdir(cwd)
+
+    return enter
 
 
 def _reaper(request: dict[str, Any], received: list[int]) -> None:
     """The forked reaper: the command's descriptors, working directory and environment, then
     reaper_process's start and reap."""
-    status = _place(received, request["fds"])
+    status, extra = _place(received, request["fds"])
     os.setsid()
-    os.chdir(request["cwd"])
+    enter = None
+    if extra:  # bwrap: a sandbox to enter; its pid namespace now, for the fork
+        holder, *cgroups = extra
+        _setns(holder, CLONE_NEWPID)
+        enter = _enter(holder, cgroups, request["cwd"])
+    else:
+        os.chdir(request["cwd"])
     os.environ.clear()
     os.environ.update(request["env"])
     argv = request["argv"]
     run = _runner(argv[3], argv, request["rlimits"])
     program = bytes.fromhex(request["filter"])
     try:
-        first = reaper._start(status, request["uid"], request["nice"], program, argv, run)
+        first = reaper._start(status, request["uid"], request["nice"], program, argv, run, enter)
     except OSError as exc:  # before any fork: the command never started
         why = reaper._why(exc)
         os.write(status, reaper.START.pack(len(why)) + why)

@@ -1,0 +1,155 @@
+"""Warm graders on the bwrap backend (why warm: trialbox/sandbox/warm.py).
+
+Each command still gets a sandbox of its own: bwrap starts, as it does for a cold command,
+with every namespace new, the slot's mounts, a private /tmp and /dev/shm and the per-command
+cgroup, but runs only a holder (HOLDER: a shell that execs `sleep`, no interpreter) in it.
+The command itself is a fork of the slot's warm process (root, outside any sandbox): its
+reaper enters the holder's pid namespace, and the command's first process, still root, joins
+the sandbox's cgroup and the holder's other namespaces (not its user namespace: it switches to
+the host uid the sandbox runs as, which that namespace maps to itself), then becomes the uid
+as on rlimit and runs the module. Everything the command starts lives in that sandbox and dies
+with it; nothing of one sandbox is reused by the next.
+
+Memory: the pages the command shares with its warm parent (pytest's, imported once) were
+charged to the warm process's cgroup, not the sandbox's. So the sandbox's limit is lowered by
+the warm process's resident anonymous memory, and its peak raised by as much: a sample is
+`oom` where a cold start of it would be (benchmarks/warm_parity.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import select
+import time
+from dataclasses import replace
+from typing import TYPE_CHECKING
+
+from trialbox.errors import SandboxError
+from trialbox.sandbox import reaper
+from trialbox.sandbox.backend import CommandSpec, Launched, Measured
+from trialbox.sandbox.cgroups import Cgroup
+
+if TYPE_CHECKING:
+    from trialbox.sandbox.bwrap import BwrapBackend, BwrapLaunched
+    from trialbox.sandbox.slots import Slot
+
+# It says so once bwrap has made the sandbox (its namespaces, mounts and root are final then;
+# bwrap tells its init's pid before), and holds it until the cgroup is killed.
+HOLDER = ("/bin/sh", "-c", "echo ready && exec sleep infinity")
+READY_WAIT_S = 30.0
+
+
+def _ready(holder: BwrapLaunched) -> None:
+    stdout = holder.proc.stdout
+    assert stdout is not None
+    if not select.select([stdout], [], [], READY_WAIT_S)[0] or not stdout.readline():
+        raise SandboxError("bwrap did not start the sandbox's holder in time")
+
+
+def _child_pid(status_fd: int) -> int:
+    """The holder's host pid, from bwrap's JSON status (its first document)."""
+    told = b""
+    deadline = time.monotonic() + READY_WAIT_S
+    decoder = json.JSONDecoder()
+    while True:
+        text = told.decode(errors="replace").strip()
+        with contextlib.suppress(ValueError):
+            document, _ = decoder.raw_decode(text)
+            if isinstance(document, dict) and isinstance(document.get("child-pid"), int):
+                return int(document["child-pid"])
+        left = deadline - time.monotonic()
+        if left <= 0 or not select.select([status_fd], [], [], left)[0]:
+            raise SandboxError("bwrap did not start the sandbox's holder in time")
+        chunk = os.read(status_fd, 4096)
+        if not chunk:
+            raise SandboxError("bwrap exited before the sandbox's holder started")
+        told += chunk
+
+
+class BwrapWarmLaunched(Launched):
+    """A command forked from a warm process into a sandbox bwrap made for it."""
+
+    def __init__(
+        self, holder: BwrapLaunched, reaped: reaper.Reaped, cgroup: Cgroup, shared_mb: float
+    ) -> None:
+        super().__init__(reaped.proc)
+        self.holder = holder
+        self.reaped = reaped
+        self.cgroup = cgroup
+        self.shared_mb = shared_mb
+
+    def kill_tree(self) -> None:
+        self.cgroup.kill_all()  # the holder, the command, all they started
+
+    def exited(self) -> bool:
+        return self.reaped.exited()
+
+    def wait(self) -> int:
+        return self.reaped.wait()
+
+    def _end_holder(self) -> None:
+        self.holder.discard()
+
+    def discard(self) -> None:
+        super().discard()
+        self.reaped.close()
+        self._end_holder()
+
+    def finish(self, returncode: int) -> Measured:
+        stats = self.cgroup.stats()
+        with contextlib.suppress(SandboxError):
+            self.reaped.totals()  # the reaper's end (the cgroup's figures are the command's)
+        self._end_holder()
+        if not self.cgroup.REUSABLE:
+            self.cgroup.remove()
+        # bwrap's own rule for a signal's death: 128 + its number.
+        exit_code = returncode if returncode >= 0 else 128 - returncode
+        return Measured(
+            exit_code=exit_code,
+            cpu_s=stats.cpu_s,
+            peak_memory_mb=round(stats.peak_memory_mb + self.shared_mb, 2),
+            oom_killed=stats.oom_kills > 0,
+        )
+
+
+def warm_launch(
+    backend: BwrapBackend, slot: Slot, spec: CommandSpec, fds: list[int], join: bool
+) -> Launched | None:
+    """The command in a sandbox of its own, forked from the slot's warm process; None when it
+    cannot be (it starts cold)."""
+    if backend.warm is None:
+        return None
+    module = backend.warm_module(spec)
+    if module is None:
+        return None
+    server = backend.warm.ready(slot.index, module, spec.env)
+    if server is None:
+        return None
+    shared_mb = 0.0 if join else server.anon_mb()
+    limits = spec.limits
+    if not join:  # the boundary where a cold start of it would be oom
+        limits = limits.model_copy(update={"memory_mb": max(1, int(limits.memory_mb - shared_mb))})
+    holder_spec = replace(spec, argv=HOLDER, limits=limits, report=False, channel=None)
+    holder = backend.launch_cold(slot, holder_spec, [], join)
+    cgroup = holder.cgroup
+    try:
+        pidfd = os.pidfd_open(_child_pid(holder.status_fd))  # the sandbox's init
+        _ready(holder)
+        procs = [os.open(path, os.O_WRONLY) for path in cgroup.procs_files]
+    except BaseException:
+        holder.discard()
+        raise
+    uid = slot.agent_uid if spec.role == "agent" else slot.grader_uid
+    workdir = backend.sandbox_workdir
+    reaped = backend.warm.launch(
+        slot.index, module, spec.argv, uid, workdir, spec.env, fds, [], [pidfd, *procs]
+    )
+    for fd in (pidfd, *procs):
+        os.close(fd)
+    if reaped is None:
+        holder.kill_tree()
+        holder.discard()
+        return None
+    return BwrapWarmLaunched(holder, reaped, cgroup, shared_mb)
