@@ -64,6 +64,9 @@ class Slot:
         return (self.agent_uid, self.grader_uid)
 
 
+RECENT = 8  # slots a pool keeps trying first
+
+
 class SlotPool:
     def __init__(
         self,
@@ -83,6 +86,9 @@ class SlotPool:
         self.release_failures: list[str] = []
         # Slots claimed since the last `take_used`: only their uids can have left anything.
         self.used: set[int] = set()
+        # The slots this pool held last, most recent first: tried before the others, so that
+        # a runner keeps to a few slots, whose warm processes stay warm (warm.py).
+        self._recent: list[int] = []
 
     def slot(self, index: int) -> Slot:
         uid = self.config.uid_base + 2 * index
@@ -107,8 +113,9 @@ class SlotPool:
         it is given back."""
         self._ensure_dirs()
         deadline = time.monotonic() + self.config.slot_wait_s
-        order = list(range(self.config.slots))
-        random.shuffle(order)  # spread concurrent runners over the slots
+        rest = [index for index in range(self.config.slots) if index not in self._recent]
+        random.shuffle(rest)  # spread concurrent runners over the slots they do not keep
+        order = self._recent + rest
         while True:
             for index in order:
                 fd = self._try_lock(index)
@@ -119,6 +126,7 @@ class SlotPool:
                     slot = self.slot(index)
                     if job:
                         self.used.add(index)
+                    self._recent = [index, *(i for i in self._recent if i != index)][:RECENT]
                     dirty = self._dirty_marker(index)
                     if dirty.exists():  # its last holder died holding it
                         self.sweep(slot)

@@ -47,6 +47,8 @@ BOOT = (
 READY_S = 60.0  # the runtime's interpreter and its pytest import, on a loaded machine
 ANSWER_S = 10.0
 PER_RUN = "TRIALBOX_"
+# A pytest one is ~30 MiB resident, a policy one ~10: a runner keeps to a few slots (slots.py).
+MAX_SERVERS = 8
 # Set by each command for itself: the warm process, root, has a HOME and TMPDIR no slot uid
 # may write (nothing it imports should read a file a sample planted).
 OWN_PLACES = {"HOME": "/", "TMPDIR": "/"}
@@ -221,7 +223,7 @@ class WarmServer:
 
 class WarmPool:
     """A backend's warm processes, by slot and module; replaced when gone, broken or started
-    for another environment."""
+    for another environment. At most MAX_SERVERS: past it, the one used longest ago ends."""
 
     def __init__(self, python: Path, program: Path = PROGRAM) -> None:
         self.python = python
@@ -270,6 +272,7 @@ class WarmPool:
         with self._lock:
             server = self._servers.get((slot, module))
             if server is not None and server.alive() and server.env == startup_env(env):
+                self._servers[(slot, module)] = self._servers.pop((slot, module))  # most recent
                 return server
             if server is not None:
                 server.close()
@@ -283,6 +286,8 @@ class WarmPool:
                 self._failed.add(key)
                 return None
             self._servers[(slot, module)] = server
+            while len(self._servers) > MAX_SERVERS:  # dicts keep order: the oldest first
+                self._servers.pop(next(iter(self._servers))).close()
             return server
 
     def _drop(self, slot: int, module: str, server: WarmServer) -> None:

@@ -78,7 +78,7 @@ def _exit_code(code: object) -> int:
         return 0
     if isinstance(code, int):
         return code & 0xFF if -(2**63) <= code < 2**63 else 255
-    with contextlib.suppress(Exception):
+    with contextlib.suppress(Exception):  # the interpreter too ignores a text it cannot print
         print(code, file=sys.stderr)
     return 1
 
@@ -99,7 +99,7 @@ def _run_as_main(module: str) -> int:
         code = 1
     threading = sys.modules.get("threading")  # never imported: no thread to join
     if threading is not None:
-        with contextlib.suppress(BaseException):
+        with contextlib.suppress(BaseException):  # as the interpreter's own shutdown does
             threading._shutdown()
     atexit._run_exitfuncs()
     for stream in (sys.stdout, sys.stderr):
