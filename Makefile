@@ -93,6 +93,10 @@ bench: setup
 	$(BIN)/python benchmarks/session_calls.py
 	$(BIN)/python benchmarks/session_open.py
 	$(BIN)/python benchmarks/grading_boundary.py
+	$(BIN)/python benchmarks/warm_grader.py --compare-cold
+	$(BIN)/python benchmarks/warm_grader.py --backend rlimit --compare-cold
+	$(BIN)/python benchmarks/warm_parity.py --backend rlimit
+	$(BIN)/python benchmarks/warm_parity.py --backend bwrap
 	$(BIN)/python benchmarks/performance_noise.py
 	$(BIN)/python benchmarks/performance_noise.py --load memory
 	$(BIN)/python benchmarks/integrations_overhead.py

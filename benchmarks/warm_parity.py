@@ -1,4 +1,4 @@
-"""Warm against cold on the rlimit backend: for every sample of a corpus, the status, reward and
+"""Warm against cold on either backend: for every sample of a corpus, the status, reward and
 grading command's peak memory a warm grader gives (trialbox/sandbox/warm.py) against cold
 starts', each row run cold, warm, then cold again (or warm first, by turns).
 
@@ -9,7 +9,7 @@ within TOLERANCE_MB of the two cold peaks' range. A peak that is timing itself (
 or a memory bomb's caught by the watchdog's sampling) moves between two cold runs too: the
 range is how much. Exit status 1 when a row does not agree.
 
-Run: `.venv/bin/python benchmarks/warm_parity.py --corpus hostile redteam humaneval`.
+Run: `.venv/bin/python benchmarks/warm_parity.py --backend rlimit` (every corpus by default).
 """
 
 from __future__ import annotations
@@ -90,8 +90,8 @@ def rows(corpora: list[str]) -> Iterator[Row]:
             yield Row("humaneval", task.task_id, task, sample)
 
 
-def runners(slots: int) -> tuple[Runner, Runner]:
-    config = SandboxConfig.from_env().model_copy(update={"backend": "rlimit", "slots": slots})
+def runners(backend: str, slots: int) -> tuple[Runner, Runner]:
+    config = SandboxConfig.from_env().model_copy(update={"backend": backend, "slots": slots})
     return Runner(config.model_copy(update={"warm": False})), Runner(config)
 
 
@@ -107,8 +107,8 @@ def compare(row: Row, cold: Runner, warm: Runner, warm_first: bool) -> Pair:
     return Pair(row, (first, run(cold)), warm_result)
 
 
-def compare_all(chosen: list[Row], parallel: int) -> list[Pair]:
-    cold, warm = runners(parallel)
+def compare_all(chosen: list[Row], backend: str, parallel: int) -> list[Pair]:
+    cold, warm = runners(backend, parallel)
     with ThreadPoolExecutor(parallel) as pool:
         return list(
             pool.map(lambda i: compare(chosen[i], cold, warm, i % 2 == 1), range(len(chosen)))
@@ -119,8 +119,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--corpus", nargs="+", default=["hostile", "redteam", "humaneval"])
     parser.add_argument("--parallel", type=int, default=2)
+    parser.add_argument("--backend", choices=["bwrap", "rlimit"], default="rlimit")
     args = parser.parse_args()
-    pairs = compare_all(list(rows(args.corpus)), args.parallel)
+    pairs = compare_all(list(rows(args.corpus)), args.backend, args.parallel)
     print(f"{'corpus':<10} {'row':<40} {'cold':<24} {'warm':<24} peak cold, cold / warm MiB")
     for pair in pairs:
         c, w = pair.cold[0], pair.warm

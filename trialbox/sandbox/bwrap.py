@@ -89,6 +89,8 @@ class BwrapBackend(Backend):
         self.etc_dir = config.state_dir / "etc"
         self._write_etc()
         self.warm = WarmPool(runtime.python) if config.warm else None
+        # By slot: what its warm command and companion share with their warm processes.
+        self.shared_mb: dict[int, float] = {}
         self.sandbox_workdir = Path(SANDBOX_WORKDIR)
 
     def _write_etc(self) -> None:
@@ -197,8 +199,15 @@ class BwrapBackend(Backend):
         return launched if launched is not None else self.launch_cold(slot, spec, fds, join)
 
     def launch_cold(
-        self, slot: Slot, spec: CommandSpec, fds: list[int], join: bool = False
+        self,
+        slot: Slot,
+        spec: CommandSpec,
+        fds: list[int],
+        join: bool = False,
+        as_pid_1: bool = False,
     ) -> BwrapLaunched:
+        """`as_pid_1`: the command is the sandbox's pid 1, without bwrap's init (a warm
+        command's holder)."""
         uid = slot.agent_uid if spec.role == "agent" else slot.grader_uid
         cgroup = self._cgroup(slot)
         if not join:
@@ -210,7 +219,10 @@ class BwrapBackend(Backend):
         drop = ["setpriv", f"--reuid={uid}", f"--regid={uid}", "--clear-groups"]
         drop += ["--no-new-privs", "--inh-caps=-all", "--"]
         argv = ["/bin/sh", "-c", JOIN_SHIM, "sh", *map(str, cgroup.procs_files), "--"]
-        argv += [*drop, *self._bwrap_args(spec, status_w, filter_fd), *spec.argv]
+        bwrap = self._bwrap_args(spec, status_w, filter_fd)
+        if as_pid_1:
+            bwrap.insert(1, "--as-pid-1")
+        argv += [*drop, *bwrap, *spec.argv]
         try:
             proc = subprocess.Popen(
                 argv,

@@ -11,9 +11,11 @@ as on rlimit and runs the module. Everything the command starts lives in that sa
 with it; nothing of one sandbox is reused by the next.
 
 Memory: the pages the command shares with its warm parent (pytest's, imported once) were
-charged to the warm process's cgroup, not the sandbox's. So the sandbox's limit is lowered by
-the warm process's resident anonymous memory, and its peak raised by as much: a sample is
-`oom` where a cold start of it would be (benchmarks/warm_parity.py).
+charged to the warm process's cgroup, not the sandbox's. So the sandbox's limit is lowered,
+and its peak raised, by what a command forked from that warm process still shares with it
+once it ran (measured by the warm process at its start: warm_process._still_shared_kib), for
+the command and its companion: a sample is `oom` where a cold start of it would be
+(tests/sandbox/test_warm_parity.py, benchmarks/warm_parity.py).
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ import json
 import os
 import select
 import time
+from collections.abc import Callable
 from dataclasses import replace
 from typing import TYPE_CHECKING
 
@@ -36,7 +39,8 @@ if TYPE_CHECKING:
     from trialbox.sandbox.slots import Slot
 
 # It says so once bwrap has made the sandbox (its namespaces, mounts and root are final then;
-# bwrap tells its init's pid before), and holds it until the cgroup is killed.
+# bwrap tells its pid before), and holds it until the cgroup is killed. It is the sandbox's
+# pid 1 (--as-pid-1), which no signal from inside kills, and the command pid 2, as cold.
 HOLDER = ("/bin/sh", "-c", "echo ready && exec sleep infinity")
 READY_WAIT_S = 30.0
 
@@ -72,8 +76,14 @@ class BwrapWarmLaunched(Launched):
     """A command forked from a warm process into a sandbox bwrap made for it."""
 
     def __init__(
-        self, holder: BwrapLaunched, reaped: reaper.Reaped, cgroup: Cgroup, shared_mb: float
+        self,
+        holder: BwrapLaunched,
+        reaped: reaper.Reaped,
+        cgroup: Cgroup,
+        shared_mb: Callable[[], float],
     ) -> None:
+        """`shared_mb`: what the slot's command and companion share with their warm processes
+        (its companion starts after it)."""
         super().__init__(reaped.proc)
         self.holder = holder
         self.reaped = reaped
@@ -109,7 +119,7 @@ class BwrapWarmLaunched(Launched):
         return Measured(
             exit_code=exit_code,
             cpu_s=stats.cpu_s,
-            peak_memory_mb=round(stats.peak_memory_mb + self.shared_mb, 2),
+            peak_memory_mb=round(stats.peak_memory_mb + self.shared_mb(), 2),
             oom_killed=stats.oom_kills > 0,
         )
 
@@ -127,15 +137,17 @@ def warm_launch(
     server = backend.warm.ready(slot.index, module, spec.env)
     if server is None:
         return None
-    shared_mb = 0.0 if join else server.anon_mb()
-    limits = spec.limits
-    if not join:  # the boundary where a cold start of it would be oom
-        limits = limits.model_copy(update={"memory_mb": max(1, int(limits.memory_mb - shared_mb))})
-    holder_spec = replace(spec, argv=HOLDER, limits=limits, report=False, channel=None)
-    holder = backend.launch_cold(slot, holder_spec, [], join)
+    # The boundary where a cold start of it would be oom: the slot's limit lowered by what its
+    # command and companion share with their warm processes (charged to those, not the slot).
+    shared = backend.shared_mb
+    shared[slot.index] = server.shared_mb + (shared.get(slot.index, 0.0) if join else 0.0)
+    memory_mb = max(1, int(spec.limits.memory_mb - shared[slot.index]))
+    holder_spec = replace(spec, argv=HOLDER, report=False, channel=None)
+    holder = backend.launch_cold(slot, holder_spec, [], join, as_pid_1=True)
     cgroup = holder.cgroup
+    cgroup.limit(memory_mb, spec.limits.pids, spec.limits.cpus)
     try:
-        pidfd = os.pidfd_open(_child_pid(holder.status_fd))  # the sandbox's init
+        pidfd = os.pidfd_open(_child_pid(holder.status_fd))  # the holder, the sandbox's pid 1
         _ready(holder)
         procs = [os.open(path, os.O_WRONLY) for path in cgroup.procs_files]
     except BaseException:
@@ -144,7 +156,7 @@ def warm_launch(
     uid = slot.agent_uid if spec.role == "agent" else slot.grader_uid
     workdir = backend.sandbox_workdir
     reaped = backend.warm.launch(
-        slot.index, module, spec.argv, uid, workdir, spec.env, fds, [], [pidfd, *procs]
+        slot.index, module, spec.argv, uid, workdir, spec.env, fds, [], [pidfd, *procs], nice=0
     )
     for fd in (pidfd, *procs):
         os.close(fd)
@@ -152,4 +164,4 @@ def warm_launch(
         holder.kill_tree()
         holder.discard()
         return None
-    return BwrapWarmLaunched(holder, reaped, cgroup, shared_mb)
+    return BwrapWarmLaunched(holder, reaped, cgroup, lambda: shared[slot.index])

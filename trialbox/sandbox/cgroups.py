@@ -84,6 +84,10 @@ class Cgroup(ABC):
         raw = self._read_stats()
         return CgroupStats(raw.cpu_s, raw.peak_memory_mb, raw.oom_kills - self._oom_baseline)
 
+    def limit(self, memory_mb: int, pids: int, cpus: float) -> None:
+        """New limits for the command already in it (counters kept)."""
+        self._apply_limits(memory_mb, pids, cpus)
+
     def create(self, memory_mb: int, pids: int, cpus: float) -> None:
         """An empty cgroup with these limits and zeroed counters, ready for one command."""
         if self.REUSABLE and all(path.is_dir() for path in self.dirs) and self.wait_empty():

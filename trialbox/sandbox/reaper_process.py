@@ -17,6 +17,7 @@ execs COMMAND. The reaper then waits for every descendant, and writes on STATUS_
 
 from __future__ import annotations
 
+import contextlib
 import ctypes
 import os
 import resource
@@ -44,9 +45,17 @@ def _prctl(libc: ctypes.CDLL, option: int, arg2: int, arg3: object = 0) -> None:
         raise OSError(code, f"prctl({option}): {os.strerror(code)}")
 
 
-def _become(uid: int, nice: int, program: bytes, libc: ctypes.CDLL, execs: bool = True) -> None:
+def _become(
+    uid: int,
+    nice: int,
+    program: bytes,
+    libc: ctypes.CDLL,
+    execs: bool = True,
+    switched: Callable[[], None] | None = None,
+) -> None:
     """In the command's first process, before its exec (`execs`) or before it runs a module
-    in this interpreter (warm_process.py)."""
+    in this interpreter (warm_process.py). `switched`: what it does once it is the uid, before
+    no_new_privs and the filter (join the sandbox's user namespace)."""
     if execs:
         # What this interpreter ignores at its start, an exec would hand on: the command would
         # get EPIPE for SIGPIPE and EFBIG for SIGXFSZ (subprocess's restore_signals, as
@@ -58,6 +67,8 @@ def _become(uid: int, nice: int, program: bytes, libc: ctypes.CDLL, execs: bool 
     os.setgroups([])
     os.setresgid(uid, uid, uid)
     os.setresuid(uid, uid, uid)
+    if switched is not None:
+        switched()
     buffer = ctypes.create_string_buffer(program, len(program))
     fprog = _SockFprog(len(program) // 8, ctypes.cast(buffer, ctypes.c_void_p))
     _prctl(libc, PR_SET_NO_NEW_PRIVS, 1)
@@ -84,11 +95,13 @@ def _start(
     argv: list[str],
     run: Callable[[Callable[[], None]], None] | None = None,
     enter: Callable[[], None] | None = None,
+    switched: Callable[[], None] | None = None,
 ) -> int:
     """Fork the command's first process; its pid, once it exec'd (START written either way).
     `run`: instead of the exec, the command is a module this interpreter runs (warm_process.py);
     it is handed what tells the reaper the command started, once it has. `enter`: what the
-    first process does as root before it becomes the uid (join a sandbox's namespaces)."""
+    first process does as root before it becomes the uid (join a sandbox's namespaces);
+    `switched`: what it does once it is (join the sandbox's user namespace)."""
     libc = ctypes.CDLL(None, use_errno=True)
     _prctl(libc, PR_SET_CHILD_SUBREAPER, 1)
     # Found as root, before the switch: the uid may not read the modules a lookup imports.
@@ -101,7 +114,7 @@ def _start(
             os.close(why_read)
             if enter is not None:
                 enter()
-            _become(uid, nice, program, libc, execs=run is None)
+            _become(uid, nice, program, libc, execs=run is None, switched=switched)
             if run is None:
                 os.execv(path, argv)
             run(lambda: os.close(why_write))
@@ -122,11 +135,18 @@ def _why(exc: BaseException) -> bytes:
     return f"{type(exc).__name__}: {exc}".encode()[:MAX_WHY]
 
 
-def reap(status: int, first: int) -> None:
-    """Once the command started: wait for every process of it, and tell its end on `status`."""
+def reap(status: int, first: int, holder: int = -1) -> None:
+    """Once the command started: wait for every process of it, and tell its end on `status`.
+    `holder` (a warm command on bwrap: a pidfd of its sandbox's pid 1): killed once the first
+    process exited, which ends every process in the sandbox, as bwrap's init does when its
+    command exits."""
     # Only the command's processes may hold its pipes (and the descriptors passed to it) open.
-    os.closerange(0, status)
-    os.closerange(status + 1, os.sysconf("SC_OPEN_MAX"))
+    keep = sorted({status, holder} - {-1})
+    low = 0
+    for fd in keep:
+        os.closerange(low, fd)
+        low = fd + 1
+    os.closerange(low, os.sysconf("SC_OPEN_MAX"))
     while True:
         try:
             pid, wait_status, _ = os.wait4(-1, WALL)
@@ -134,6 +154,9 @@ def reap(status: int, first: int) -> None:
             break
         if pid == first:
             os.write(status, EXITED.pack(wait_status))
+            if holder >= 0:
+                with contextlib.suppress(ProcessLookupError):
+                    signal.pidfd_send_signal(holder, signal.SIGKILL)
     usage = resource.getrusage(resource.RUSAGE_CHILDREN)
     os.write(status, TOTALS.pack(usage.ru_utime, usage.ru_stime, usage.ru_maxrss))
 

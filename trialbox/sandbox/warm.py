@@ -139,10 +139,13 @@ class WarmServer:
             theirs.close()
         ours.settimeout(READY_S)
         try:
-            ready = ours.recv(16)
+            ready = ours.recv(64)
         except OSError:
             ready = b""
-        if ready != b"ready":
+        word, _, shared_kib = ready.partition(b" ")
+        # What each command forked from it still shares with it once it ran (warm_process).
+        self.shared_mb = int(shared_kib) / 1024 if shared_kib.isdigit() else 0.0
+        if word != b"ready":
             said = self._stderr()
             self.close()
             raise SandboxError(f"the warm {module} process did not start: {said}")
@@ -158,11 +161,6 @@ class WarmServer:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def anon_mb(self) -> float:
-        """Its resident anonymous memory: what every fork maps without its cgroup paying."""
-        status = Path(f"/proc/{self.proc.pid}/status").read_text()
-        return int(status.split("RssAnon:", 1)[1].split()[0]) / 1024
-
     def launch(
         self,
         argv: tuple[str, ...],
@@ -172,6 +170,7 @@ class WarmServer:
         fds: list[int],
         rlimits: list[tuple[int, int]],
         enter: list[int] | None = None,
+        nice: int = reaper.SANDBOX_NICE,
     ) -> reaper.Reaped:
         """The command forked from this process, as `reaper.start` starts one cold. OSError:
         this process failed to answer (close it; the command did not start). `enter` (bwrap):
@@ -183,7 +182,7 @@ class WarmServer:
         request = {
             "argv": list(argv),
             "uid": uid,
-            "nice": reaper.SANDBOX_NICE,
+            "nice": nice,
             "filter": reaper.filter_hex(),
             "cwd": str(cwd),
             "env": env,
@@ -245,6 +244,7 @@ class WarmPool:
         fds: list[int],
         rlimits: list[tuple[int, int]],
         enter: list[int] | None = None,
+        nice: int = reaper.SANDBOX_NICE,
     ) -> reaper.Reaped | None:
         """The command, forked from the slot's warm process; None when none could take it
         (the caller starts it cold)."""
@@ -252,7 +252,7 @@ class WarmPool:
         if server is None:
             return None
         try:
-            return server.launch(argv, uid, cwd, env, fds, rlimits, enter)
+            return server.launch(argv, uid, cwd, env, fds, rlimits, enter, nice)
         except WarmLost as exc:
             # The command may have started, with the descriptors that were passed to it: not
             # one more may. The sandbox's failure; the slot's sweep kills what it left.

@@ -45,7 +45,8 @@ _LINUX_CAPABILITY_VERSION_3 = 0x20080522
 SYS_CAPSET = {"x86_64": 126, "aarch64": 91}
 PR_SET_DUMPABLE = 4
 CLONE_NEWNS, CLONE_NEWCGROUP, CLONE_NEWUTS, CLONE_NEWIPC = 0x20000, 0x2000000, 0x4000000, 0x8000000
-CLONE_NEWPID, CLONE_NEWNET = 0x20000000, 0x40000000
+CLONE_NEWPID, CLONE_NEWNET, CLONE_NEWUSER = 0x20000000, 0x40000000, 0x10000000
+PR_CAPBSET_DROP = 24
 libc = ctypes.CDLL(None, use_errno=True)
 
 
@@ -176,22 +177,34 @@ def _setns(fd: int, kinds: int) -> None:
         raise OSError(code, f"setns: {os.strerror(code)}")
 
 
-def _enter(holder: int, cgroups: list[int], cwd: str) -> Callable[[], None]:
-    """bwrap: the command's first process, still root, joins the sandbox's cgroup (writing its
-    own pid, 0, to each hierarchy's procs file the worker opened) and the namespaces of the
-    sandbox's holder process (`holder`, a pidfd; not its user namespace: the process then
-    switches to the same uid the sandbox has), and starts in its working directory there. The
-    reaper entered its pid namespace before the fork."""
+def _enter(
+    holder: int, cgroups: list[int], cwd: str
+) -> tuple[Callable[[], None], Callable[[], None]]:
+    """bwrap: what the command's first process does to be where a cold command is. Still root:
+    it joins the sandbox's cgroup (writing its own pid, 0, to each hierarchy's procs file the
+    worker opened) and the holder's namespaces but its user namespace (`holder`: a pidfd), and
+    starts in its working directory there (the reaper entered its pid namespace before the
+    fork). Once it is the uid: it joins the holder's user namespace too, as bwrap's command is
+    in it (outside it, as the uid that owns it, it would hold every capability over the
+    sandbox's mounts), and drops the bounding set, as bwrap does."""
 
     def enter() -> None:
         for fd in cgroups:
             os.write(fd, b"0")
             os.close(fd)
         _setns(holder, CLONE_NEWNS | CLONE_NEWNET | CLONE_NEWIPC | CLONE_NEWUTS | CLONE_NEWCGROUP)
-        os.close(holder)
         os.chdir(cwd)
 
-    return enter
+    def switched() -> None:
+        _setns(holder, CLONE_NEWUSER)
+        os.close(holder)
+        with open("/proc/sys/kernel/cap_last_cap") as cap_last_cap:
+            last = int(cap_last_cap.read())
+        for capability in range(last + 1):
+            if libc.prctl(PR_CAPBSET_DROP, capability, 0, 0, 0) != 0:
+                raise OSError(ctypes.get_errno(), f"prctl(PR_CAPBSET_DROP, {capability})")
+
+    return enter, switched
 
 
 def _reaper(request: dict[str, Any], received: list[int]) -> None:
@@ -199,11 +212,12 @@ def _reaper(request: dict[str, Any], received: list[int]) -> None:
     reaper_process's start and reap."""
     status, extra = _place(received, request["fds"])
     os.setsid()
-    enter = None
+    enter = switched = None
+    holder = -1
     if extra:  # bwrap: a sandbox to enter; its pid namespace now, for the fork
         holder, *cgroups = extra
         _setns(holder, CLONE_NEWPID)
-        enter = _enter(holder, cgroups, request["cwd"])
+        enter, switched = _enter(holder, cgroups, request["cwd"])
     else:
         os.chdir(request["cwd"])
     os.environ.clear()
@@ -212,12 +226,13 @@ def _reaper(request: dict[str, Any], received: list[int]) -> None:
     run = _runner(argv[3], argv, request["rlimits"])
     program = bytes.fromhex(request["filter"])
     try:
-        first = reaper._start(status, request["uid"], request["nice"], program, argv, run, enter)
+        uid, nice = request["uid"], request["nice"]
+        first = reaper._start(status, uid, nice, program, argv, run, enter, switched)
     except OSError as exc:  # before any fork: the command never started
         why = reaper._why(exc)
         os.write(status, reaper.START.pack(len(why)) + why)
         return
-    reaper.reap(status, first)
+    reaper.reap(status, first, holder)
 
 
 def _collect() -> None:
@@ -231,11 +246,56 @@ def _collect() -> None:
             return
 
 
+CALIBRATION_TEST = "def test_calibration():\n    assert sum([1, 2]) == 3\n"
+
+
+def _still_shared_kib(module: str) -> int:
+    """What a command forked from here still shares with this process once it ran: its
+    anonymous pages less those it wrote (copied on write) or made. Measured on a fork that
+    runs pytest on one test (a pytest command copies much of what pytest's import made; the
+    policy's zygote, which forks a server per request, little). The backend charges each
+    command that much more than its cgroup sees (bwrap_warm.py)."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(read)
+            if module == "pytest":
+                _calibrate_pytest()
+            with open("/proc/self/smaps_rollup") as rollup:
+                fields = dict(line.split(":", 1) for line in rollup if ":" in line)
+            anonymous = int(fields["Anonymous"].split()[0])
+            written = int(fields["Private_Dirty"].split()[0])
+            os.write(write, str(max(anonymous - written, 0)).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    told = os.read(read, 64)
+    os.close(read)
+    os.waitpid(pid, 0)
+    return int(told) if told.isdigit() else 0
+
+
+def _calibrate_pytest() -> None:
+    import tempfile
+
+    import pytest
+
+    with tempfile.TemporaryDirectory() as root:
+        with open(os.path.join(root, "test_calibration.py"), "w") as test:
+            test.write(CALIBRATION_TEST)
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+        args = ["-q", "-p", "no:cacheprovider", "-c", os.devnull, f"--rootdir={root}", root]
+        pytest.main([*args, f"--confcutdir={root}"])
+
+
 def main(args: list[str]) -> None:
     control = socket.socket(fileno=int(args[0]))
     preload(args[1])
     gc.freeze()  # what every fork shares stays shared: the collector never writes to it
-    control.sendall(READY)
+    control.sendall(READY + b" " + str(_still_shared_kib(args[1])).encode())
     while True:
         _collect()
         try:
