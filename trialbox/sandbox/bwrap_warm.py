@@ -33,6 +33,7 @@ from trialbox.errors import SandboxError
 from trialbox.sandbox import reaper
 from trialbox.sandbox.backend import CommandSpec, Launched, Measured
 from trialbox.sandbox.cgroups import Cgroup
+from trialbox.sandbox.warm import WarmCommand
 
 if TYPE_CHECKING:
     from trialbox.sandbox.bwrap import BwrapBackend, BwrapLaunched
@@ -155,9 +156,10 @@ def warm_launch(
         raise
     uid = slot.agent_uid if spec.role == "agent" else slot.grader_uid
     workdir = backend.sandbox_workdir
-    reaped = backend.warm.launch(
-        slot.index, module, spec.argv, uid, workdir, spec.env, fds, [], [pidfd, *procs], nice=0
+    command = WarmCommand(
+        argv=spec.argv, uid=uid, cwd=workdir, env=spec.env, fds=fds, enter=[pidfd, *procs], nice=0
     )
+    reaped = backend.warm.launch(slot.index, module, command)
     for fd in (pidfd, *procs):
         os.close(fd)
     if reaped is None:

@@ -52,7 +52,7 @@ from trialbox.sandbox.config import SandboxConfig
 from trialbox.sandbox.fs import remove_tree, unmount
 from trialbox.sandbox.runtime import Runtime
 from trialbox.sandbox.slots import Slot
-from trialbox.sandbox.warm import WarmPool
+from trialbox.sandbox.warm import WarmCommand, WarmPool
 from trialbox.sandbox.watchdog import MemoryWatchdog, tmpfs_places
 
 MiB = 1024 * 1024
@@ -250,7 +250,10 @@ class RlimitBackend(Backend):
         module = self.warm_module(spec)
         if self.warm is None or module is None:
             return None
-        return self.warm.launch(slot.index, module, spec.argv, uid, spec.workdir, env, fds, rlimits)
+        command = WarmCommand(
+            argv=spec.argv, uid=uid, cwd=spec.workdir, env=env, fds=fds, rlimits=rlimits
+        )
+        return self.warm.launch(slot.index, module, command)
 
     def _warm_pids(self, slot: Slot, spec: CommandSpec, reaped: reaper.Reaped) -> list[int]:
         """The warm process a command was forked from, and its reaper."""

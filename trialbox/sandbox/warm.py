@@ -27,6 +27,7 @@ import signal
 import socket
 import subprocess
 import threading
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO
 
@@ -73,6 +74,22 @@ def startup_env(env: dict[str, str]) -> dict[str, str]:
     """What of a command's environment its interpreter's start could depend on (its HOME
     and TMPDIR are read later, from the environment the command gets)."""
     return {k: v for k, v in env.items() if not k.startswith(PER_RUN)} | OWN_PLACES
+
+
+@dataclass(frozen=True, kw_only=True)
+class WarmCommand:
+    """What a warm process needs to start a command as a cold start would."""
+
+    argv: tuple[str, ...]
+    uid: int
+    cwd: Path  # the command's working directory (on bwrap, inside its sandbox)
+    env: dict[str, str]
+    fds: list[int]  # passed at these numbers, which `env` names
+    rlimits: list[tuple[int, int]] = field(default_factory=list)  # (RLIMIT_*, both limits)
+    # bwrap: a pidfd of the sandbox's holder and the cgroup procs files to join (this side's
+    # copies are closed once sent).
+    enter: list[int] = field(default_factory=list)
+    nice: int = reaper.SANDBOX_NICE
 
 
 class WarmProc:
@@ -161,37 +178,25 @@ class WarmServer:
     def alive(self) -> bool:
         return self.proc.poll() is None
 
-    def launch(
-        self,
-        argv: tuple[str, ...],
-        uid: int,
-        cwd: Path,
-        env: dict[str, str],
-        fds: list[int],
-        rlimits: list[tuple[int, int]],
-        enter: list[int] | None = None,
-        nice: int = reaper.SANDBOX_NICE,
-    ) -> reaper.Reaped:
+    def launch(self, command: WarmCommand) -> reaper.Reaped:
         """The command forked from this process, as `reaper.start` starts one cold. OSError:
-        this process failed to answer (close it; the command did not start). `enter` (bwrap):
-        a pidfd of the sandbox's holder process and the cgroup procs files to join, passed on
-        and closed here; `cwd` is then the sandbox's."""
+        this process failed to answer (close it; the command did not start)."""
         status_r, status_w = os.pipe()
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
         request = {
-            "argv": list(argv),
-            "uid": uid,
-            "nice": nice,
+            "argv": list(command.argv),
+            "uid": command.uid,
+            "nice": command.nice,
             "filter": reaper.filter_hex(),
-            "cwd": str(cwd),
-            "env": env,
-            "fds": fds,
-            "rlimits": [list(limit) for limit in rlimits],
+            "cwd": str(command.cwd),
+            "env": command.env,
+            "fds": command.fds,
+            "rlimits": [list(limit) for limit in command.rlimits],
         }
         try:
             with self._lock:
-                passing = [out_w, err_w, status_w, *fds, *(enter or [])]
+                passing = [out_w, err_w, status_w, *command.fds, *command.enter]
                 socket.send_fds(self.control, [json.dumps(request).encode()], passing)
                 try:
                     answer = self.control.recv(4)
@@ -233,26 +238,14 @@ class WarmPool:
         self._failed: set[tuple[str, str]] = set()
         self._lock = threading.Lock()
 
-    def launch(
-        self,
-        slot: int,
-        module: str,
-        argv: tuple[str, ...],
-        uid: int,
-        cwd: Path,
-        env: dict[str, str],
-        fds: list[int],
-        rlimits: list[tuple[int, int]],
-        enter: list[int] | None = None,
-        nice: int = reaper.SANDBOX_NICE,
-    ) -> reaper.Reaped | None:
+    def launch(self, slot: int, module: str, command: WarmCommand) -> reaper.Reaped | None:
         """The command, forked from the slot's warm process; None when none could take it
         (the caller starts it cold)."""
-        server = self.ready(slot, module, env)
+        server = self.ready(slot, module, command.env)
         if server is None:
             return None
         try:
-            return server.launch(argv, uid, cwd, env, fds, rlimits, enter, nice)
+            return server.launch(command)
         except WarmLost as exc:
             # The command may have started, with the descriptors that were passed to it: not
             # one more may. The sandbox's failure; the slot's sweep kills what it left.
