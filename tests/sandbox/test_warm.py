@@ -70,8 +70,10 @@ def _observed(report: RunReport, strict: bool = True) -> dict[str, Any]:
     return dict(json.loads(found[0].group(1))) if found else {}
 
 
-def _run(runner: Runner, task: Task, sample: str, n: int, plant: str | None = None) -> RunReport:
-    """`plant`: the one attack attack.py makes (else every one)."""
+def _run(
+    runner: Runner, task: Task, sample: str, n: int, plant: list[str] | None = None
+) -> RunReport:
+    """`plant`: the attacks attack.py makes (else every one)."""
     code = (SAMPLES / sample).read_text()
     if plant is not None:
         code = code.replace("\nPLANT = None", f"\nPLANT = {plant!r}", 1)
@@ -83,7 +85,7 @@ def _runner(program: Path | None, backend: str = "rlimit") -> Runner:
     config = SandboxConfig.from_env().model_copy(update={"backend": backend, "slots": 1})
     runner = Runner(config)
     if program is not None:
-        runner.backend.warm = WarmPool(runner.runtime.python, program)  # type: ignore[attr-defined]
+        runner.backend.warm = WarmPool(runner.runtime.python, program)
     return runner
 
 
@@ -110,24 +112,29 @@ def test_nothing_a_sample_plants_reaches_the_next_sample_on_its_slot(
     assert set(PLANTED + AROUND) <= set(before)
     assert {k: (before[k], after[k]) for k in before if before[k] != after[k]} == {}
     # Both probes ran from the same warm process, which the attack could not stop or kill.
-    warm = runner.backend.warm  # type: ignore[attr-defined]
+    warm = runner.backend.warm
+    assert warm is not None
     server = warm.server(0, _module(isolation))
     assert server is not None and server.alive()
     assert server.launched == 3
 
 
 def test_each_attack_reaches_the_next_sample_through_a_naive_warm_process() -> None:
-    """One attack at a time (together, they break the naive process's grading outright), each
-    on a naive process of its own, against what a fresh one shows. in_process: the sample's
-    code runs in the grader's process, which is the naive warm process itself."""
+    """Each attack reaches the probe after it through a naive process of its own, against
+    what a fresh one shows: those that leave the naive process's grading working together in
+    one, the two that break it (a patched `json.dumps`, the working directory) apart: the
+    probe that cannot even report counts as reached. in_process: the sample's code runs in the
+    grader's process, which is the naive warm process itself."""
     task = _task("in_process")
     before = _observed(_run(_runner(NAIVE), task, "probe.py", 1))
+    breaking = ["module attribute", "cwd"]
+    groups = [[p for p in PLANTED if p not in breaking], *([p] for p in breaking)]
     missed = []
-    for plant in PLANTED:
+    for group in groups:
         runner = _runner(NAIVE)
-        _run(runner, task, "attack.py", 2, plant)
-        if before[plant] == _observed(_run(runner, task, "probe.py", 3), strict=False).get(plant):
-            missed.append(plant)
+        _run(runner, task, "attack.py", 2, group)
+        after = _observed(_run(runner, task, "probe.py", 3), strict=False)
+        missed += [plant for plant in group if before[plant] == after.get(plant)]
     assert missed == [], missed
 
 
@@ -136,10 +143,13 @@ def test_a_warm_process_that_died_is_replaced(backend: str) -> None:
     runner = _runner(None, backend)
     task = _task("in_process")
     before = _observed(_run(runner, task, "probe.py", 1))
-    warm = runner.backend.warm  # type: ignore[attr-defined]
+    warm = runner.backend.warm
+    assert warm is not None
     dead = warm.server(0, "pytest")
+    assert dead is not None
     dead.proc.kill()
     dead.proc.wait()
     assert _observed(_run(runner, task, "probe.py", 2)) == before
     replaced = warm.server(0, "pytest")
-    assert replaced is not dead and replaced.alive() and replaced.launched == 1
+    assert replaced is not None and replaced is not dead
+    assert replaced.alive() and replaced.launched == 1
