@@ -55,7 +55,7 @@ DECLARED = {
 def _task(isolation: str) -> Task:
     raw: dict[str, Any] = json.loads(json.dumps(ADD_TASK))
     raw["grading"] |= {"isolation": isolation}
-    raw["limits"] = {"timeout_s": 2, "memory_mb": 256}
+    raw["limits"] = {"timeout_s": 5, "memory_mb": 256}
     return Task.model_validate(raw)
 
 
