@@ -50,7 +50,8 @@ def _clean(runner: Runner) -> list[str]:
     left = [f"process {p}" for p in processes.processes_of(slot.uids)]
     left += [str(p) for p in (slot.work_dir, slot.grade_dir, slot.root / "timed-solution")
              if p.exists()]  # fmt: skip
-    left += [str(p) for p in runner.slots.locks_dir.glob("*.dirty")]
+    # Its own slot's marker: a seat's state dir may hold another module's, still quarantined.
+    left += [str(p) for p in runner.slots.locks_dir.glob(f"{slot.index}.dirty")]
     return left + runner.residue()
 
 
