@@ -5,10 +5,10 @@ with every namespace new, the slot's mounts, a private /tmp and /dev/shm and the
 cgroup, but runs only a holder (HOLDER: a shell that execs `sleep`, no interpreter) in it.
 The command itself is a fork of the slot's warm process (root, outside any sandbox): its
 reaper enters the holder's pid namespace, and the command's first process, still root, joins
-the sandbox's cgroup and the holder's other namespaces (not its user namespace: it switches to
-the host uid the sandbox runs as, which that namespace maps to itself), then becomes the uid
-as on rlimit and runs the module. Everything the command starts lives in that sandbox and dies
-with it; nothing of one sandbox is reused by the next.
+the sandbox's cgroup and the holder's other namespaces, becomes the uid the sandbox runs as,
+then joins the holder's user namespace too (outside it, as the uid that owns it, it would hold
+every capability over the sandbox), and runs the module as on rlimit. Everything the command
+starts lives in that sandbox and dies with it; nothing of one sandbox is reused by the next.
 
 Memory: the pages the command shares with its warm parent (pytest's, imported once) were
 charged to the warm process's cgroup, not the sandbox's. So the sandbox's limit is lowered,
@@ -100,19 +100,16 @@ class BwrapWarmLaunched(Launched):
     def wait(self) -> int:
         return self.reaped.wait()
 
-    def _end_holder(self) -> None:
-        self.holder.discard()
-
     def discard(self) -> None:
         super().discard()
         self.reaped.close()
-        self._end_holder()
+        self.holder.discard()
 
     def finish(self, returncode: int) -> Measured:
         stats = self.cgroup.stats()
         with contextlib.suppress(SandboxError):
             self.reaped.totals()  # the reaper's end (the cgroup's figures are the command's)
-        self._end_holder()
+        self.holder.discard()
         if not self.cgroup.REUSABLE:
             self.cgroup.remove()
         # bwrap's own rule for a signal's death: 128 + its number.

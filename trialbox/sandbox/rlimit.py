@@ -52,7 +52,7 @@ from trialbox.sandbox.config import SandboxConfig
 from trialbox.sandbox.fs import remove_tree, unmount
 from trialbox.sandbox.runtime import Runtime
 from trialbox.sandbox.slots import Slot
-from trialbox.sandbox.warm import WarmCommand, WarmPool
+from trialbox.sandbox.warm import WarmCommand, WarmPool, WarmProc
 from trialbox.sandbox.watchdog import MemoryWatchdog, tmpfs_places
 
 MiB = 1024 * 1024
@@ -222,9 +222,10 @@ class RlimitBackend(Backend):
             else MemoryWatchdog(slot.uids, limits.memory_mb, self.memory_places, sharing.copy)
         )
         try:
-            reaped = self._warm_launch(slot, spec, uid, env, fds, rlimits)
-            if reaped is not None:
-                sharing += self._warm_pids(slot, spec, reaped)
+            warm = self._warm_launch(slot, spec, uid, env, fds, rlimits)
+            if warm is not None:
+                reaped, pids = warm
+                sharing += pids
             else:
                 reaped = reaper.start(argv, uid, spec.workdir, env, fds)
         except (OSError, subprocess.SubprocessError) as exc:  # never the command's failure
@@ -244,22 +245,18 @@ class RlimitBackend(Backend):
         env: dict[str, str],
         fds: list[int],
         rlimits: list[tuple[int, int]],
-    ) -> reaper.Reaped | None:
-        """The command forked from the slot's warm process, when it can be: None, it starts
-        cold. What prlimit and setpriv do, its first process does itself."""
+    ) -> tuple[reaper.Reaped, list[int]] | None:
+        """The command forked from the slot's warm process, when it can be (None: it starts
+        cold), and the pids of that warm process and the command's reaper, whose pages the
+        command shares. What prlimit and setpriv do, its first process does itself."""
         module = self.warm_module(spec)
         if self.warm is None or module is None:
             return None
         command = WarmCommand(
             argv=spec.argv, uid=uid, cwd=spec.workdir, env=env, fds=fds, rlimits=rlimits
         )
-        return self.warm.launch(slot.index, module, command)
-
-    def _warm_pids(self, slot: Slot, spec: CommandSpec, reaped: reaper.Reaped) -> list[int]:
-        """The warm process a command was forked from, and its reaper."""
-        module = self.warm_module(spec)
-        server = (
-            None if self.warm is None or module is None else self.warm.server(slot.index, module)
-        )
-        reaper_pid = getattr(reaped.proc, "pid", None)
-        return [pid for pid in (server and server.proc.pid, reaper_pid) if isinstance(pid, int)]
+        reaped = self.warm.launch(slot.index, module, command)
+        server = self.warm.server(slot.index, module)
+        if reaped is None or server is None or not isinstance(reaped.proc, WarmProc):
+            return None if reaped is None else (reaped, [])
+        return reaped, [server.proc.pid, reaped.proc.pid]
