@@ -10,13 +10,9 @@ contracts in `trialbox.models`.
 from __future__ import annotations
 
 from importlib import import_module
-from importlib.metadata import PackageNotFoundError, version
 from typing import TYPE_CHECKING, Any
 
-try:
-    __version__ = version("trialbox")
-except PackageNotFoundError:  # running from a source tree without an install
-    __version__ = "0.0.0+source"
+__version__: str  # read on first use (__getattr__)
 
 _PUBLIC = {
     "AsyncClient": "trialbox.sdk",
@@ -69,9 +65,20 @@ if TYPE_CHECKING:
 
 
 def __getattr__(name: str) -> Any:
+    if name == "__version__":  # on first use: importlib.metadata is a tenth of a child's start
+        return _version()
     if name in _PUBLIC:
         return getattr(import_module(_PUBLIC[name]), name)
     raise AttributeError(f"module 'trialbox' has no attribute {name!r}")
+
+
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("trialbox")
+    except PackageNotFoundError:  # running from a source tree without an install
+        return "0.0.0+source"
 
 
 __all__ = [  # noqa: RUF022 (the groups above)

@@ -6,8 +6,10 @@ anything else the platform's."""
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -17,7 +19,7 @@ from trialbox.errors import SandboxError
 from trialbox.sandbox.checkpoint_child import build
 from trialbox.sandbox.checkpoints import CheckpointTooLarge, checkpoint
 
-NO_ACCOUNT: list[str] = []
+NO_ACCOUNT: tuple[Path, ...] = ()
 
 
 def workspace(tmp_path: Path) -> Path:
@@ -37,7 +39,7 @@ def test_the_child_builds_the_workers_archive_on_its_own_cpu(tmp_path: Path) -> 
     worker_s = time.thread_time() - started
     assert built.data == checkpoint(root, 64 << 20)
     assert built.cpu_s > 0.02  # interpreter, walk and gzip: the child's rusage
-    assert worker_s < built.cpu_s  # the worker reads a pipe
+    assert worker_s < built.cpu_s  # the worker reads a socket
 
 
 def test_a_workspace_too_large_is_refused_with_the_childs_reason(tmp_path: Path) -> None:
@@ -45,18 +47,63 @@ def test_a_workspace_too_large_is_refused_with_the_childs_reason(tmp_path: Path)
         build(workspace(tmp_path), 64 << 10, 10, NO_ACCOUNT)
 
 
-@pytest.mark.parametrize("signal", ["KILL", "XCPU"])
-def test_a_child_the_sessions_limits_killed_is_the_policys(tmp_path: Path, signal: str) -> None:
+def children_of(pid: int) -> list[int]:
+    found = []
+    for entry in os.scandir("/proc"):
+        if entry.name.isdigit():
+            try:
+                stat = Path(f"/proc/{entry.name}/stat").read_text()
+            except OSError:
+                continue
+            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def fork_server_children() -> list[int]:
+    servers = [
+        pid
+        for pid in children_of(os.getpid())
+        if b"multiprocessing.forkserver" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    ]
+    return [child for server in servers for child in children_of(server)]
+
+
+@pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGXCPU])
+def test_a_child_the_sessions_limits_killed_is_the_policys(
+    tmp_path: Path, signum: signal.Signals
+) -> None:
     """SIGKILL (the slot's memory limit, or RLIMIT_CPU's hard limit) or SIGXCPU (its soft
-    limit): the session's own limits, so the policy's."""
-    killed = ["/bin/sh", "-c", f'kill -{signal} $$; exec "$@"', "sh"]
-    with pytest.raises(CheckpointTooLarge, match="the session's own limits allow"):
-        build(workspace(tmp_path), 64 << 20, 10, killed)
+    limit): the session's own limits, so the policy's. The child is held where it joins its
+    accounting (a FIFO nobody reads, for a procs file), and killed there."""
+    root = workspace(tmp_path)
+    held = tmp_path / "cgroup.procs"
+    os.mkfifo(held)
+    failures: list[BaseException] = []
+
+    def archive() -> None:
+        try:
+            build(root, 64 << 20, 10, (held,))
+        except BaseException as exc:
+            failures.append(exc)
+
+    thread = threading.Thread(target=archive)
+    thread.start()
+    deadline = time.monotonic() + 30
+    while not (children := fork_server_children()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert len(children) == 1, children
+    os.kill(children[0], signum)
+    thread.join(timeout=30)
+    assert len(failures) == 1 and isinstance(failures[0], CheckpointTooLarge), failures
+    assert "the session's own limits allow" in str(failures[0])
 
 
 def test_a_child_that_fails_otherwise_is_the_platforms(tmp_path: Path) -> None:
-    with pytest.raises(SandboxError, match=r"child failed \(exit 7\)"):
-        build(workspace(tmp_path), 64 << 20, 10, ["/bin/sh", "-c", "exit 7", "sh"])
+    """One that cannot join the slot's accounting, say."""
+    missing = tmp_path / "gone" / "cgroup.procs"
+    with pytest.raises(SandboxError, match=r"child failed \(exit 125\): joining the slot"):
+        build(workspace(tmp_path), 64 << 20, 10, (missing,))
 
 
 def deep_archive(files: int) -> bytes:

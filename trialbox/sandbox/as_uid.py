@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import ctypes.util
 import errno
 import os
 import platform
@@ -23,7 +22,7 @@ from pathlib import Path
 
 from trialbox.errors import SandboxError, SandboxSetupError
 
-_libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
+_libc = ctypes.CDLL(None, use_errno=True)  # libc, without find_library's ldconfig run
 
 PR_SET_DUMPABLE = 4
 IPC_RMID = 0

@@ -172,11 +172,11 @@ class Backend(ABC):
     def release(self, slot: Slot) -> None:
         """Clean up after a holder that finished normally; may be cheaper than `sweep`."""
 
-    def accounting(self, slot: Slot, limits: Limits) -> list[str]:
-        """An argv prefix that puts a helper the worker starts as root (a session's checkpoint
-        builder) in the slot's resource accounting before it runs, under `limits`. [] where
-        the backend has none to join (rlimit: the helper's rusage is its account)."""
-        return []
+    def accounting(self, slot: Slot, limits: Limits) -> tuple[Path, ...]:
+        """The cgroup procs files a helper the worker starts as root (a session's checkpoint
+        builder) writes itself into, to be in the slot's resource accounting under `limits`.
+        () where the backend has none to join (rlimit: the helper's rusage is its account)."""
+        return ()
 
     def residue(self, uids: tuple[int, ...]) -> list[str]:
         """What the uids still have where a later job could see it; [] when clean. A bwrap

@@ -135,12 +135,12 @@ class BwrapBackend(Backend):
             )
         return self._cgroups[slot.index]
 
-    def accounting(self, slot: Slot, limits: Limits) -> list[str]:
+    def accounting(self, slot: Slot, limits: Limits) -> tuple[Path, ...]:
         """The slot's cgroup, with `limits` and zeroed counters (nothing of the slot runs
         between a session's commands): the helper's CPU and memory are the slot's."""
         cgroup = self._cgroup(slot)
         cgroup.create(limits.memory_mb, limits.pids, limits.cpus)
-        return ["/bin/sh", "-c", JOIN_SHIM, "sh", *map(str, cgroup.procs_files), "--"]
+        return tuple(cgroup.procs_files)
 
     def sweep(self, slot: Slot) -> None:
         self._cgroup(slot).remove()

@@ -3,20 +3,21 @@ accounting: a session's checkpoint (`build`), and a restore or the worker's file
 (`unpack`). Compressing costs the session's own CPU, not the worker's; and the pages a restore
 or a write puts on the workspace's tmpfs are charged to the slot (on bwrap, a tmpfs page counts
 in the memory cgroup of the process that wrote it), as the policy's own writes are: what the
-workspace holds counts against memory_mb whoever wrote it. The backend's `accounting` prefix
-puts the child in the slot's accounting before it starts (on bwrap, the slot's cgroup: its
-CPU counts in the slot's cpuacct, under its cpu quota, and its memory under memory_mb), and on
-both backends it runs under the CPU budget of one of the session's commands (RLIMIT_CPU; on
-rlimit, its CPU is the rusage the child reports). The worker only moves bytes on a pipe.
+workspace holds counts against memory_mb whoever wrote it. The child joins the backend's
+`accounting` (on bwrap, the slot's cgroup: its CPU counts in the slot's cpuacct, under its cpu
+quota, and its memory under memory_mb) before it reads a byte, and on both backends it runs
+under the CPU budget of one of the session's commands (RLIMIT_CPU; on rlimit, its CPU is the
+rusage the child reports). The worker only moves bytes on a socket.
 
 On rlimit there is no cgroup to charge: the watchdog (trialbox.sandbox.watchdog) counts the
 tmpfs files the slot's uids own only as the machine's Shmem grows while a command runs, so a
 file already in the workspace when a command starts counts for neither path alike, whether an
 earlier command wrote it or a restore did (an unpacked file is the agent uid's).
 
-The child is `python -m trialbox.sandbox.checkpoint_child build ROOT MAX_BYTES` (the archive on
-its stdout) or `... unpack ROOT UID MAX_BYTES gz|tar` (the archive on its stdin); it exits
-TOO_LARGE, BAD or FULL with the reason on stderr.
+Each child is a fork of multiprocessing's fork server, which has this module imported: a new
+interpreter per child cost the worker about 70 ms of CPU per sample. The child builds the
+archive onto its data socket (`build`) or unpacks it from there (`unpack`); it ends with
+TOO_LARGE, BAD or FULL, with the reason on its report socket.
 """
 
 from __future__ import annotations
@@ -25,18 +26,18 @@ import contextlib
 import errno
 import io
 import math
+import multiprocessing
 import os
+import resource
 import signal
-import subprocess
+import socket
 import sys
 import tarfile
-import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, TYPE_CHECKING
 
-import trialbox
 from trialbox.errors import SandboxError
 from trialbox.sandbox.checkpoints import (
     BadCheckpoint,
@@ -54,7 +55,11 @@ BAD = 4  # for any other BadCheckpoint
 FULL = 5  # for a workspace that filled up (ENOSPC and its kin)
 DISK_FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
 KILLED = (signal.SIGKILL, signal.SIGXCPU)  # RLIMIT_CPU, or the slot's memory limit
-PACKAGE_ROOT = str(Path(trialbox.__file__).resolve().parents[1])
+JOIN_FAILED = 125  # the child could not join the slot's accounting
+# The fork server loads this module (and the caller's __main__, which each child would load
+# otherwise) once; every child is a fork of it, single-threaded, not of the worker.
+FORKS = multiprocessing.get_context("forkserver")
+FORKS.set_forkserver_preload(["__main__", __name__])
 
 
 @dataclass(frozen=True)
@@ -68,11 +73,11 @@ def cpu_budget_s(limits: Limits) -> int:
     return math.ceil(limits.timeout_s * limits.cpus) + 1
 
 
-def build(root: Path, max_bytes: int, cpu_budget_s: int, accounting: list[str]) -> Built:
-    """The workspace's archive (`write_checkpoint`), built by a child started as
-    `accounting + [the child]`. Raises CheckpointTooLarge for a workspace a checkpoint may not
-    store, or one the session's own limits cannot archive (its CPU budget, its memory): both
-    are the policy's. Any other failure of the child is a SandboxError."""
+def build(root: Path, max_bytes: int, cpu_budget_s: int, accounting: tuple[Path, ...]) -> Built:
+    """The workspace's archive (`write_checkpoint`), built by a child that joined `accounting`
+    (the cgroup procs files) first. Raises CheckpointTooLarge for a workspace a checkpoint may
+    not store, or one the session's own limits cannot archive (its CPU budget, its memory):
+    both are the policy's. Any other failure of the child is a SandboxError."""
     code, data, reason, cpu_s = _child(["build", str(root), str(max_bytes)], cpu_budget_s,
                                        accounting, None)  # fmt: skip
     if code == 0:
@@ -86,12 +91,12 @@ def unpack(
     uid: int,
     max_bytes: int,
     cpu_budget_s: int,
-    accounting: list[str],
+    accounting: tuple[Path, ...],
     compressed: bool = True,
 ) -> float:
     """`checkpoints.restore` of `archive` (a checkpoint, or `files_archive`'s plain tar) under
-    `root`, owned by uid, by a child started as `accounting + [the child]`: its tmpfs pages,
-    CPU and memory are the slot's, and the worker only writes a pipe. Returns the child's CPU.
+    `root`, owned by uid, by a child that joined `accounting` first: its tmpfs pages,
+    CPU and memory are the slot's, and the worker only writes a socket. Returns the child's CPU.
     Raises CheckpointTooLarge when the files do not fit the workspace or the session's own
     limits (its CPU budget, its memory_mb) cannot write them, BadCheckpoint for an archive that
     is not one, OSError (ENOSPC) for a workspace that filled up, SandboxError otherwise."""
@@ -134,68 +139,95 @@ def _failure(code: int, reason: str, doing: str, cpu_budget_s: int) -> Exception
 
 
 def _child(
-    args: list[str], cpu_budget_s: int, accounting: list[str], stdin: bytes | None
+    args: list[str], cpu_budget_s: int, accounting: tuple[Path, ...], stdin: bytes | None
 ) -> tuple[int, bytes, str, float]:
-    """Run the child under `accounting` and a CPU budget: (exit code, its stdout when nothing
-    goes to its stdin, its stderr, its CPU from its rusage)."""
-    argv = [*accounting, "prlimit", f"--cpu={cpu_budget_s}", "--core=0", "--"]
-    argv += [sys.executable, "-m", __name__, *args]
-    with tempfile.TemporaryFile() as errors:
-        proc = subprocess.Popen(
-            argv,
-            bufsize=0,
-            stdin=subprocess.DEVNULL if stdin is None else subprocess.PIPE,
-            stdout=subprocess.PIPE if stdin is None else subprocess.DEVNULL,
-            stderr=errors,
-            env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "PYTHONPATH": PACKAGE_ROOT},
-            cwd="/",
-            start_new_session=True,
-        )
-        data = b""
+    """Run the child in `accounting` under a CPU budget: (exit code, what it wrote to its data
+    socket when nothing goes in, its reason, its CPU from its rusage)."""
+    data, theirs = socket.socketpair()
+    report, their_report = socket.socketpair()
+    with data, report:
+        with theirs, their_report:
+            proc = FORKS.Process(
+                target=_serve, args=(args, cpu_budget_s, accounting, theirs, their_report)
+            )
+            proc.start()
+        out = b""
         try:
             if stdin is None:
-                assert proc.stdout is not None
-                with proc.stdout:
-                    data = proc.stdout.read()
+                out = _read_all(data)
             else:
-                assert proc.stdin is not None
-                with proc.stdin, contextlib.suppress(BrokenPipeError):  # its status says why
-                    view = memoryview(stdin)
-                    while view:
-                        view = view[proc.stdin.write(view) or 0 :]
+                with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # see its status
+                    data.sendall(stdin)
+                data.shutdown(socket.SHUT_WR)
+            said = _read_all(report).decode(errors="replace")
+            proc.join()
         except BaseException:
-            proc.kill()  # nothing is left running behind a failed pipe
-            proc.wait()
+            proc.kill()  # nothing is left running behind a failed socket
+            proc.join()
             raise
-        _, status, usage = os.wait4(proc.pid, 0)  # reaped here, with its rusage
-        proc.returncode = code = os.waitstatus_to_exitcode(status)
-        errors.seek(0)
-        reason = errors.read().decode(errors="replace").strip()
-    return code, data, reason, usage.ru_utime + usage.ru_stime
+    code = proc.exitcode
+    assert code is not None
+    reason, reported, cpu = said.rpartition("\ncpu_s=")
+    if not reported or code != 0:
+        reason, cpu = said, "0"
+    return code, out, reason.strip(), float(cpu)
 
 
-def main(argv: list[str]) -> int:
+def _read_all(sock: socket.socket) -> bytes:
+    chunks = []
+    while chunk := sock.recv(1 << 20):
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+def _serve(
+    args: list[str],
+    cpu_budget_s: int,
+    accounting: tuple[Path, ...],
+    data: socket.socket,
+    report: socket.socket,
+) -> None:
+    """The child: in the slot's accounting before anything else, in a session of its own, under
+    its CPU budget, with no core; its CPU last on its report."""
+    said = report.makefile("w", buffering=1)
+    sys.stderr = said  # an unexpected exception's traceback is the failure's reason
+    try:
+        for procs in accounting:
+            procs.write_text("0")
+    except OSError as exc:
+        print(f"joining the slot's accounting: {exc}", file=said)
+        said.close()
+        os._exit(JOIN_FAILED)
+    os.setsid()
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu_budget_s, cpu_budget_s))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+    with data.makefile("rwb") as stream:
+        code = _work(args, stream, said)
+    if code == 0:
+        usage = resource.getrusage(resource.RUSAGE_SELF)
+        said.write(f"\ncpu_s={usage.ru_utime + usage.ru_stime}\n")
+    said.close()
+    sys.exit(code)
+
+
+def _work(argv: list[str], stream: IO[bytes], said: IO[str]) -> int:
     try:
         if argv[0] == "build":
-            write_checkpoint(Path(argv[1]), sys.stdout.buffer, int(argv[2]))
-            sys.stdout.buffer.flush()
+            write_checkpoint(Path(argv[1]), stream, int(argv[2]))
+            stream.flush()
         else:  # unpack ROOT UID MAX_BYTES gz|tar
             uid = int(argv[2])
-            restore(Path(argv[1]), sys.stdin.buffer, uid, uid, int(argv[3]),
+            restore(Path(argv[1]), stream, uid, uid, int(argv[3]),
                     compressed=argv[4] == "gz")  # fmt: skip
     except CheckpointTooLarge as exc:
-        print(exc, file=sys.stderr)
+        print(exc, file=said)
         return TOO_LARGE
     except BadCheckpoint as exc:
-        print(exc, file=sys.stderr)
+        print(exc, file=said)
         return BAD
     except OSError as exc:
         if exc.errno not in DISK_FULL:
             raise
-        print(exc.strerror, file=sys.stderr)
+        print(exc.strerror, file=said)
         return FULL
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))
