@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import json
 import threading
 import time
@@ -327,6 +328,73 @@ def test_a_cancelled_transaction_undoes_no_other_request_s_writes() -> None:
     patches.isolate_dynamodb_transactions()
     with mock_aws():
         assert _admission_race(rounds=40) == (0, 0, 0)
+
+
+def _transact(patched: bool) -> tuple[list[str], dict[str, str | None]]:
+    """A table of 200 items, one transaction that commits and one cancelled (its update and
+    delete applied before its last condition fails): the types moto deep-copied meanwhile,
+    and the items the transactions named, afterwards."""
+    copied: list[str] = []
+    real = copy.deepcopy
+
+    def counted(value: Any, memo: Any = None) -> Any:
+        copied.append(type(value).__name__)
+        return real(value, memo)
+
+    with mock_aws():
+        if patched:
+            patches.isolate_dynamodb_transactions()
+        db = boto3.client("dynamodb", region_name="us-east-1")
+        db.create_table(
+            TableName="t",
+            KeySchema=[{"AttributeName": "k", "KeyType": "HASH"}],
+            AttributeDefinitions=[{"AttributeName": "k", "AttributeType": "S"}],
+            BillingMode="PAY_PER_REQUEST",
+        )
+        for n in range(200):
+            db.put_item(TableName="t", Item={"k": {"S": f"i{n}"}, "v": {"S": "old"}})
+        with pytest.MonkeyPatch.context() as patch:
+            patch.setattr(copy, "deepcopy", counted)
+            db.transact_write_items(
+                TransactItems=[{"Put": {"TableName": "t", "Item": {"k": {"S": "new"}}}}]
+            )
+            update = {
+                "TableName": "t",
+                "Key": {"k": {"S": "i1"}},
+                "UpdateExpression": "SET v = :v",
+                "ExpressionAttributeValues": {":v": {"S": "changed"}},
+            }
+            cancelled = [
+                {"Update": update},
+                {"Delete": {"TableName": "t", "Key": {"k": {"S": "i2"}}}},
+                {"Put": {"TableName": "t", "Item": {"k": {"S": "made"}}}},
+                {
+                    "ConditionCheck": {
+                        "TableName": "t",
+                        "Key": {"k": {"S": "i3"}},
+                        "ConditionExpression": "attribute_not_exists(k)",
+                    }
+                },
+            ]
+            with pytest.raises(db.exceptions.TransactionCanceledException):
+                db.transact_write_items(TransactItems=cancelled)
+        items = {}
+        for key in ("new", "i1", "i2", "made", "i3"):
+            found = db.get_item(TableName="t", Key={"k": {"S": key}}).get("Item")
+            items[key] = None if found is None else found.get("v", {}).get("S", "")
+    return copied, items
+
+
+def test_moto_copies_a_transactions_whole_table_without_the_patch_and_its_items_with_it() -> None:
+    """A transaction's rollback copy costs its own items, not the table's (its cost grew
+    with the results table over a run); a cancelled one still undoes all it did."""
+    undone = {"new": "", "i1": "old", "i2": "old", "made": None, "i3": "old"}
+    copied, items = _transact(patched=False)
+    assert "Table" in copied, "moto no longer copies whole tables: drop that part of the patch"
+    assert items == undone
+    copied, items = _transact(patched=True)
+    assert "Table" not in copied and copied.count("Item") <= 6, copied
+    assert items == undone
 
 
 def _clock_reads_per_send(monkeypatch: pytest.MonkeyPatch) -> tuple[int, list[str]]:

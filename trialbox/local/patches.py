@@ -3,6 +3,7 @@ around; tests/local/test_patches.py fails if a patch stops being needed or stops
 
 from __future__ import annotations
 
+import copy
 import functools
 import inspect
 import json
@@ -15,7 +16,10 @@ from typing import Any
 from moto.awslambda_simple.models import LambdaSimpleBackend
 from moto.core.exceptions import AWSError
 from moto.core.responses import EmptyResult
+from moto.dynamodb import models as dynamodb_models
 from moto.dynamodb.models import DynamoDBBackend
+from moto.dynamodb.models.dynamo_type import DynamoType
+from moto.dynamodb.models.table import Table
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication
 from moto.sqs import models as sqs_models
 from moto.stepfunctions.parser import models as sfn_models
@@ -65,6 +69,8 @@ _original_dynamodb = {name: getattr(DynamoDBBackend, name) for name in _DYNAMODB
 _SQS_NAMES: dict[str, Any] = vars(sqs_models)
 _original_sqs_clock = (_SQS_NAMES["unix_time"], _SQS_NAMES["unix_time_millis"])
 _dynamodb_lock = threading.RLock()  # a transaction's own puts and deletes take it again
+# The `copy` module moto's DynamoDB backend copies a transaction's tables with.
+_DYNAMODB_NAMES: dict[str, Any] = vars(dynamodb_models)
 
 
 class TaskDoesNotExist(AWSError):
@@ -301,14 +307,87 @@ def isolate_dynamodb_transactions() -> None:
     (a CI run's fargate tests: every job after it waited in the requests queue). On AWS a
     transaction is all or nothing, and serializable with single-item reads and writes. Run
     each table operation whole, under one lock (the services process is one interpreter: the
-    GIL serializes them anyway). Its test: tests/local/test_patches.py."""
-    for name, original in _original_dynamodb.items():
+    GIL serializes them anyway).
 
-        def locked(self: Any, *args: Any, _original: Any = original, **kwargs: Any) -> Any:
+    Defect 2: that copy is of the whole table, every item, on every transaction: its cost
+    grows with the table, and a 1,000-sample run's transactions on the results and admission
+    tables spent more of the twin's CPU than any other operation. Under the lock nothing else
+    writes, so a transaction keeps a copy of only the items it names, and a cancelled one puts
+    those back. Its tests: tests/local/test_patches.py."""
+    for name, original in _original_dynamodb.items():
+        wrapped = (
+            _undo_only_the_named_items(original) if name == "transact_write_items" else original
+        )
+
+        def locked(self: Any, *args: Any, _original: Any = wrapped, **kwargs: Any) -> Any:
             with _dynamodb_lock:
                 return _original(self, *args, **kwargs)
 
         setattr(DynamoDBBackend, name, locked)
+
+
+class _TablesUncopied:
+    """moto's DynamoDB module's `copy`, while a transaction runs: a table "copied" for the
+    rollback is the table itself (the transaction keeps its named items instead)."""
+
+    @staticmethod
+    def deepcopy(value: Any, memo: Any = None) -> Any:
+        return value if isinstance(value, Table) else copy.deepcopy(value, memo)
+
+
+_ItemKey = tuple[Table, DynamoType, DynamoType | None]
+
+
+def _undo_only_the_named_items(original: Callable[..., Any]) -> Callable[..., Any]:
+    def transact_write_items(self: DynamoDBBackend, transact_items: list[dict[str, Any]]) -> Any:
+        before = {key: _item(key) for key in _named_items(self, transact_items)}
+        _DYNAMODB_NAMES["copy"] = _TablesUncopied
+        try:
+            return original(self, transact_items)
+        except BaseException:
+            for (table, hash_key, range_key), item in before.items():
+                if range_key is None:
+                    table.items.pop(hash_key, None)
+                    if item is not None:
+                        table.items[hash_key] = item
+                else:
+                    table.items[hash_key].pop(range_key, None)
+                    if item is not None:
+                        table.items[hash_key][range_key] = item
+            raise
+        finally:
+            _DYNAMODB_NAMES["copy"] = copy
+
+    return transact_write_items
+
+
+def _named_items(backend: DynamoDBBackend, transact_items: list[dict[str, Any]]) -> list[_ItemKey]:
+    """The items a transaction names, as keys of their tables' items (the ones moto will
+    refuse, a missing table or a malformed key, are left to its own errors)."""
+    named = []
+    for entry in transact_items:
+        for op_type, op in entry.items():
+            table = backend.tables.get(op.get("TableName", ""))
+            key = op.get("Item") if op_type == "Put" else op.get("Key")
+            if table is None or not isinstance(key, dict):
+                continue
+            try:
+                hash_key = DynamoType(key[table.hash_key_attr])
+                ranged = table.range_key_attr
+                range_key = DynamoType(key[ranged]) if ranged is not None else None
+            except (KeyError, TypeError):
+                continue
+            named.append((table, hash_key, range_key))
+    return named
+
+
+def _item(key: _ItemKey) -> Any:
+    """A copy of the item under `key` as it is now; None: there is none."""
+    table, hash_key, range_key = key
+    found = table.items.get(hash_key)
+    if range_key is not None:
+        found = found.get(range_key) if found is not None else None
+    return copy.deepcopy(found)
 
 
 def undo() -> None:
@@ -328,4 +407,5 @@ def undo() -> None:
     _hosts.clear()
     for name, original in _original_dynamodb.items():
         setattr(DynamoDBBackend, name, original)
+    _DYNAMODB_NAMES["copy"] = copy
     _SQS_NAMES.update(zip(("unix_time", "unix_time_millis"), _original_sqs_clock, strict=True))

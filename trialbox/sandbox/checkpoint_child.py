@@ -36,7 +36,7 @@ import tarfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, cast
 
 from trialbox.errors import SandboxError
 from trialbox.sandbox.checkpoints import (
@@ -201,7 +201,7 @@ def _serve(
     os.setsid()
     resource.setrlimit(resource.RLIMIT_CPU, (cpu_budget_s, cpu_budget_s))
     resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    with data.makefile("rwb") as stream:
+    with cast(IO[bytes], data.makefile("rwb")) as stream:
         code = _work(args, stream, said)
     if code == 0:
         usage = resource.getrusage(resource.RUSAGE_SELF)
