@@ -126,6 +126,11 @@ class FunctionHost:
         self.live = {name: 1 for name in self.most}
         self.lock = threading.Lock()
 
+    def concurrency(self, name: str, bound: int | None) -> int:
+        """How many invocations of `name` an event source runs at once: as many as it may
+        have processes, within the source's `bound` (None: none)."""
+        return min(self.most[name], bound or self.most[name])
+
     def start(self) -> None:
         """Every process started, then each one's init awaited (they import in parallel)."""
         self.log_dir.mkdir(parents=True, exist_ok=True)

@@ -31,6 +31,9 @@ class EventSourceMapping:
     function: str
     batch_size: int
     report_batch_item_failures: bool
+    # ScalingConfig.MaximumConcurrency: at most this many of its invocations at once; None:
+    # Lambda's own scaling, unbounded by the mapping.
+    max_concurrency: int | None = None
 
 
 @dataclass(frozen=True)
@@ -287,6 +290,7 @@ def create(
                 batch_size=int(props.get("BatchSize", 10)),
                 report_batch_item_failures="ReportBatchItemFailures"
                 in props.get("FunctionResponseTypes", []),
+                max_concurrency=_max_concurrency(props),
             )
         )
 
@@ -311,3 +315,8 @@ def create(
         for name, output in template.get("Outputs", {}).items()
     }
     return stack
+
+
+def _max_concurrency(props: dict[str, Any]) -> int | None:
+    found = props.get("ScalingConfig", {}).get("MaximumConcurrency")
+    return None if found is None else int(found)

@@ -116,10 +116,12 @@ def serve(port: int, heartbeat_s: int, log_dir: Path, ready: IO[str], until: IO[
     patches.isolate_dynamodb_transactions()
     patches.read_the_sqs_clock_directly()
     limit_patches.enforce()  # AWS's limits, after route_lambda_invocations (docs/twin-fidelity.md)
-    # Lambda polls a mapping's queue with the function's own role.
+    # Lambda polls a mapping's queue with the function's own role, with as many invocations
+    # at once as its scaling allows: here, as the function's processes (FunctionHost.most).
     pollers = [
         Poller(client(endpoint, "sqs", principals.function(m.function)), m, functions.invoke)
         for m in stack.mappings
+        for _ in range(functions.concurrency(m.function, m.max_concurrency))
     ]
     for poller in pollers:
         poller.start()
