@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import logging
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -510,6 +511,48 @@ def test_an_event_source_batch_stays_within_lambdas_6_mb(aws: dict[str, Any]) ->
     assert len(json.loads(events[0])["Records"]) == 6  # 6 records of 1 MB and their envelopes
     bodies = sorted(r["body"][0] for e in events for r in json.loads(e)["Records"])
     assert bodies == [str(i) for i in range(10)]  # each once
+
+
+def test_a_mappings_invocations_run_at_once_up_to_its_maximum_concurrency(
+    aws: dict[str, Any], tmp_path: Any
+) -> None:
+    """Lambda runs a mapping's invocations at once, up to its ScalingConfig's
+    MaximumConcurrency; the twin as many as the function has processes within that (its
+    pollers share the queue, each message delivered to one). One poller at a time held every
+    dispatcher's admission behind one's retry backoffs."""
+    scaled = mapped(62, 60)
+    scaled["Resources"]["Mapping"]["Properties"]["ScalingConfig"] = {"MaximumConcurrency": 3}
+    assert [m.max_concurrency for m in create(scaled, aws).mappings] == [3]
+    assert [m.max_concurrency for m in create(mapped(63, 60), aws).mappings] == [None]
+    host = FunctionHost({"Consumer": FunctionSpec("Consumer", "h", {}, 60.0)}, {}, tmp_path)
+    assert [host.concurrency("Consumer", bound) for bound in (3, 1, None)] == [2, 1, 2]
+
+    sqs = aws["sqs"]
+    url = sqs.create_queue(QueueName="shared", Attributes={"VisibilityTimeout": "60"})["QueueUrl"]
+    for i in range(4):
+        sqs.send_message(QueueUrl=url, MessageBody=str(i))
+    running, most, bodies = [0], [0], []
+    lock = threading.Lock()
+
+    def invoke(name: str, payload: bytes) -> tuple[bool, bytes]:
+        with lock:
+            running[0] += 1
+            most[0] = max(most[0], running[0])
+            bodies.extend(r["body"] for r in json.loads(payload)["Records"])
+        time.sleep(0.3)
+        with lock:
+            running[0] -= 1
+        return True, b"{}"
+
+    pollers = [Poller(sqs, EventSourceMapping(url, "Consumer", 1, True), invoke) for _ in range(2)]
+    threads = [
+        threading.Thread(target=lambda p=p: [p.poll_once() for _ in range(3)]) for p in pollers
+    ]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(timeout=30)
+    assert most[0] == 2 and sorted(bodies) == ["0", "1", "2", "3"]
 
 
 def test_a_mapping_whose_queue_hides_messages_shorter_than_the_function_runs_is_refused(
