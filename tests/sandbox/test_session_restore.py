@@ -59,7 +59,7 @@ def test_a_restore_keeps_hard_links_and_checkpoints_to_the_same_bytes(runner: Ru
 
 def test_a_checkpoints_compression_is_the_sessions_own_cpu(runner: Runner) -> None:
     """The archive's CPU is counted in the slot's cgroup (cpuacct grows by it) and spent by a
-    child (a fork of checkpoint_child's fork server, which reports its rusage), not the
+    child (a fork of the worker's zygote, whose waiter reports its rusage), not the
     worker's thread (issue 22: 2.4 s of worker CPU, outside every quota, for a 0.3 s step)."""
     config = runner.config
     limits = Limits(disk_mb=24, memory_mb=128)

@@ -42,6 +42,36 @@ def test_the_child_builds_the_workers_archive_on_its_own_cpu(tmp_path: Path) -> 
     assert worker_s < built.cpu_s  # the worker reads a socket
 
 
+def zygote() -> int:
+    (pid,) = [
+        pid
+        for pid in children_of(os.getpid())
+        if b"trialbox.sandbox.zygote" in Path(f"/proc/{pid}/cmdline").read_bytes()
+    ]
+    return pid
+
+
+def test_a_zygote_that_died_is_replaced_and_so_is_one_that_died_with_the_request(
+    tmp_path: Path,
+) -> None:
+    """Killed between two checkpoints, or after a request reached it and before it forked
+    (stopped, then killed): the checkpoint is built by a new zygote all the same."""
+    root = workspace(tmp_path)
+    expected = checkpoint(root, 64 << 20)
+    assert build(root, 64 << 20, 10, NO_ACCOUNT).data == expected
+    os.kill(zygote(), signal.SIGKILL)
+    assert build(root, 64 << 20, 10, NO_ACCOUNT).data == expected
+    stopped = zygote()
+    os.kill(stopped, signal.SIGSTOP)
+    built: list[bytes] = []
+    thread = threading.Thread(target=lambda: built.append(build(root, 64 << 20, 10, ()).data))
+    thread.start()
+    time.sleep(0.5)  # the request waits in the stopped zygote's socket
+    os.kill(stopped, signal.SIGKILL)
+    thread.join(timeout=60)
+    assert built == [expected] and zygote() != stopped
+
+
 def test_a_workspace_too_large_is_refused_with_the_childs_reason(tmp_path: Path) -> None:
     with pytest.raises(CheckpointTooLarge, match="more than 65536 bytes of files"):
         build(workspace(tmp_path), 64 << 10, 10, NO_ACCOUNT)
@@ -60,13 +90,19 @@ def children_of(pid: int) -> list[int]:
     return found
 
 
-def fork_server_children() -> list[int]:
-    servers = [
+def helpers() -> list[int]:
+    """The zygote's helpers: this process's zygote, its waiters, and theirs."""
+    zygotes = [
         pid
         for pid in children_of(os.getpid())
-        if b"multiprocessing.forkserver" in Path(f"/proc/{pid}/cmdline").read_bytes()
+        if b"trialbox.sandbox.zygote" in Path(f"/proc/{pid}/cmdline").read_bytes()
     ]
-    return [child for server in servers for child in children_of(server)]
+    return [
+        helper
+        for zygote in zygotes
+        for waiter in children_of(zygote)
+        for helper in children_of(waiter)
+    ]
 
 
 @pytest.mark.parametrize("signum", [signal.SIGKILL, signal.SIGXCPU])
@@ -74,7 +110,7 @@ def test_a_child_the_sessions_limits_killed_is_the_policys(
     tmp_path: Path, signum: signal.Signals
 ) -> None:
     """SIGKILL (the slot's memory limit, or RLIMIT_CPU's hard limit) or SIGXCPU (its soft
-    limit): the session's own limits, so the policy's. The child is held where it joins its
+    limit): the session's own limits, so the policy's. The helper is held where it joins its
     accounting (a FIFO nobody reads, for a procs file), and killed there."""
     root = workspace(tmp_path)
     held = tmp_path / "cgroup.procs"
@@ -90,7 +126,7 @@ def test_a_child_the_sessions_limits_killed_is_the_policys(
     thread = threading.Thread(target=archive)
     thread.start()
     deadline = time.monotonic() + 30
-    while not (children := fork_server_children()) and time.monotonic() < deadline:
+    while not (children := helpers()) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert len(children) == 1, children
     os.kill(children[0], signum)

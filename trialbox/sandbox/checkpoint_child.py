@@ -14,29 +14,23 @@ tmpfs files the slot's uids own only as the machine's Shmem grows while a comman
 file already in the workspace when a command starts counts for neither path alike, whether an
 earlier command wrote it or a restore did (an unpacked file is the agent uid's).
 
-Each child is a fork of multiprocessing's fork server, which has this module imported: a new
-interpreter per child cost the worker about 70 ms of CPU per sample. The child builds the
-archive onto its data socket (`build`) or unpacks it from there (`unpack`); it ends with
-TOO_LARGE, BAD or FULL, with the reason on its report socket.
+Each child is a fork of the worker's zygote (trialbox.sandbox.zygote), which has this module
+imported: a new interpreter per child cost the worker about 70 ms of CPU per sample. The child
+builds the archive onto its data socket (`build`) or unpacks it from there (`unpack`); it ends
+with TOO_LARGE, BAD or FULL, with the reason on its report socket.
 """
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import io
 import math
-import multiprocessing
-import os
-import resource
 import signal
-import socket
-import sys
 import tarfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import IO, TYPE_CHECKING, cast
+from typing import IO, TYPE_CHECKING
 
 from trialbox.errors import SandboxError
 from trialbox.sandbox.checkpoints import (
@@ -45,6 +39,7 @@ from trialbox.sandbox.checkpoints import (
     restore,
     write_checkpoint,
 )
+from trialbox.sandbox.zygote import Zygote
 
 if TYPE_CHECKING:
     from trialbox.models.common import FileContent
@@ -55,11 +50,7 @@ BAD = 4  # for any other BadCheckpoint
 FULL = 5  # for a workspace that filled up (ENOSPC and its kin)
 DISK_FULL = (errno.ENOSPC, errno.EFBIG, errno.EDQUOT)
 KILLED = (signal.SIGKILL, signal.SIGXCPU)  # RLIMIT_CPU, or the slot's memory limit
-JOIN_FAILED = 125  # the child could not join the slot's accounting
-# The fork server loads this module (and the caller's __main__, which each child would load
-# otherwise) once; every child is a fork of it, single-threaded, not of the worker.
-FORKS = multiprocessing.get_context("forkserver")
-FORKS.set_forkserver_preload(["__main__", __name__])
+ZYGOTE = Zygote()  # this process's: its children are forks of it
 
 
 @dataclass(frozen=True)
@@ -78,8 +69,8 @@ def build(root: Path, max_bytes: int, cpu_budget_s: int, accounting: tuple[Path,
     (the cgroup procs files) first. Raises CheckpointTooLarge for a workspace a checkpoint may
     not store, or one the session's own limits cannot archive (its CPU budget, its memory):
     both are the policy's. Any other failure of the child is a SandboxError."""
-    code, data, reason, cpu_s = _child(["build", str(root), str(max_bytes)], cpu_budget_s,
-                                       accounting, None)  # fmt: skip
+    code, data, reason, cpu_s = ZYGOTE.run(["build", str(root), str(max_bytes)], cpu_budget_s,
+                                           accounting, None)  # fmt: skip
     if code == 0:
         return Built(data, cpu_s)
     raise _failure(code, reason, "archiving", cpu_budget_s)
@@ -101,7 +92,7 @@ def unpack(
     limits (its CPU budget, its memory_mb) cannot write them, BadCheckpoint for an archive that
     is not one, OSError (ENOSPC) for a workspace that filled up, SandboxError otherwise."""
     argv = ["unpack", str(root), str(uid), str(max_bytes), "gz" if compressed else "tar"]
-    code, _, reason, cpu_s = _child(argv, cpu_budget_s, accounting, archive)
+    code, _, reason, cpu_s = ZYGOTE.run(argv, cpu_budget_s, accounting, archive)
     if code == 0:
         return cpu_s
     if code == BAD:
@@ -138,79 +129,9 @@ def _failure(code: int, reason: str, doing: str, cpu_budget_s: int) -> Exception
     return SandboxError(f"the checkpoint's child failed (exit {code}): {reason[-2000:]}")
 
 
-def _child(
-    args: list[str], cpu_budget_s: int, accounting: tuple[Path, ...], stdin: bytes | None
-) -> tuple[int, bytes, str, float]:
-    """Run the child in `accounting` under a CPU budget: (exit code, what it wrote to its data
-    socket when nothing goes in, its reason, its CPU from its rusage)."""
-    data, theirs = socket.socketpair()
-    report, their_report = socket.socketpair()
-    with data, report:
-        with theirs, their_report:
-            proc = FORKS.Process(
-                target=_serve, args=(args, cpu_budget_s, accounting, theirs, their_report)
-            )
-            proc.start()
-        out = b""
-        try:
-            if stdin is None:
-                out = _read_all(data)
-            else:
-                with contextlib.suppress(BrokenPipeError, ConnectionResetError):  # see its status
-                    data.sendall(stdin)
-                data.shutdown(socket.SHUT_WR)
-            said = _read_all(report).decode(errors="replace")
-            proc.join()
-        except BaseException:
-            proc.kill()  # nothing is left running behind a failed socket
-            proc.join()
-            raise
-    code = proc.exitcode
-    assert code is not None
-    reason, reported, cpu = said.rpartition("\ncpu_s=")
-    if not reported or code != 0:
-        reason, cpu = said, "0"
-    return code, out, reason.strip(), float(cpu)
-
-
-def _read_all(sock: socket.socket) -> bytes:
-    chunks = []
-    while chunk := sock.recv(1 << 20):
-        chunks.append(chunk)
-    return b"".join(chunks)
-
-
-def _serve(
-    args: list[str],
-    cpu_budget_s: int,
-    accounting: tuple[Path, ...],
-    data: socket.socket,
-    report: socket.socket,
-) -> None:
-    """The child: in the slot's accounting before anything else, in a session of its own, under
-    its CPU budget, with no core; its CPU last on its report."""
-    said = report.makefile("w", buffering=1)
-    sys.stderr = said  # an unexpected exception's traceback is the failure's reason
-    try:
-        for procs in accounting:
-            procs.write_text("0")
-    except OSError as exc:
-        print(f"joining the slot's accounting: {exc}", file=said)
-        said.close()
-        os._exit(JOIN_FAILED)
-    os.setsid()
-    resource.setrlimit(resource.RLIMIT_CPU, (cpu_budget_s, cpu_budget_s))
-    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-    with cast(IO[bytes], data.makefile("rwb")) as stream:
-        code = _work(args, stream, said)
-    if code == 0:
-        usage = resource.getrusage(resource.RUSAGE_SELF)
-        said.write(f"\ncpu_s={usage.ru_utime + usage.ru_stime}\n")
-    said.close()
-    sys.exit(code)
-
-
-def _work(argv: list[str], stream: IO[bytes], said: IO[str]) -> int:
+def work(argv: list[str], stream: IO[bytes], said: IO[str]) -> int:
+    """A child's work (`build ROOT MAX_BYTES` or `unpack ROOT UID MAX_BYTES gz|tar`) on its
+    data stream; its exit code."""
     try:
         if argv[0] == "build":
             write_checkpoint(Path(argv[1]), stream, int(argv[2]))
