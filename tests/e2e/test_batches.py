@@ -15,8 +15,9 @@ from typing import Any
 import boto3
 import pytest
 
+from tests.support.processes import cmdline, descendants
 from tests.support.tasks import ADD_TASK, CORRECT
-from tests.support.twin import cmdline, descendants, request
+from tests.support.twin import request
 from trialbox import constants as c
 from trialbox.local import principals
 from trialbox.local.requestlog import ENV_REQUEST_LOG

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.processes import descendants
 from tests.support.tasks import ADD_TASK, CORRECT
-from tests.support.twin import client_of, descendants, request
+from tests.support.twin import client_of, request
 from trialbox.local import principals
 from trialbox.local.requestlog import ENV_REQUEST_LOG
 from trialbox.local.twin import LocalTwin

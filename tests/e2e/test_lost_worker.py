@@ -10,8 +10,9 @@ from pathlib import Path
 
 import boto3
 
+from tests.support.processes import cmdline, descendants
 from tests.support.tasks import CORRECT
-from tests.support.twin import cmdline, descendants, request
+from tests.support.twin import request
 from trialbox import constants as c
 from trialbox.local.twin import LocalTwin
 from trialbox.sdk import Client, Resources

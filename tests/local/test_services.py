@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.support.twin import descendants
+from tests.support.processes import descendants
 
 CALLER = (
     "import time\n"

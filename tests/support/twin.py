@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 from tests.support.tasks import ADD_TASK
@@ -30,27 +29,6 @@ def twin_of(client: Client) -> LocalTwin:
     twin = client.aio._twin
     assert twin is not None
     return twin
-
-
-def cmdline(pid: int) -> list[str]:
-    """A process's argv; [] once it ended."""
-    try:
-        return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
-    except OSError:  # it ended meanwhile
-        return []
-
-
-def descendants(pid: int) -> set[int]:
-    found: set[int] = set()
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
-            except OSError:
-                continue
-            if int(stat[1]) == pid:
-                found |= {int(entry.name)} | descendants(int(entry.name))
-    return found
 
 
 def client_of(twin: LocalTwin, concurrency: int) -> Client:

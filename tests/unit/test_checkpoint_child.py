@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.processes import children_of, cmdline
 from trialbox.errors import SandboxError
 from trialbox.sandbox.checkpoint_child import build
 from trialbox.sandbox.checkpoints import CheckpointTooLarge, checkpoint
@@ -43,11 +44,7 @@ def test_the_child_builds_the_workers_archive_on_its_own_cpu(tmp_path: Path) -> 
 
 
 def zygote() -> int:
-    (pid,) = [
-        pid
-        for pid in children_of(os.getpid())
-        if b"trialbox.sandbox.zygote" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    ]
+    (pid,) = [pid for pid in children_of(os.getpid()) if "trialbox.sandbox.zygote" in cmdline(pid)]
     return pid
 
 
@@ -77,26 +74,9 @@ def test_a_workspace_too_large_is_refused_with_the_childs_reason(tmp_path: Path)
         build(workspace(tmp_path), 64 << 10, 10, NO_ACCOUNT)
 
 
-def children_of(pid: int) -> list[int]:
-    found = []
-    for entry in os.scandir("/proc"):
-        if entry.name.isdigit():
-            try:
-                stat = Path(f"/proc/{entry.name}/stat").read_text()
-            except OSError:
-                continue
-            if int(stat.rsplit(")", 1)[1].split()[1]) == pid:
-                found.append(int(entry.name))
-    return found
-
-
 def helpers() -> list[int]:
     """The zygote's helpers: this process's zygote, its waiters, and theirs."""
-    zygotes = [
-        pid
-        for pid in children_of(os.getpid())
-        if b"trialbox.sandbox.zygote" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    ]
+    zygotes = [pid for pid in children_of(os.getpid()) if "trialbox.sandbox.zygote" in cmdline(pid)]
     return [
         helper
         for zygote in zygotes
