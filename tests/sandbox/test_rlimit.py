@@ -463,7 +463,14 @@ def test_the_io_match_grader_stays_visible_to_the_watchdog(rlimit: Runner) -> No
         sampler.join()
     assert result.reward == 1.0, result.feedback
     # The grader: the pytest process whose parent is none (its forks, before their exec, may
-    # show root's).
+    # show root's). Forked warm, it is root's until it became the uid's and dumpable again
+    # (the kernel clears that at setuid): from then on it stays the uid's.
     pytest = {pid for pid, _, _ in seen}
-    graders = [owner for _, parent, owner in seen if parent not in pytest]
-    assert graders and 0 not in graders, seen
+    graders: dict[int, list[int]] = {}
+    for pid, parent, owner in seen:
+        if parent not in pytest:
+            graders.setdefault(pid, []).append(owner)
+    assert graders, seen
+    for owners in graders.values():
+        settled = owners[next((i for i, o in enumerate(owners) if o != 0), len(owners)) :]
+        assert settled and 0 not in settled, seen
