@@ -69,6 +69,25 @@ def test_a_zygote_that_died_is_replaced_and_so_is_one_that_died_with_the_request
     assert built == [expected] and zygote() != stopped
 
 
+def test_a_reason_that_names_a_path_that_is_not_utf8_is_still_the_refusal(tmp_path: Path) -> None:
+    """A policy's directory named b"\\xff", 65 levels deep under it, past what a checkpoint
+    stores, with 3 MiB archived before it: refused with its reason, never a cut-off archive
+    returned as built (a helper whose reason could not be written once exited 0)."""
+    root = tmp_path / "ws"
+    root.mkdir()
+    (root / "big").write_bytes(os.urandom(3 << 20))
+    deep = os.fsencode(root) + b"/\xff"
+    os.mkdir(deep)
+    for _ in range(65):
+        deep += b"/d"
+        os.mkdir(deep)
+    with pytest.raises(CheckpointTooLarge) as in_worker:
+        checkpoint(root, 64 << 20)
+    with pytest.raises(CheckpointTooLarge) as in_helper:
+        build(root, 64 << 20, 10, NO_ACCOUNT)
+    assert "deeper than 64 directory levels" in str(in_helper.value), in_worker.value
+
+
 def test_a_workspace_too_large_is_refused_with_the_childs_reason(tmp_path: Path) -> None:
     with pytest.raises(CheckpointTooLarge, match="more than 65536 bytes of files"):
         build(workspace(tmp_path), 64 << 10, 10, NO_ACCOUNT)

@@ -85,7 +85,7 @@ class Zygote:
     def _send(self, request: bytes, fds: list[int]) -> subprocess.Popen[bytes]:
         """The zygote that took the request: this one, or a new one if it is gone."""
         with self._lock:
-            if self._control is None or self._process is None or self._process.poll():
+            if self._control is None or self._process is None or self._process.poll() is not None:
                 self._start()
             try:
                 return self._sent(request, fds)
@@ -103,7 +103,7 @@ class Zygote:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         with theirs:
             self._process = subprocess.Popen(
-                [sys.executable, "-S", "-m", __name__, str(theirs.fileno())],
+                [sys.executable, "-S", "-P", "-m", __name__, str(theirs.fileno())],
                 pass_fds=(theirs.fileno(),),
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
@@ -150,7 +150,7 @@ def serve(control: socket.socket) -> None:
             try:
                 _wait(json.loads(message), fds)
             finally:
-                os._exit(0)
+                os._exit(1)  # the waiter's own status is read by nobody (SIGCHLD is ignored)
         for fd in fds:
             os.close(fd)
 
@@ -161,7 +161,11 @@ def _wait(request: list[object], fds: list[int]) -> None:
     data_fd, report_fd = fds
     pid = os.fork()
     if pid == 0:
-        os._exit(_helper(request, data_fd, report_fd))
+        code = 1  # whatever escapes the helper (a reason it could not write, say) is a failure
+        try:
+            code = _helper(request, data_fd, report_fd)
+        finally:
+            os._exit(code)
     os.close(data_fd)
     _, status, usage = os.wait4(pid, 0)
     with os.fdopen(report_fd, "w") as report:
@@ -175,7 +179,8 @@ def _helper(request: list[object], data_fd: int, report_fd: int) -> int:
     args, cpu_budget_s, accounting = request
     assert isinstance(args, list) and isinstance(cpu_budget_s, int)
     assert isinstance(accounting, list)
-    with os.fdopen(report_fd, "w", buffering=1) as said:
+    # A reason may name a path that is not UTF-8 (a policy's file name): written escaped.
+    with os.fdopen(report_fd, "w", buffering=1, errors="backslashreplace") as said:
         try:
             for procs in accounting:
                 Path(procs).write_text("0")
