@@ -226,12 +226,15 @@ def _taskset_reads(log: Path) -> dict[str, int]:
     return reads
 
 
-def test_a_group_is_graded_with_one_prepare_and_one_task_set_read(
+def test_a_group_is_graded_in_batches_that_each_read_the_task_set_once(
     monkeypatch: pytest.MonkeyPatch, tmp_path: Path
 ) -> None:
-    """A GRPO group of 8 completions of one pushed task: one Batch execution prepares them all
-    (one Run), reading the task set once, and the samples run in parallel on the pool. Each
-    result is exactly what its completion gets graded alone (a group of one: its own Rollout)."""
+    """A GRPO group of 8 completions of one pushed task: Batch executions prepare them (one Run
+    each, none alone), reading the task set at most once each, and the samples run in parallel
+    on the pool. The group is one SendMessageBatch; the dispatcher's mapping runs two
+    invocations at once on the twin (more on AWS), so it may arrive in two receives, as two
+    batches. Each result is exactly what its completion gets graded alone (a group of one: its
+    own Rollout)."""
     log = tmp_path / "requests.jsonl"
     monkeypatch.setenv(ENV_REQUEST_LOG, str(log))
     kinds = [CORRECT, WRONG, "def add(a, b)\n    return a + b\n"]  # the last: a SyntaxError
@@ -244,15 +247,16 @@ def test_a_group_is_graded_with_one_prepare_and_one_task_set_read(
         reads_before = _taskset_reads(log)
         group = local.run_group(task, completions, group_id="g-8", timeout=300)
         reads = _taskset_reads(log)
-        (batch,) = executions(twin, c.OUTPUT_BATCH_ARN)
+        batches = executions(twin, c.OUTPUT_BATCH_ARN)
+        assert 1 <= len(batches) <= 2, batches
         assert executions(twin, c.OUTPUT_ROLLOUT_ARN) == []
-        assert transitions(twin, [batch]) <= len(completions)
+        assert transitions(twin, batches) <= len(completions)
         functions_read = {
             key: n - reads_before.get(key, 0)
             for key, n in reads.items()
             if key.startswith(principals.FUNCTION_PREFIX)
         }
-        assert sum(functions_read.values()) == 1, functions_read
+        assert 1 <= sum(functions_read.values()) <= len(batches), functions_read
         alone = [
             local.run_group(task, [completion], group_id=f"g-alone-{i}", timeout=120)[0]
             for i, completion in enumerate(completions[: len(kinds)])

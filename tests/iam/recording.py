@@ -52,6 +52,7 @@ from trialbox.worker.sessions import SessionHost
 WRONG = "def add(a, b):\n    return 3\n"
 SETTLED = ("iam-settle-1", "iam-settle-2")  # a batch whose Run fails: Settle answers them
 GHOST = "iam-ghost"  # admitted for a worker that takes it and dies, then cancelled
+WAITED = "iam-waited"  # cancelled while it waited in the dispatcher for a slot
 DEAD_LETTERED = "iam-deadletter"  # left in the requests DLQ as SQS's redrive does
 HARNESS = "iam-harness"  # the test's own calls: setting scenes up, no principal's
 # The worker beats every 2 s: a 5 s job beats and extends its visibility. With no worker, a
@@ -342,6 +343,38 @@ def _entered(twin: LocalTwin, name: str, state: str) -> bool:
     return any(e.get("stateEnteredEventDetails", {}).get("name") == state for e in events)
 
 
+def _cancelled_while_it_waited(twin: LocalTwin, sdk: Client) -> ExecutionResult:
+    """With no worker, no slot: a request waits in a dispatcher for one, and its client
+    cancels it meanwhile. A slot then comes (a lease written by hand): the dispatcher admits
+    the request, finds its result, and gives the slot back (a transaction that deletes its
+    marker) instead of starting it."""
+    sqs = twin_client(twin.endpoint_url, "sqs", HARNESS)
+    url = twin.output(c.OUTPUT_REQUESTS_QUEUE_URL)
+    held = "ApproximateNumberOfMessagesNotVisible"
+
+    def in_queue(attribute: str) -> int:
+        answer = sqs.get_queue_attributes(QueueUrl=url, AttributeNames=[attribute])
+        return int(answer["Attributes"][attribute])
+
+    admission = Admission(twin_client(twin.endpoint_url, "dynamodb", HARNESS),
+                          twin.output(c.OUTPUT_ADMISSION_TABLE))  # fmt: skip
+    (handle,) = sdk.submit([request(WAITED, CORRECT)])
+    deadline = time.monotonic() + 30
+    while not in_queue(held):  # a dispatcher holds it, waiting for a slot
+        assert time.monotonic() < deadline, "no dispatcher took the request"
+        time.sleep(0.2)
+    sdk.cancel([handle])
+    result = handle.result(timeout=5)
+    before = admission.in_flight()
+    admission.lease("iam-waited-worker", 1, term_s=30)
+    while in_queue(held) or in_queue("ApproximateNumberOfMessages"):
+        assert time.monotonic() < deadline + 30, "the dispatcher never let the request go"
+        time.sleep(0.2)
+    assert admission.in_flight() <= before, "the dispatcher kept the slot of a request that ended"
+    admission.leave("iam-waited-worker")
+    return result
+
+
 def _cancelled_before_a_worker_took_it(twin: LocalTwin, sdk: Client) -> ExecutionResult:
     """A slot leased by a worker that marks the job taken and dies with it (a lease and a take
     written by hand, never a run), the request admitted; its Execute heartbeat lapses (the
@@ -378,6 +411,7 @@ def _lost_host(
         if worker.sessions is not None:
             worker.sessions.stop()  # its inbox goes, as the worker process's does at its exit
     time.sleep(2)  # their long polls (1 s) end
+    results[WAITED] = _cancelled_while_it_waited(twin, sdk)
     _run_code_missing_its_deadline(twin)
     results[GHOST] = _cancelled_before_a_worker_took_it(twin, sdk)
     twin.add_worker()

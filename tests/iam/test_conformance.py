@@ -12,7 +12,15 @@ import pytest
 from tests.iam.checker import Need, Unused, denied, unused
 from tests.iam.operations import UnmappedOperation, needs, parse
 from tests.iam.policies import SDK, STATE_MACHINES, WORKER, TemplatePolicies
-from tests.iam.recording import BROKEN, DEAD_LETTERED, GHOST, HARNESS, SETTLED, Recorded
+from tests.iam.recording import (
+    BROKEN,
+    DEAD_LETTERED,
+    GHOST,
+    HARNESS,
+    SETTLED,
+    WAITED,
+    Recorded,
+)
 from trialbox.local import principals
 from trialbox.models import Status
 
@@ -145,6 +153,7 @@ def test_the_run_took_every_path_and_every_principal_called(recorded: Recorded) 
         "iam-b-slow": (Status.SUCCEEDED, 1.0),
         "iam-b-wrong": (Status.SUCCEEDED, 0.5),
         GHOST: (Status.CANCELLED, None),
+        WAITED: (Status.CANCELLED, None),
         **{request_id: (Status.SANDBOX_ERROR, None) for request_id in SETTLED},
     }
     assert (recorded.cli_exit, len(recorded.cli_traces)) == (0, 2)
