@@ -139,6 +139,47 @@ def test_a_slot_whose_sandbox_still_runs_is_the_workers_to_give_back(
     assert pool.release("r-1", worker="w-1") and pool.in_flight() == 0
 
 
+class Called:
+    """DynamoDB whose calls are noted, by method."""
+
+    def __init__(self, dynamodb: Any) -> None:
+        self.dynamodb, self.calls = dynamodb, []
+
+    def __getattr__(self, name: str) -> Any:
+        method = getattr(self.dynamodb, name)
+        if name.startswith("_") or not callable(method):
+            return method
+
+        def noted(**kwargs: Any) -> Any:
+            self.calls.append(name)
+            return method(**kwargs)
+
+        return noted
+
+
+def test_a_worker_gives_its_slot_back_in_one_call_and_record_after_it_in_none(
+    aws: Aws, pool: Admission, dispatcher: tuple[Dispatcher, list[str]]
+) -> None:
+    """Were 3 of the 36 calls a sample made (benchmarks/orchestration_cpu.py --calls): the
+    worker's release read the marker its take could have answered, and Record, after the
+    worker's answer, read it again and tried a transaction bound to fail (a slot a worker
+    took is that worker's to give back)."""
+    dispatch, _ = dispatcher
+    pool.lease("w-1", 1, term_s=60)
+    assert dispatch(request("r-1")) == Dispatched.STARTED
+    called = Called(aws.dynamodb)
+    admission = Admission(called, pool.table)
+    held = admission.take("r-1", "w-1")
+    assert held is not None
+    assert admission.release("r-1", worker="w-1", held=held) and pool.in_flight() == 0
+    assert called.calls == ["update_item", "transact_write_items"]
+    answered = {"worker": "w-1", "report_uri": "s3://traces/r-1.json"}
+    state = RecordInput(request_id="r-1", error=StepError(Error="x"), execution=answered)
+    assert Recorder(aws.table, aws.traces, admission)(state).written
+    assert called.calls == ["update_item", "transact_write_items"]  # Record: none
+    assert admission.take("r-1", "w-1") is None  # no slot: nothing to take
+
+
 def test_a_dead_workers_job_keeps_its_slot_for_its_retry_and_names_no_taker(
     aws: Aws, pool: Admission, dispatcher: tuple[Dispatcher, list[str]]
 ) -> None:

@@ -242,17 +242,20 @@ class Admission:
         item: dict[str, Any] | None = answer.get("Item")
         return item
 
-    def take(self, request_id: str, worker: str) -> bool:
+    def take(self, request_id: str, worker: str) -> Held | None:
         """A worker took the request's job: from now its slot is the worker's to give back,
         once its sandbox is done (not when the request's result exists: a cancelled
-        request's sandbox may run on). False when the request holds no slot."""
-        return self.update_marker(
+        request's sandbox may run on). None when the request holds no slot; else the marker
+        as taken, which its release needs (it then reads nothing first)."""
+        marker = self._update_marker(
             request_id,
             "SET #t = :w REMOVE #l",
             "attribute_exists(#i)",
             {"#t": TAKEN_BY, "#i": ID, "#l": LOST},
             {":w": {"S": worker}},
+            returned="ALL_NEW",
         )
+        return None if marker is None else Held(_count_shard(marker))
 
     def update_marker(
         self,
@@ -264,29 +267,53 @@ class Admission:
     ) -> bool:
         """A conditional update of the request's marker; False when its condition failed.
         `names` may hold more than the expressions use: only those used are sent."""
+        return self._update_marker(request_id, expression, condition, names, values) is not None
+
+    def _update_marker(
+        self,
+        request_id: str,
+        expression: str,
+        condition: str,
+        names: dict[str, str],
+        values: dict[str, Any],
+        returned: str = "NONE",
+    ) -> dict[str, Any] | None:
+        """As `update_marker`: None when its condition failed, else the attributes
+        `returned` (DynamoDB's ReturnValues)."""
         names = {name: attr for name, attr in names.items() if name in expression + condition}
         try:
-            self.dynamodb.update_item(
+            answer = self.dynamodb.update_item(
                 TableName=self.table,
                 Key=self._key(shard(request_id), request_id),
                 UpdateExpression=expression,
                 ConditionExpression=condition,
                 ExpressionAttributeNames=names,
                 ExpressionAttributeValues=values,
+                ReturnValues=returned,
             )
         except ClientError as exc:
             if exc.response["Error"]["Code"] == "ConditionalCheckFailedException":
-                return False
+                return None
             raise
-        return True
+        attributes: dict[str, Any] = answer.get("Attributes", {})
+        return attributes
 
-    def release(self, request_id: str, *, worker: str | None = None, force: bool = False) -> bool:
+    def release(
+        self,
+        request_id: str,
+        *,
+        worker: str | None = None,
+        force: bool = False,
+        held: Held | None = None,
+    ) -> bool:
         """Give the request's slot back; False when it held none, or not for this caller: a
-        worker (`worker`) releases what it took; Record and the DLQ's consumer (no
-        `worker`) only what no worker took; the reaper (`force`) what it found stale."""
-        marker = self._marker(request_id) or {}  # none: the transaction's condition says so
-        # A marker from before the count was sharded names none: the unsharded count's.
-        number = int(marker[SHARD_OF]["N"]) if SHARD_OF in marker else None
+        worker (`worker`) releases what it took (`held`: as `take` answered, or None: the
+        marker is read first); Record and the DLQ's consumer (no `worker`) only what no
+        worker took; the reaper (`force`) what it found stale."""
+        if held is not None:
+            number = held.count_shard
+        else:  # no marker: the transaction's condition says so
+            number = _count_shard(self._marker(request_id) or {})
         # The marker as it was read: a release racing a new admission of the same id (on
         # another shard) must not delete that one's marker against this shard's count.
         condition, values = "attribute_exists(#i) AND ", {}
@@ -415,6 +442,18 @@ class Admission:
             {"#t": TAKEN_BY, "#l": LOST, "#u": CLAIM_LEASE},
             {":w": {"S": worker}, ":yes": {"BOOL": True}, ":now": {"N": repr(time.time())}},
         )
+
+
+@dataclass(frozen=True)
+class Held:
+    """A marker a worker took: the count shard its admission went on (None: the unsharded
+    count's, a marker from before the count was sharded)."""
+
+    count_shard: int | None
+
+
+def _count_shard(marker: dict[str, Any]) -> int | None:
+    return int(marker[SHARD_OF]["N"]) if SHARD_OF in marker else None
 
 
 @dataclass(frozen=True)

@@ -64,7 +64,10 @@ class Recorder:
             result, self.table, self.traces, trace, content_sha256=state.content_sha256
         )
         # Its slot goes back once its one result is there (a retry of Record releases nothing).
-        self.admission.release(state.request_id, worker=holder)
+        # A job a worker answered (Execute's answer names it) was taken by that worker, which
+        # gives the slot back itself: Record, which releases only a slot no worker took, skips.
+        if holder is not None or not (state.execution or {}).get("worker"):
+            self.admission.release(state.request_id, worker=holder)
         return Recorded(written, result.status)
 
 

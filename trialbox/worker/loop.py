@@ -20,7 +20,7 @@ from trialbox.keys import job_key
 from trialbox.models import Status
 from trialbox.models.batches import BatchWork
 from trialbox.models.jobs import ExecutionDone, JobSpec, WorkMessage
-from trialbox.pipeline.admission import Admission
+from trialbox.pipeline.admission import Admission, Held
 from trialbox.pipeline.stores import ObjectStore
 from trialbox.settings import TASK_SLOTS, work_visibility_s
 from trialbox.worker.batched import BatchedJobs
@@ -214,7 +214,7 @@ class Worker:
         if not self._beat(work.task_token):  # a stale redelivery: its execution moved on
             self._delete(receipt)
             return False
-        self._hold(work.request_id)
+        held = self._hold(work.request_id)
         try:
             # Taking the slot may outlast the heartbeat (a throttled table under the client's
             # retries): the execution may have moved on, and sent the job again, meanwhile.
@@ -223,25 +223,27 @@ class Worker:
                 return False
             self._work(work, receipt)
         finally:
-            self._give_back(work.request_id)
+            self._give_back(work.request_id, held)
         return True
 
-    def _hold(self, request_id: str) -> None:
+    def _hold(self, request_id: str) -> Held | None:
         """Its admission slot is this worker's until the sandbox is done (a cancel or a lapsed
         heartbeat ends the execution, not the run): the reaper frees it only if this worker
-        dies (its lease lapses)."""
+        dies (its lease lapses). None: it holds none (or the take failed)."""
         if self.admission is None:
-            return
+            return None
         try:
-            self.admission.take(request_id, self.name)
+            return self.admission.take(request_id, self.name)
         except Exception:  # then Record (or the reaper) gives it back instead
             log.exception("%s: marking its admission slot taken failed", request_id)
+            return None
 
-    def _give_back(self, request_id: str) -> None:
+    def _give_back(self, request_id: str, held: Held | None) -> None:
+        """The slot `_hold` took (none: a marker the take did not answer is read first)."""
         if self.admission is None:
             return
         try:
-            self.admission.release(request_id, worker=self.name)
+            self.admission.release(request_id, worker=self.name, held=held)
         except Exception:  # the reaper frees it once this worker's lease lapses
             log.exception("%s: giving its admission slot back failed", request_id)
 
