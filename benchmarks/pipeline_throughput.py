@@ -130,8 +130,7 @@ def breakdown(twin: LocalTwin, run: Steady) -> dict[str, float]:
             "wait for a worker": t.started_at - entered["Execute"],
             "sandbox run": t.finished_at - t.started_at,
             "callback -> Execute done": exited["Execute"] - t.finished_at,
-            "score": exited["Score"] - entered["Score"],
-            "record": exited["Record"] - entered["Record"],
+            "score and record": exited["Record"] - entered["Record"],
             "sdk poll (record -> seen)": run.seen[rid] - exited["Record"],
             "total": run.seen[rid] - at,
         }

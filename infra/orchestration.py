@@ -1,4 +1,6 @@
-"""The Rollout state machine: Prepare -> Execute (pool worker, task token) -> Score -> Record.
+"""The Rollout state machine: Prepare -> Execute (pool worker, task token) -> Record, which scores
+the run the worker answered and records its result (one step: one invocation and transition
+fewer per sample than a Score step of its own, and no scored result passed through S3).
 
 Every failure is caught into Record with its error class, so every execution ends with one
 terminal result. Only a lost sandbox is retried (heartbeat or token timeout); a policy timeout
@@ -8,7 +10,7 @@ Execute's clocks start when its work message is sent, not when a worker takes it
 lapses, the request's admission marker (trialbox.pipeline.admission) says which it was: no
 worker took the job (capacity lost after admission) and it is sent again uncounted, up to the
 job's max_waits; or a worker did, and it is a lost sandbox, retried LOST_SANDBOX_RETRIES times.
-The happy path is unchanged: Prepare, Execute, Score, Record.
+The happy path: Prepare, Execute, Record.
 """
 
 from __future__ import annotations
@@ -54,7 +56,6 @@ class Orchestration(Construct):
         construct_id: str,
         *,
         prepare: TrialboxFunction,
-        scorer: TrialboxFunction,
         recorder: TrialboxFunction,
         work_queue: sqs.IQueue,
         table: dynamodb.ITable,
@@ -103,12 +104,11 @@ class Orchestration(Construct):
             errors=list(c.EXECUTE_LOST_ERRORS),
             result_path="$.error",
         )
-        score = invoke("Score", scorer, "$.score")
-        for step in (prepare_step, execute, score):
+        for step in (prepare_step, execute):
             step.add_catch(record, errors=["States.ALL"], result_path="$.error")
-        definition = prepare_step.next(execute).next(score).next(record)
+        definition = prepare_step.next(execute).next(record)
         self.rollout = standard_state_machine(
-            self, "Rollout", definition, [prepare, scorer, recorder], log_retention_days
+            self, "Rollout", definition, [prepare, recorder], log_retention_days
         )
         # Every failure is caught into Record, so a failed execution means Record's own
         # fallback failed too: a request without a terminal result.

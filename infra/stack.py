@@ -105,18 +105,17 @@ class TrialboxStack(Stack):
             c.ENV_EXECUTE_MARGIN_S: str(config.execute_margin_s),
         }
         prepare = function("prepare", buckets | prepare_env, Duration.seconds(30))
-        scorer = function("scorer", buckets, Duration.seconds(60))
         table_env = {
             c.ENV_EXECUTIONS_TABLE: storage.executions.table_name,
             c.ENV_RESULT_TTL_DAYS: str(config.result_ttl_days),
         }
         admission_env = {c.ENV_ADMISSION_TABLE: storage.admission.table_name}
-        recorder = function("recorder", buckets | table_env | admission_env, Duration.seconds(30))
+        # Record scores the run a worker answered (its job and report) and records the result.
+        recorder = function("recorder", buckets | table_env | admission_env, Duration.seconds(60))
         orchestration = Orchestration(
             self,
             "Orchestration",
             prepare=prepare,
-            scorer=scorer,
             recorder=recorder,
             work_queue=pool.work.queue,
             table=storage.executions,
@@ -192,7 +191,6 @@ class TrialboxStack(Stack):
         payloads = {f"{keys.PAYLOADS_PREFIX}*": "large requests, read by request id"}
         job = {job_key("*", "job.json"): "each request's job spec, by request id"}
         report = {job_key("*", "report.json"): "each request's raw run report"}
-        result = {job_key("*", "result.json"): "each request's scored result"}
         trace = {f"{keys.TRACES_PREFIX}*": "each request's trace"}
         checkpoints = {
             f"{keys.CHECKPOINTS_PREFIX}*": "workspace snapshots, content-addressed, by sha256"
@@ -210,8 +208,7 @@ class TrialboxStack(Stack):
         sessions = {f"{keys.SESSIONS_PREFIX}*": "each session's trace, a file per call"}
         grant_objects(worker, traces, reads=job | checkpoints, puts=report | checkpoints | sessions)
         grant_session_queues(worker, self, session_prefix, WORKER_ACTIONS)
-        grant_objects(scorer.role, traces, reads=job | report, puts=result)
-        grant_objects(recorder.role, traces, reads=result, puts=trace)
+        grant_objects(recorder.role, traces, reads=job | report, puts=trace)
         grant_objects(
             batch_run.role,
             traces,
@@ -220,7 +217,7 @@ class TrialboxStack(Stack):
             not_found="a base checkpoint that does not exist rejects the request (404)",
         )
         grant_objects(settle.role, traces, reads={}, puts=trace)
-        grant_objects(finisher.role, traces, reads=job | report | result, puts=result | trace)
+        grant_objects(finisher.role, traces, reads=job | report, puts=trace)
         finish.queue.grant(worker, "sqs:SendMessage")
         pool.work.queue.grant(batch_run.role, "sqs:SendMessage")
         storage.executions.grant(settle.role, "dynamodb:BatchGetItem")

@@ -68,7 +68,7 @@ def elf_machine(path: Path) -> int:
 
 def check(built: Built) -> None:
     asset = built.lambda_asset
-    for handler in ("dispatcher", "prepare", "scorer", "recorder"):
+    for handler in ("dispatcher", "prepare", "recorder"):
         path = asset / "functions" / handler / "handler.py"
         assert path.is_file(), f"the Lambda asset lacks {path.relative_to(asset)}"
     assert (asset / "trialbox" / "models").is_dir(), "the Lambda asset lacks trialbox/"

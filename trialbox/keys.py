@@ -47,7 +47,7 @@ def session_call_key(session_id: str, seq: int) -> str:
 
 
 def job_key(request_id: str, name: str) -> str:
-    """A request's job files: job.json (Prepare), report.json (worker), result.json (Score)."""
+    """A request's job files: job.json (Prepare), report.json (worker)."""
     return f"{JOBS_PREFIX}{request_id}/{name}"
 
 

@@ -19,7 +19,6 @@ from trialbox.models.batches import Finished
 from trialbox.pipeline.batches import Ledger
 from trialbox.pipeline.finish import Finisher
 from trialbox.pipeline.recorder import recorder_for
-from trialbox.pipeline.score import Scorer
 from trialbox.pipeline.stores import ObjectStore
 from trialbox.settings import FunctionSettings
 
@@ -33,7 +32,6 @@ s3 = boto3.client("s3")
 traces = ObjectStore(s3, settings.traces_bucket)
 admission_table = settings.required("admission_table")
 finish = Finisher(
-    scorer=Scorer(traces),
     recorder=recorder_for(settings, dynamodb, s3),
     ledger=Ledger(dynamodb, boto3.client("stepfunctions"), admission_table),
 )

@@ -56,15 +56,16 @@ def test_a_duplicate_request_id_executes_once(client: Client) -> None:
     assert [e["name"] for e in executions["executions"]].count("e-dup") == 1
 
 
-def test_a_sample_sent_alone_costs_four_billed_transitions(client: Client) -> None:
-    """Prepare, Execute, Score, Record: counted from its history as Step Functions bills it
-    (trialbox.metering), the figure the scale audit prices at $100 per million samples."""
+def test_a_sample_sent_alone_costs_three_billed_transitions(client: Client) -> None:
+    """Prepare, Execute, Record (which scores the run): counted from its history as Step
+    Functions bills it (trialbox.metering). Four, with a Score step of its own, was the
+    figure the scale audit priced at $100 per million samples."""
     (result,) = client.run([request("e-alone", CORRECT)], timeout=120)
     assert result.status == Status.SUCCEEDED
     twin = client.aio._twin
     assert twin is not None
     arn = keys.execution_arn(twin.output(c.OUTPUT_ROLLOUT_ARN), "e-alone")
-    assert execution_transitions(twin.client("stepfunctions"), arn) == 4
+    assert execution_transitions(twin.client("stepfunctions"), arn) == 3
 
 
 def test_fifty_concurrent_samples_all_reach_terminal_results(client: Client) -> None:

@@ -159,9 +159,9 @@ def test_the_run_took_every_path_and_every_principal_called(recorded: Recorded) 
     assert (recorded.cli_exit, len(recorded.cli_traces)) == (0, 2)
     callers = Counter(e["key"] for e in recorded.entries)
     functions = {k for k in callers if k.startswith(principals.FUNCTION_PREFIX)}
-    # dispatcher, prepare, scorer, recorder, reaper, run_code, dead_letters, a batch's run,
+    # dispatcher, prepare, recorder, reaper, run_code, dead_letters, a batch's run,
     # finisher and settle, and the pool's scaler
-    assert len(functions) == 11
+    assert len(functions) == 10
     # The scaler read the demand, turned idle, saw work again and set the service's count.
     (scaler,) = [k for k in functions if k.startswith(principals.function("ScalerFunction"))]
     assert {parse(e).operation for e in recorded.entries if e["key"] == scaler} == {

@@ -38,7 +38,6 @@ NEEDED = {
         "admission_table",
     },
     "recorder": {"traces_bucket", "executions_table", "admission_table"},
-    "scorer": {"traces_bucket"},
     "reaper": {"session_queue_prefix", "executions_table", "admission_table", "batch_arn"},
     "dead_letters": {"rollout_arn", "batch_arn", "executions_table", "admission_table"},
     "batch": {

@@ -38,7 +38,6 @@ def test_rollout_shape_retries_and_catches(template: Template) -> None:
     assert set(states) == {
         "Prepare",
         "Execute",
-        "Score",
         "Record",
         "DescribeRecordFailure",
         "RecordFailed",
@@ -52,11 +51,8 @@ def test_rollout_shape_retries_and_catches(template: Template) -> None:
         "ClearTaker",
         "CountLost",
     }
-    assert [states[s].get("Next") for s in ("Prepare", "Execute", "Score")] == [
-        "Execute",
-        "Score",
-        "Record",
-    ]
+    # Record scores the run the worker answered: no Score step between.
+    assert [states[s].get("Next") for s in ("Prepare", "Execute")] == ["Execute", "Record"]
     execute = states["Execute"]
     assert execute["Resource"].endswith(":states:::sqs:sendMessage.waitForTaskToken")
     assert execute["HeartbeatSecondsPath"] == "$.job.heartbeat_s"
@@ -77,8 +73,7 @@ def test_rollout_shape_retries_and_catches(template: Template) -> None:
         {"ErrorEquals": lost, "ResultPath": "$.error", "Next": "WasItTaken"},
         to_record,
     ]
-    for name in ("Prepare", "Score"):
-        assert states[name]["Catch"] == [to_record]
+    assert states["Prepare"]["Catch"] == [to_record]
     check = states["WasItTaken"]
     assert check["Resource"].endswith(":states:::dynamodb:getItem")
     assert check["Parameters"]["ConsistentRead"] is True
@@ -134,9 +129,8 @@ def test_rollout_shape_retries_and_catches(template: Template) -> None:
     while name:  # the states an execution with no error enters, each one transition
         happy.append(name)
         name = states[name].get("Next")
-    assert happy == ["Prepare", "Execute", "Score", "Record"]
-    assert len(happy) <= 6
-    for name in ("Prepare", "Score", "Record"):
+    assert happy == ["Prepare", "Execute", "Record"]
+    for name in ("Prepare", "Record"):
         throttled = [r for r in states[name]["Retry"] if "TooManyRequests" in str(r)]
         assert throttled and throttled[0]["ErrorEquals"] == ["Lambda.TooManyRequestsException"]
 
@@ -341,11 +335,11 @@ def test_each_role_reaches_only_its_own_objects(template: Template) -> None:
         "read": {"/payloads/*", "/checkpoints/*"},
         "put": {"/jobs/*/job.json"},
     }
-    assert grants("ScorerRole") == {
+    # Record scores the run (its job and the worker's report), and writes the trace.
+    assert grants("RecorderRole") == {
         "read": {"/jobs/*/job.json", "/jobs/*/report.json"},
-        "put": {"/jobs/*/result.json"},
+        "put": {"/traces/*"},
     }
-    assert grants("RecorderRole") == {"read": {"/jobs/*/result.json"}, "put": {"/traces/*"}}
     # A batch's: Run prepares (and records a rejected sample), Settle and the finisher record.
     assert grants("BatchRole") == {
         "read": {"/batches/*", "/payloads/*", "/checkpoints/*"},
@@ -353,8 +347,8 @@ def test_each_role_reaches_only_its_own_objects(template: Template) -> None:
     }
     assert grants("SettleRole") == {"read": set(), "put": {"/traces/*"}}
     assert grants("FinisherRole") == {
-        "read": {"/jobs/*/job.json", "/jobs/*/report.json", "/jobs/*/result.json"},
-        "put": {"/jobs/*/result.json", "/traces/*"},
+        "read": {"/jobs/*/job.json", "/jobs/*/report.json"},
+        "put": {"/traces/*"},
     }
     # One conditional PutItem per result; the dispatcher also reads whether a request ended.
     executions, _ = only(template, "AWS::DynamoDB::Table", "StorageExecutions")
@@ -386,7 +380,7 @@ def test_lambdas_are_arm64_with_powertools_and_explicit_logs(template: Template)
         for k, f in resources(template, "AWS::Lambda::Function").items()
         if f["Properties"]["Handler"].startswith("functions.")
     }
-    assert len(functions) == 11
+    assert len(functions) == 10
     for function in functions.values():
         props = function["Properties"]
         assert props["Architectures"] == ["arm64"]

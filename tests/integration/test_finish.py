@@ -21,14 +21,13 @@ from trialbox.pipeline.claims import Claim, Claims
 from trialbox.pipeline.finish import Finisher
 from trialbox.pipeline.prepare import Preparer
 from trialbox.pipeline.recorder import Recorder
-from trialbox.pipeline.score import Scorer
 from trialbox.sandbox.runner import Runner
 
 
 @pytest.fixture
 def finisher(aws: Aws) -> Finisher:
     ledger = Ledger(aws.dynamodb, aws.sfn, aws.admission.table)
-    return Finisher(Scorer(aws.traces), Recorder(aws.table, aws.traces, aws.admission), ledger)
+    return Finisher(Recorder(aws.table, aws.traces, aws.admission), ledger)
 
 
 def ran(aws: Aws, preparer: Preparer, request_id: str) -> Finished:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+from typing import Any
 
 import pytest
 
@@ -16,7 +17,6 @@ from trialbox.models.jobs import ExecutionDone, JobSpec, RolloutInput, StepError
 from trialbox.models.performance import copy_s
 from trialbox.pipeline.prepare import Preparer
 from trialbox.pipeline.recorder import Recorded, Recorder, RecordInput
-from trialbox.pipeline.score import Scorer
 from trialbox.sandbox.runner import Runner
 
 
@@ -91,20 +91,16 @@ def test_prepare_rejects_a_task_set_with_a_line_that_is_not_json(
         preparer(RolloutInput(request_id="r-b", request=request))
 
 
-def test_score_then_record_exactly_once(aws: Aws, preparer: Preparer) -> None:
+def test_record_scores_what_the_worker_answered_exactly_once(aws: Aws, preparer: Preparer) -> None:
+    """Record scores the run Execute answered (its job and the worker's report) and records
+    it, in one step: nothing passes through S3 between scoring and recording."""
     ref = preparer(rollout())
     job = JobSpec.model_validate_json(aws.traces.get_bytes(ref.job_uri))
     report = Runner().run(job.task, job.sample(), limits=job.limits)
     report_uri = aws.traces.put_json("jobs/r-1/report.json", report)
     done = ExecutionDone(report_uri=report_uri, started_at=job.queued_at, finished_at=2e9)
-    scored = Scorer(aws.traces)(ref, done)
-    assert (scored.status, scored.reward) == ("succeeded", 1.0)
-    timings = ExecutionResult.model_validate_json(aws.traces.get_bytes(scored.result_uri)).timings
-    assert timings.queued_at == job.queued_at and timings.queued_at is not None
-    assert (timings.started_at, timings.finished_at) == (job.queued_at, 2e9)
-
     recorder = Recorder(aws.table, aws.traces, aws.admission)
-    state = RecordInput(request_id="r-1", score=scored, job=ref.model_dump())
+    state = RecordInput(request_id="r-1", job=ref.model_dump(), execution=done.model_dump())
     assert recorder(state).written is True
     assert recorder(state).written is False  # the first terminal write wins
     item = aws.item("r-1")
@@ -113,6 +109,11 @@ def test_score_then_record_exactly_once(aws: Aws, preparer: Preparer) -> None:
     assert item["result_uri"] == {"S": "s3://traces/traces/r-1.json"}
     trace = json.loads(aws.traces.get_bytes("s3://traces/traces/r-1.json"))
     assert trace["result"]["tests_passed"] == 2 and trace["state"]["job"]["job_uri"] == ref.job_uri
+    timings = ExecutionResult.model_validate(trace["result"]).timings
+    assert timings.queued_at == job.queued_at and timings.queued_at is not None
+    assert (timings.started_at, timings.finished_at) == (job.queued_at, 2e9)
+    listed = aws.s3.list_objects_v2(Bucket="traces", Prefix="jobs/r-1/")["Contents"]
+    assert sorted(o["Key"] for o in listed) == ["jobs/r-1/job.json", "jobs/r-1/report.json"]
 
 
 def test_the_scored_result_counts_the_execute_attempts(aws: Aws, preparer: Preparer) -> None:
@@ -121,14 +122,52 @@ def test_the_scored_result_counts_the_execute_attempts(aws: Aws, preparer: Prepa
     report = Runner().run(job.task, job.sample(), limits=job.limits)
     report_uri = aws.traces.put_json("jobs/r-a/report.json", report)
     done = ExecutionDone(report_uri=report_uri, attempt=2)  # two lost sandboxes before this one
-    scored = Scorer(aws.traces)(ref, done)
-    result = ExecutionResult.model_validate_json(aws.traces.get_bytes(scored.result_uri))
-    assert (result.status, result.attempts) == (Status.SUCCEEDED, 3)
-    assert Recorder(aws.table, aws.traces, aws.admission)(
-        RecordInput(request_id="r-a", score=scored)
-    ).written
+    state = RecordInput(request_id="r-a", job=ref.model_dump(), execution=done.model_dump())
+    assert Recorder(aws.table, aws.traces, aws.admission)(state).written
     item = aws.item("r-a")
-    assert item is not None and json.loads(item["result"]["S"])["attempts"] == 3
+    assert item is not None
+    result = json.loads(item["result"]["S"])
+    assert (result["status"], result["attempts"]) == ("succeeded", 3)
+
+
+def test_a_retry_that_answered_is_scored_though_the_lost_attempt_left_its_error(
+    aws: Aws, preparer: Preparer
+) -> None:
+    """A lapsed attempt's catch writes `$.error`; the retry's answer (`$.execution`) comes
+    after it in the same state, and it is what Record scores."""
+    ref = preparer(rollout(request_id="r-r"))
+    job = JobSpec.model_validate_json(aws.traces.get_bytes(ref.job_uri))
+    report = Runner().run(job.task, job.sample(), limits=job.limits)
+    done = ExecutionDone(report_uri=aws.traces.put_json("jobs/r-r/report.json", report), attempt=1)
+    lapsed = StepError(Error="States.HeartbeatTimeout")
+    state = RecordInput(
+        request_id="r-r", job=ref.model_dump(), error=lapsed, execution=done.model_dump()
+    )
+    assert Recorder(aws.table, aws.traces, aws.admission)(state).written
+    item = aws.item("r-r")
+    assert item is not None
+    result = json.loads(item["result"]["S"])
+    assert (result["status"], result["reward"], result["attempts"]) == ("succeeded", 1.0, 2)
+
+
+@pytest.mark.parametrize(
+    "answer",
+    [
+        {"report_uri": "s3://traces/jobs/r-s/nothing.json", "worker": "w-1"},  # no report there
+        {"worker": "w-1"},  # no report_uri: not an answer a worker of this stack sends
+    ],
+)
+def test_a_run_that_cannot_be_scored_ends_as_a_score_failure(
+    aws: Aws, preparer: Preparer, answer: dict[str, Any]
+) -> None:
+    ref = preparer(rollout(request_id="r-s"))
+    state = RecordInput(request_id="r-s", job=ref.model_dump(), execution=answer)
+    assert Recorder(aws.table, aws.traces, aws.admission)(state).written
+    item = aws.item("r-s")
+    assert item is not None
+    result = ExecutionResult.model_validate_json(item["result"]["S"])
+    assert (result.status, result.loss_mask) == (Status.SANDBOX_ERROR, True)
+    assert result.error is not None and result.error.startswith("Score.Failed: ")
 
 
 @pytest.mark.parametrize(

@@ -22,7 +22,6 @@ from trialbox.pipeline.claims import Claim, Claims
 from trialbox.pipeline.finish import Finisher
 from trialbox.pipeline.prepare import Preparer
 from trialbox.pipeline.recorder import Recorder
-from trialbox.pipeline.score import Scorer
 from trialbox.sandbox.runner import Runner
 from trialbox.worker.batched import BatchedJobs
 from trialbox.worker.loop import Worker
@@ -44,7 +43,7 @@ class Pipeline:
         self.run_step = BatchPreparer(
             preparer, recorder, ledger, aws.traces, aws.sqs, aws.work_queue
         )
-        self.finisher = Finisher(Scorer(aws.traces), recorder, ledger)
+        self.finisher = Finisher(recorder, ledger)
 
     def worker(self, name: str) -> Worker:
         batched = BatchedJobs(

@@ -91,9 +91,3 @@ class ExecutionDone(StrictModel):
     started_at: float | None = Field(default=None, description="epoch s: a worker took the job")
     finished_at: float | None = Field(default=None, description="epoch s: its run ended")
     attempt: int = Field(default=0, ge=0, description="the work message's `attempt`")
-
-
-class ScoreRef(StrictModel):
-    result_uri: str
-    status: str
-    reward: float | None

@@ -8,17 +8,13 @@ from dataclasses import dataclass
 
 from trialbox.constants import ERROR_SANDBOX
 from trialbox.models.batches import Finished
-from trialbox.models.jobs import ExecutionDone, ScoreRef, StepError
+from trialbox.models.jobs import ExecutionDone, StepError
 from trialbox.pipeline.batches import Ledger
 from trialbox.pipeline.recorder import Recorded, Recorder, RecordInput
-from trialbox.pipeline.score import Scorer
-
-SCORE_FAILED = "Score.Failed"
 
 
 @dataclass
 class Finisher:
-    scorer: Scorer
     recorder: Recorder
     ledger: Ledger
 
@@ -31,30 +27,28 @@ class Finisher:
             self.recorder.admission.release(done.request_id, worker=done.worker)
             self.ledger.finish(done.batch_id, done.request_id)
             return None
-        score, error = self._score(done)
+        ran = _answer(done)
+        error = None if ran else StepError(Error=done.error or ERROR_SANDBOX, Cause=done.cause)
         state = RecordInput(
             request_id=done.request_id,
             content_sha256=done.content_sha256,  # a reuse of its id with other content: refused
-            score=score,
             error=error,
             job={"batch_id": done.batch_id, "job_uri": done.job_uri},
             execution=done.model_dump(mode="json"),
         )
-        recorded = self.recorder(state, holder=done.worker)
+        recorded = self.recorder.record(state, ran, holder=done.worker)
         self.ledger.finish(done.batch_id, done.request_id)
         return recorded
 
-    def _score(self, done: Finished) -> tuple[ScoreRef | None, StepError | None]:
-        if done.outcome != "report" or done.report_uri is None:
-            return None, StepError(Error=done.error or ERROR_SANDBOX, Cause=done.cause)
-        ran = ExecutionDone(
-            report_uri=done.report_uri,
-            worker=done.worker,
-            started_at=done.started_at,
-            finished_at=done.finished_at,
-            attempt=done.attempt,
-        )
-        try:
-            return self.scorer.score(done.job_uri, ran), None
-        except Exception as exc:  # as Score's Catch into Record: the request still ends
-            return None, StepError(Error=SCORE_FAILED, Cause=f"{type(exc).__name__}: {exc}")
+
+def _answer(done: Finished) -> ExecutionDone | None:
+    """The run's answer, as Execute's would be, when the worker reported one."""
+    if done.outcome != "report" or done.report_uri is None:
+        return None
+    return ExecutionDone(
+        report_uri=done.report_uri,
+        worker=done.worker,
+        started_at=done.started_at,
+        finished_at=done.finished_at,
+        attempt=done.attempt,
+    )

@@ -1,4 +1,5 @@
-"""The Record step: every execution ends here, with a score or with the error that stopped it."""
+"""The Record step: every execution ends here, with its run scored (trialbox.pipeline.score) or
+with the error that stopped it. A batch's finisher records the same way."""
 
 from __future__ import annotations
 
@@ -6,14 +7,18 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from pydantic import ConfigDict, Field
+from pydantic import ConfigDict, Field, ValidationError
 
 from trialbox.models import ExecutionResult, Status, StrictModel
-from trialbox.models.jobs import ScoreRef, StepError
+from trialbox.models.jobs import ExecutionDone, StepError
 from trialbox.pipeline.admission import Admission
-from trialbox.pipeline.record import failure_result, record
+from trialbox.pipeline.record import failure_result, record, validation_message
+from trialbox.pipeline.score import Scorer
 from trialbox.pipeline.stores import ObjectStore, ResultTable
 from trialbox.settings import FunctionSettings
+
+# A run's report that could not be scored: the request still ends, as a platform error.
+SCORE_FAILED = "Score.Failed"
 
 
 class RecordInput(StrictModel):
@@ -23,7 +28,6 @@ class RecordInput(StrictModel):
 
     request_id: str
     content_sha256: str | None = None
-    score: ScoreRef | None = None
     error: StepError | None = None
     job: dict[str, Any] | None = None
     execution: dict[str, Any] | None = None
@@ -47,17 +51,33 @@ class Recorder:
     traces: ObjectStore
     admission: Admission
 
-    def __call__(self, state: RecordInput, holder: str | None = None) -> Recorded:
-        """`holder`: the worker whose sandbox held the request's slot, which it gives back
-        with the result (a batch's finisher); None: only a slot no worker took (Record)."""
-        if state.score is not None:
-            result = ExecutionResult.model_validate_json(
-                self.traces.get_bytes(state.score.result_uri)
+    def __call__(self, state: RecordInput) -> Recorded:
+        """Record, the Rollout's last step: Execute's answer scored (`execution`: Record comes
+        right after it; an `error` beside it is a lost attempt's, before the retry that
+        answered), or else the error a step was caught with."""
+        if state.execution is None:
+            return self.record(state, None)
+        try:
+            done = ExecutionDone.model_validate(state.execution)
+        except ValidationError as exc:  # an answer no worker of this stack sends
+            cause = f"Execute's answer: {validation_message(exc)}"
+            return self.record(
+                state.model_copy(update={"error": StepError(Error=SCORE_FAILED, Cause=cause)}), None
             )
+        return self.record(state, done)
+
+    def record(
+        self, state: RecordInput, done: ExecutionDone | None, holder: str | None = None
+    ) -> Recorded:
+        """The request's result: `done` (a worker's answer) scored, else `state.error`'s.
+        `holder`: the worker whose sandbox held the request's slot, which it gives back with
+        the result (a batch's finisher); None: only a slot no worker took (Record)."""
+        if done is not None:
+            result = self._scored(state, done)
         else:
-            error = state.error or StepError(Error="States.Unknown", Cause="no score and no error")
-            done = state.execution or {}  # Execute answered; a later step failed
-            attempt = done.get("attempt") if isinstance(done.get("attempt"), int) else None
+            error = state.error or StepError(Error="States.Unknown", Cause="no run and no error")
+            ran = state.execution or {}  # a batched sample's Finished names its attempt
+            attempt = ran.get("attempt") if isinstance(ran.get("attempt"), int) else None
             result = failure_result(state.request_id, error.Error, error.Cause, attempt)
         trace = {"state": json.loads(state.model_dump_json(exclude={"request"}))}
         written = record(
@@ -69,6 +89,16 @@ class Recorder:
         if holder is not None or not (state.execution or {}).get("worker"):
             self.admission.release(state.request_id, worker=holder)
         return Recorded(written, result.status)
+
+    def _scored(self, state: RecordInput, done: ExecutionDone) -> ExecutionResult:
+        job_uri = (state.job or {}).get("job_uri")
+        try:
+            if not isinstance(job_uri, str):
+                raise ValueError("the state names no job_uri")
+            return Scorer(self.traces).score(job_uri, done)
+        except Exception as exc:  # the request still ends: its run could not be scored
+            cause = f"{type(exc).__name__}: {exc}"
+            return failure_result(state.request_id, SCORE_FAILED, cause, done.attempt)
 
 
 def recorder_for(settings: FunctionSettings, dynamodb: Any, s3: Any) -> Recorder:

@@ -42,7 +42,7 @@ class Shape:
     count_writes: float = 2.0  # transactional writes of the admission count (admit, release)
 
 
-ALONE = Shape(transitions=4.0, starts=1.0)
+ALONE = Shape(transitions=3.0, starts=1.0)  # Prepare, Execute, Record (4 with a Score step)
 # A session's open: a message on the open queue, through no state machine and no admission
 # (its calls go to its worker's inbox; its grade, one batched sample, is left out).
 SESSION = Shape(transitions=0.0, starts=0.0, count_writes=0.0)
