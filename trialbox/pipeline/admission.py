@@ -247,7 +247,7 @@ class Admission:
         once its sandbox is done (not when the request's result exists: a cancelled
         request's sandbox may run on). None when the request holds no slot; else the marker
         as taken, which its release needs (it then reads nothing first)."""
-        marker = self._update_marker(
+        marker = self.update_marker(
             request_id,
             "SET #t = :w REMOVE #l",
             "attribute_exists(#i)",
@@ -264,22 +264,11 @@ class Admission:
         condition: str,
         names: dict[str, str],
         values: dict[str, Any],
-    ) -> bool:
-        """A conditional update of the request's marker; False when its condition failed.
-        `names` may hold more than the expressions use: only those used are sent."""
-        return self._update_marker(request_id, expression, condition, names, values) is not None
-
-    def _update_marker(
-        self,
-        request_id: str,
-        expression: str,
-        condition: str,
-        names: dict[str, str],
-        values: dict[str, Any],
         returned: str = "NONE",
     ) -> dict[str, Any] | None:
-        """As `update_marker`: None when its condition failed, else the attributes
-        `returned` (DynamoDB's ReturnValues)."""
+        """A conditional update of the request's marker: None when its condition failed, else
+        the attributes `returned` (DynamoDB's ReturnValues). `names` may hold more than the
+        expressions use: only those used are sent."""
         names = {name: attr for name, attr in names.items() if name in expression + condition}
         try:
             answer = self.dynamodb.update_item(
@@ -435,7 +424,7 @@ class Admission:
         """The marker's taker died with the job: say so, and name it no longer (unless
         another worker took the job meanwhile, or a batched sample's claim says its holder is
         alive: its own lease, trialbox.pipeline.claims, is the word on it)."""
-        return self.update_marker(
+        return None is not self.update_marker(
             request_id,
             "SET #l = :yes REMOVE #t",
             "#t = :w AND (attribute_not_exists(#u) OR #u < :now)",

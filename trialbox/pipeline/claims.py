@@ -138,7 +138,7 @@ class Claims:
             values[":was"] = {"N": str(attempt - 1)}
             values[":seen"] = {"N": str(seen)}
         held += " AND attribute_exists(#x)" if lost else " AND attribute_not_exists(#x)"
-        return self._markers.update_marker(
+        return None is not self._markers.update_marker(
             request_id,
             "SET #t = :w, #a = :a, #l = :l, #d = :d REMOVE #x",
             f"attribute_exists({ID}) AND attribute_not_exists(#c) AND {held}",
@@ -164,7 +164,7 @@ class Claims:
     ) -> bool:
         """An update the holder makes while its claim is its own: not taken over, not
         cancelled, within its deadline."""
-        return self._markers.update_marker(
+        return None is not self._markers.update_marker(
             claim.request_id,
             expression,
             "#t = :w AND #a = :a AND attribute_not_exists(#c) AND #d > :now",
@@ -198,7 +198,7 @@ class Claims:
 
     def give_up(self, claim: Claim) -> bool:
         """Its lease ends now: the next claim takes the sample over, a lost sandbox."""
-        return self._markers.update_marker(
+        return None is not self._markers.update_marker(
             claim.request_id,
             "SET #l = :zero",
             "#t = :w AND #a = :a",
@@ -209,7 +209,7 @@ class Claims:
     def cancel(self, request_id: str) -> bool:
         """Flag the sample cancelled; False when it holds no marker (not admitted yet, or
         finished)."""
-        return self._markers.update_marker(
+        return None is not self._markers.update_marker(
             request_id,
             "SET #c = :yes",
             f"attribute_exists({ID})",
