@@ -173,11 +173,25 @@ def test_a_worker_gives_its_slot_back_in_one_call_and_record_after_it_in_none(
     assert held is not None
     assert admission.release("r-1", worker="w-1", held=held) and pool.in_flight() == 0
     assert called.calls == ["update_item", "transact_write_items"]
-    answered = {"worker": "w-1", "report_uri": "s3://traces/r-1.json"}
+    answered = {"worker": "w-1", "report_uri": "s3://traces/r-1.json", "holds_slot": True}
     state = RecordInput(request_id="r-1", error=StepError(Error="x"), execution=answered)
     assert Recorder(aws.table, aws.traces, admission)(state).written
     assert called.calls == ["update_item", "transact_write_items"]  # Record: none
     assert admission.take("r-1", "w-1") is None  # no slot: nothing to take
+
+
+def test_record_gives_back_the_slot_of_a_worker_whose_take_failed(
+    aws: Aws, pool: Admission, dispatcher: tuple[Dispatcher, list[str]]
+) -> None:
+    """Red team: a worker that ran the job without taking its slot (the take failed: a
+    throttled table) cannot give it back; its answer says so, and Record does, at once."""
+    dispatch, _ = dispatcher
+    pool.lease("w-1", 1, term_s=60)
+    assert dispatch(request("r-1")) == Dispatched.STARTED and pool.in_flight() == 1
+    answered = {"worker": "w-1", "report_uri": "s3://traces/r-1.json", "holds_slot": False}
+    state = RecordInput(request_id="r-1", execution=answered)
+    assert Recorder(aws.table, aws.traces, pool)(state).written
+    assert pool.in_flight() == 0
 
 
 def test_a_dead_workers_job_keeps_its_slot_for_its_retry_and_names_no_taker(

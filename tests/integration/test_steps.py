@@ -7,6 +7,7 @@ import math
 from typing import Any
 
 import pytest
+from botocore.exceptions import ClientError
 
 from tests.support.moto import Aws
 from tests.support.tasks import ADD_TASK, CORRECT
@@ -148,6 +149,33 @@ def test_a_retry_that_answered_is_scored_though_the_lost_attempt_left_its_error(
     assert item is not None
     result = json.loads(item["result"]["S"])
     assert (result["status"], result["reward"], result["attempts"]) == ("succeeded", 1.0, 2)
+
+
+class Throttled:
+    """A traces store whose reads fail for now (S3's SlowDown past botocore's retries)."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+
+    def get_bytes(self, uri: str) -> bytes:
+        raise ClientError({"Error": {"Code": "SlowDown", "Message": "slow down"}}, "GetObject")
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.store, name)
+
+
+def test_a_read_that_failed_for_now_is_record_s_retry_not_a_result(
+    aws: Aws, preparer: Preparer
+) -> None:
+    """Red team: a throttled read of the job or the report was scored Score.Failed, a
+    sandbox_error for a good run, and Record's retries never ran. It raises: Record's retry
+    (or the finish message's redelivery) scores the run again."""
+    ref = preparer(rollout(request_id="r-t"))
+    done = ExecutionDone(report_uri="s3://traces/jobs/r-t/report.json", worker="w-1")
+    state = RecordInput(request_id="r-t", job=ref.model_dump(), execution=done.model_dump())
+    with pytest.raises(ClientError, match="SlowDown"):
+        Recorder(aws.table, Throttled(aws.traces), aws.admission)(state)  # type: ignore[arg-type]
+    assert aws.item("r-t") is None
 
 
 @pytest.mark.parametrize(

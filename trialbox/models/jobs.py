@@ -91,3 +91,6 @@ class ExecutionDone(StrictModel):
     started_at: float | None = Field(default=None, description="epoch s: a worker took the job")
     finished_at: float | None = Field(default=None, description="epoch s: its run ended")
     attempt: int = Field(default=0, ge=0, description="the work message's `attempt`")
+    holds_slot: bool = Field(
+        default=False, description="the worker took the request's admission slot: it gives it back"
+    )

@@ -7,6 +7,7 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from botocore.exceptions import BotoCoreError, ClientError
 from pydantic import ConfigDict, Field, ValidationError
 
 from trialbox.models import ExecutionResult, Status, StrictModel
@@ -84,21 +85,37 @@ class Recorder:
             result, self.table, self.traces, trace, content_sha256=state.content_sha256
         )
         # Its slot goes back once its one result is there (a retry of Record releases nothing).
-        # A job a worker answered (Execute's answer names it) was taken by that worker, which
-        # gives the slot back itself: Record, which releases only a slot no worker took, skips.
-        if holder is not None or not (state.execution or {}).get("worker"):
+        # A slot the answering worker holds (Execute's answer says so) is that worker's to
+        # give back: Record, which releases only a slot no worker took, skips it.
+        if holder is not None or (state.execution or {}).get("holds_slot") is not True:
             self.admission.release(state.request_id, worker=holder)
         return Recorded(written, result.status)
 
     def _scored(self, state: RecordInput, done: ExecutionDone) -> ExecutionResult:
+        """The run scored; a run that cannot be, ever, is Score.Failed. A read that failed
+        for now (throttled, a timeout) raises: Record's retry, or the finish message's
+        redelivery, scores it again."""
         job_uri = (state.job or {}).get("job_uri")
         try:
             if not isinstance(job_uri, str):
                 raise ValueError("the state names no job_uri")
             return Scorer(self.traces).score(job_uri, done)
+        except (ClientError, BotoCoreError) as exc:
+            if not _gone(exc):
+                raise
+            cause = f"{type(exc).__name__}: {exc}"
         except Exception as exc:  # the request still ends: its run could not be scored
             cause = f"{type(exc).__name__}: {exc}"
-            return failure_result(state.request_id, SCORE_FAILED, cause, done.attempt)
+        return failure_result(state.request_id, SCORE_FAILED, cause, done.attempt)
+
+
+# An object that is not there: without s3:ListBucket, S3 answers a missing key AccessDenied.
+MISSING = {"NoSuchKey", "NoSuchBucket", "AccessDenied", "404", "403"}
+
+
+def _gone(exc: ClientError | BotoCoreError) -> bool:
+    """A read that will fail again: the object is not there (or not ours to read)."""
+    return isinstance(exc, ClientError) and exc.response["Error"]["Code"] in MISSING
 
 
 def recorder_for(settings: FunctionSettings, dynamodb: Any, s3: Any) -> Recorder:

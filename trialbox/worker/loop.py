@@ -221,7 +221,7 @@ class Worker:
             if not self._beat(work.task_token):
                 self._delete(receipt)
                 return False
-            self._work(work, receipt)
+            self._work(work, receipt, holds_slot=held is not None)
         finally:
             self._give_back(work.request_id, held)
         return True
@@ -234,7 +234,7 @@ class Worker:
             return None
         try:
             return self.admission.take(request_id, self.name)
-        except Exception:  # then Record (or the reaper) gives it back instead
+        except Exception:  # then Record gives it back (the answer says it holds none)
             log.exception("%s: marking its admission slot taken failed", request_id)
             return None
 
@@ -247,7 +247,7 @@ class Worker:
         except Exception:  # the reaper frees it once this worker's lease lapses
             log.exception("%s: giving its admission slot back failed", request_id)
 
-    def _work(self, work: WorkMessage, receipt: str) -> None:
+    def _work(self, work: WorkMessage, receipt: str, holds_slot: bool = False) -> None:
         lost = threading.Event()
         done = threading.Event()
         beating = threading.Thread(
@@ -261,7 +261,7 @@ class Worker:
             # Answered while the heartbeat runs, so that the task lives for as long as its
             # answer is refused (throttled, a 5xx) instead of lapsing into a lost-sandbox retry.
             if not lost.is_set():
-                self._answer_until_taken(work, outcome, started_at, lost)
+                self._answer_until_taken(work, outcome, started_at, lost, holds_slot)
         finally:
             done.set()
             beating.join()
@@ -290,21 +290,32 @@ class Worker:
         return "success", uri
 
     def _answer_until_taken(
-        self, work: WorkMessage, outcome: tuple[str, str], started_at: float, lost: threading.Event
+        self,
+        work: WorkMessage,
+        outcome: tuple[str, str],
+        started_at: float,
+        lost: threading.Event,
+        holds_slot: bool = False,
     ) -> None:
         """The callback, sent again (after botocore's own retries) until Step Functions takes
         it or its task is gone: the heartbeat finds it dead, or lapses (`_heartbeats`)."""
         pause = RETRY_PAUSE_S
         while not lost.is_set():
             try:
-                self._answer(work, outcome, started_at)
+                self._answer(work, outcome, started_at, holds_slot)
                 return
             except (ClientError, BotoCoreError):
                 log.exception("%s: the callback failed; sending it again", work.request_id)
             lost.wait(pause)
             pause = min(2 * pause, MAX_ANSWER_PAUSE_S)
 
-    def _answer(self, work: WorkMessage, outcome: tuple[str, str], started_at: float) -> None:
+    def _answer(
+        self,
+        work: WorkMessage,
+        outcome: tuple[str, str],
+        started_at: float,
+        holds_slot: bool = False,
+    ) -> None:
         kind, value = outcome
         if kind == "success":
             done = ExecutionDone(
@@ -313,6 +324,7 @@ class Worker:
                 started_at=started_at,
                 finished_at=time.time(),
                 attempt=work.attempt,
+                holds_slot=holds_slot,
             )
             answered = self._to_token(
                 self.sfn.send_task_success, taskToken=work.task_token, output=done.model_dump_json()
