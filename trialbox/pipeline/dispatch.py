@@ -26,7 +26,7 @@ from trialbox.models.sample import REQUEST_ID
 from trialbox.pipeline.admission import Admission
 from trialbox.pipeline.batching import BatchStarter
 from trialbox.pipeline.record import record, validation_message
-from trialbox.pipeline.stores import ObjectStore, ResultTable
+from trialbox.pipeline.stores import ObjectStore, ResultTable, unreadable
 
 log = logging.getLogger("trialbox.dispatcher")
 
@@ -204,8 +204,7 @@ class Dispatcher:
         try:
             return self.payloads.get_bytes(pointer.payload_uri)
         except ClientError as exc:
-            code = exc.response["Error"]["Code"]
-            if code in ("NoSuchKey", "NoSuchBucket", "AccessDenied", "404", "403"):
+            if code := unreadable(exc):
                 raise ValueError(f"{code} for {pointer.payload_uri}") from exc
             raise
 

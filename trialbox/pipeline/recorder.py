@@ -15,7 +15,7 @@ from trialbox.models.jobs import ExecutionDone, StepError
 from trialbox.pipeline.admission import Admission
 from trialbox.pipeline.record import failure_result, record, validation_message
 from trialbox.pipeline.score import Scorer
-from trialbox.pipeline.stores import ObjectStore, ResultTable
+from trialbox.pipeline.stores import ObjectStore, ResultTable, unreadable
 from trialbox.settings import FunctionSettings
 
 # A run's report that could not be scored: the request still ends, as a platform error.
@@ -100,22 +100,11 @@ class Recorder:
             if not isinstance(job_uri, str):
                 raise ValueError("the state names no job_uri")
             return Scorer(self.traces).score(job_uri, done)
-        except (ClientError, BotoCoreError) as exc:
-            if not _gone(exc):
+        except Exception as exc:  # the request still ends: its run could not be scored
+            if isinstance(exc, (ClientError, BotoCoreError)) and not unreadable(exc):
                 raise
             cause = f"{type(exc).__name__}: {exc}"
-        except Exception as exc:  # the request still ends: its run could not be scored
-            cause = f"{type(exc).__name__}: {exc}"
         return failure_result(state.request_id, SCORE_FAILED, cause, done.attempt)
-
-
-# An object that is not there: without s3:ListBucket, S3 answers a missing key AccessDenied.
-MISSING = {"NoSuchKey", "NoSuchBucket", "AccessDenied", "404", "403"}
-
-
-def _gone(exc: ClientError | BotoCoreError) -> bool:
-    """A read that will fail again: the object is not there (or not ours to read)."""
-    return isinstance(exc, ClientError) and exc.response["Error"]["Code"] in MISSING
 
 
 def recorder_for(settings: FunctionSettings, dynamodb: Any, s3: Any) -> Recorder:

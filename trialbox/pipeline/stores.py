@@ -11,6 +11,18 @@ from pydantic import BaseModel
 
 from trialbox.constants import CONTENT_ATTRIBUTE, TABLE_KEY, TABLE_TTL_ATTRIBUTE
 
+# An object that is not there, or not ours: without s3:ListBucket S3 answers a missing key
+# AccessDenied. A read that failed so fails again; any other error may pass.
+UNREADABLE = frozenset({"NoSuchKey", "NoSuchBucket", "AccessDenied", "404", "403"})
+
+
+def unreadable(exc: Exception) -> str | None:
+    """The S3 error code when `exc` says the object cannot be read, ever; else None."""
+    if not isinstance(exc, ClientError):
+        return None
+    code = str(exc.response.get("Error", {}).get("Code"))
+    return code if code in UNREADABLE else None
+
 
 def parse_s3_uri(uri: str) -> tuple[str, str]:
     if not uri.startswith("s3://") or "/" not in uri[5:]:

@@ -247,7 +247,7 @@ class Worker:
         except Exception:  # the reaper frees it once this worker's lease lapses
             log.exception("%s: giving its admission slot back failed", request_id)
 
-    def _work(self, work: WorkMessage, receipt: str, holds_slot: bool = False) -> None:
+    def _work(self, work: WorkMessage, receipt: str, holds_slot: bool) -> None:
         lost = threading.Event()
         done = threading.Event()
         beating = threading.Thread(
@@ -295,7 +295,7 @@ class Worker:
         outcome: tuple[str, str],
         started_at: float,
         lost: threading.Event,
-        holds_slot: bool = False,
+        holds_slot: bool,
     ) -> None:
         """The callback, sent again (after botocore's own retries) until Step Functions takes
         it or its task is gone: the heartbeat finds it dead, or lapses (`_heartbeats`)."""
@@ -314,7 +314,7 @@ class Worker:
         work: WorkMessage,
         outcome: tuple[str, str],
         started_at: float,
-        holds_slot: bool = False,
+        holds_slot: bool,
     ) -> None:
         kind, value = outcome
         if kind == "success":
