@@ -37,7 +37,7 @@ from trialbox.models import ExecutionResult, RunReport, Status, Task
 from trialbox.models.batches import BatchInput
 from trialbox.models.jobs import JobSpec
 from trialbox.models.sessions import TAG_EXPIRES
-from trialbox.pipeline.admission import Admission
+from trialbox.pipeline.admission import CAPACITY_CACHE_S, Admission
 from trialbox.pipeline.claims import Claims, lease_s
 from trialbox.pipeline.stores import ObjectStore
 from trialbox.runs import RunJob
@@ -372,6 +372,9 @@ def _cancelled_while_it_waited(twin: LocalTwin, sdk: Client) -> ExecutionResult:
         time.sleep(0.2)
     assert admission.in_flight() <= before, "the dispatcher kept the slot of a request that ended"
     admission.leave("iam-waited-worker")
+    # The dispatchers read the capacity at most every CAPACITY_CACHE_S: the next request (the
+    # /run_code call that must wait its window out and go back to the queue) must see none.
+    time.sleep(CAPACITY_CACHE_S + 0.5)
     return result
 
 
