@@ -6,6 +6,7 @@ twin's request log), and the queues the reaper reads are the workers' and the cl
 from __future__ import annotations
 
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
@@ -13,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.tasks import ADD_TASK
-from tests.support.twin import twin_and_client
+from tests.support.tasks import ADD_TASK, CORRECT
+from tests.support.twin import request, twin_and_client
 from trialbox import constants as c
+from trialbox.local import principals
 from trialbox.local.requestlog import ENV_REQUEST_LOG, calls
 from trialbox.local.twin import LocalTwin
 from trialbox.models import Status, Task
@@ -38,6 +40,34 @@ def logged(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[LocalTwin
         patch.setenv(f"{ENV_PREFIX}SLOTS", str(SESSIONS + 2 * WORKERS))
         with twin_and_client(workers=WORKERS) as (twin, client):
             yield twin, client, log
+
+
+IDLE_S = 5
+
+
+def test_an_idle_twin_s_event_sources_long_poll(logged: tuple[LocalTwin, Client, Path]) -> None:
+    """Lambda long-polls a mapping's queue (20 s, SQS's longest wait): an idle stack's event
+    sources cost a call per 20 s a poller, not one a second. Read from the request log: over
+    an idle window each function's pollers (at most two here) end at most one wait each, and
+    the receive that then brings a request waited with WaitTimeSeconds 20."""
+    _, client, log = logged
+    before = len(calls(log))
+    time.sleep(IDLE_S)
+    idle = Counter(
+        call.key
+        for call in calls(log)[before:]
+        if call.operation == "ReceiveMessage" and call.key.startswith(principals.FUNCTION_PREFIX)
+    )
+    assert max(idle.values(), default=0) <= 2, idle
+    [result] = client.run([request("idle-then-one", CORRECT)], timeout=120)
+    assert result.reward == 1.0, result
+    dispatcher = principals.function("Dispatcher")
+    received = [
+        call
+        for call in calls(log)
+        if call.operation == "ReceiveMessage" and call.key.startswith(dispatcher)
+    ]
+    assert received and {int(call.params["WaitTimeSeconds"]) for call in received} == {20}
 
 
 def test_sessions_opened_at_once_make_no_queue_of_their_own(

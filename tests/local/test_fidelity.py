@@ -341,8 +341,7 @@ def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FunctionHost]:
     functions.start()
     yield functions
     sys.path.remove(str(directory))
-    for process in functions.idle["Sized"].queue:
-        process.kill()
+    functions.stop()
 
 
 def request_of(size: int) -> bytes:

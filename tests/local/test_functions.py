@@ -33,8 +33,7 @@ def host(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[FunctionHo
     functions = FunctionHost({"Flaky": spec}, {}, tmp_path / "logs", copies=1)
     functions.start()
     yield functions
-    for process in functions.idle["Flaky"].queue:
-        process.kill()
+    functions.stop()
 
 
 def call(host: FunctionHost, event: dict[str, object]) -> tuple[bool, dict[str, object]]:

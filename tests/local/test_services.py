@@ -9,7 +9,7 @@ import sys
 import time
 from pathlib import Path
 
-from tests.support.processes import descendants
+from tests.support.processes import alive, descendants
 
 CALLER = (
     "import time\n"
@@ -18,14 +18,6 @@ CALLER = (
     "print(twin.services._process.pid, twin._dir, *twin.pool.pids(), flush=True)\n"
     "time.sleep(600)\n"
 )
-
-
-def alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"
 
 
 def test_services_functions_and_workers_exit_when_the_caller_is_killed() -> None:

@@ -31,3 +31,12 @@ def descendants(pid: int) -> set[int]:
     for child in children_of(pid):
         found |= {child} | descendants(child)
     return found
+
+
+def alive(pid: int) -> bool:
+    """Running: neither gone nor a zombie waiting to be reaped."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"

@@ -1,5 +1,6 @@
 """The twin's Lambda: each function's real `functions/<name>/handler.py`, in processes of its
-own with the function's own environment (handlers read it at import, as in Lambda)."""
+own with the function's own environment (handlers read it at import, as in Lambda), forked
+from a warm zygote (trialbox.local.forks)."""
 
 from __future__ import annotations
 
@@ -10,7 +11,6 @@ import json
 import os
 import queue
 import struct
-import subprocess
 import sys
 import threading
 import time
@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import IO
 
 from trialbox.local import limits, principals
+from trialbox.local.forks import Forked, Zygote
 from trialbox.local.resources import ACCOUNT, REGION, FunctionSpec
 
 ROOT = Path(__file__).resolve().parents[2]  # a checkout's root, where functions/ lives
@@ -60,8 +61,8 @@ def _unframe(stream: IO[bytes]) -> bytes | None:
 
 
 def serve(name: str, handler_path: str, log_path: str, timeout_s: str) -> None:
-    """`python -m trialbox.local.functions NAME HANDLER LOG TIMEOUT_S`: one function's process.
-    The environment is the function's own; stdin/stdout carry length-prefixed invocations."""
+    """One function's process (trialbox.local.forks forks it): its environment is the
+    function's own; stdin/stdout carry length-prefixed invocations."""
     requests_in, answers = sys.stdin.buffer, os.fdopen(os.dup(1), "wb")
     log = open(log_path, "a", buffering=1)  # noqa: SIM115 - lives as long as the process
     os.dup2(log.fileno(), 1)
@@ -86,6 +87,12 @@ def _error(error_type: str, message: str, exc: BaseException | None = None) -> b
 
 
 SCALE_OUT = 4  # a function scales out to at most this many times `copies` processes
+
+
+def _pythonpath() -> dict[str, str]:
+    """Where a function process imports from: the checkout (functions/) and this process's
+    path."""
+    return {"PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])}
 
 
 class Throttled(Exception):
@@ -117,7 +124,7 @@ class FunctionHost:
         }
         self.log_dir = log_dir
         self.copies = copies
-        self.idle: dict[str, queue.Queue[subprocess.Popen[bytes]]] = {}
+        self.idle: dict[str, queue.Queue[Forked]] = {}
         # Its reserved concurrency, within this machine's means; and how many it runs now.
         self.most = {
             name: min(spec.reserved or copies, SCALE_OUT * copies)
@@ -125,6 +132,7 @@ class FunctionHost:
         }
         self.live = {name: 1 for name in self.most}
         self.lock = threading.Lock()
+        self.zygote: Zygote | None = None
 
     def concurrency(self, name: str, bound: int | None) -> int:
         """How many invocations of `name` an event source runs at once: as many as it may
@@ -132,8 +140,10 @@ class FunctionHost:
         return min(self.most[name], bound or self.most[name])
 
     def start(self) -> None:
-        """Every process started, then each one's init awaited (they import in parallel)."""
+        """The zygote, then every process forked, then each one's init awaited (they import
+        their handlers in parallel)."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
+        self.zygote = Zygote(self.shared_environment() | _pythonpath(), self.log_dir / "zygote.log")
         started = {name: [self._spawn(name) for _ in range(self.live[name])] for name in self.specs}
         for name, processes in started.items():
             self.idle[name] = queue.Queue()
@@ -141,29 +151,34 @@ class FunctionHost:
                 self._await_init(name, process)
                 self.idle[name].put(process)
 
-    def _spawn(self, name: str) -> subprocess.Popen[bytes]:
-        spec = self.specs[name]
-        log = str(self.log_dir / f"{name}.log")
-        argv = [sys.executable, "-m", "trialbox.local.functions", name, spec.handler, log]
-        return subprocess.Popen(
-            [*argv, str(spec.timeout_s)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            env=spec.environment | {"PYTHONPATH": os.pathsep.join([str(ROOT), *sys.path])},
-        )
+    def shared_environment(self) -> dict[str, str]:
+        """The variables every function sets, each to the same value: the zygote's."""
+        each = [set(spec.environment.items()) for spec in self.specs.values()]
+        return dict(set.intersection(*each)) if each else {}
 
-    def _await_init(self, name: str, process: subprocess.Popen[bytes]) -> None:
+    def stop(self) -> None:
+        """Every function process killed, the zygote with them."""
+        if self.zygote is not None:
+            self.zygote.stop()
+
+    def _spawn(self, name: str) -> Forked:
+        assert self.zygote is not None, "start() first"
+        spec = self.specs[name]
+        argv = [name, spec.handler, str(self.log_dir / f"{name}.log"), str(spec.timeout_s)]
+        return self.zygote.fork(argv, spec.environment | _pythonpath())
+
+    def _await_init(self, name: str, process: Forked) -> None:
         assert process.stdout is not None
         if _unframe(process.stdout) != READY:
             log = (self.log_dir / f"{name}.log").read_text(errors="replace")[-2000:]
             raise RuntimeError(f"function {name} failed to start:\n{log}")
 
-    def _fresh(self, name: str) -> subprocess.Popen[bytes]:
+    def _fresh(self, name: str) -> Forked:
         process = self._spawn(name)
         self._await_init(name, process)
         return process
 
-    def _take(self, name: str, throttle: bool) -> subprocess.Popen[bytes]:
+    def _take(self, name: str, throttle: bool) -> Forked:
         pool = self.idle[name]
         with contextlib.suppress(queue.Empty):
             return pool.get_nowait()
@@ -220,7 +235,3 @@ class FunctionHost:
             return False, _error("Sandbox.Timedout", message)
         message = f"{name} exited with {process.returncode} before answering"
         return False, _error("Runtime.ExitError", message)
-
-
-if __name__ == "__main__":
-    serve(*sys.argv[1:5])

@@ -1,8 +1,8 @@
 """The template's event sources for its functions.
 
-- SQS event-source mappings, served with Lambda's semantics: batches (within Lambda's 6 MB
-  payload), a real SQS event, partial batch response (only records not named in
-  batchItemFailures are deleted), and the rest left to the visibility timeout. moto's own
+- SQS event-source mappings, served with Lambda's semantics: long polls, batches (within
+  Lambda's 6 MB payload), a real SQS event, partial batch response (only records not named
+  in batchItemFailures are deleted), and the rest left to the visibility timeout. moto's own
   mapping would swallow messages.
 - EventBridge schedules: the target invoked with a "Scheduled Event", at the rule's rate or
   every SCHEDULE_CAP_S, whichever is sooner (a twin's sessions live seconds, not hours).
@@ -24,6 +24,9 @@ from trialbox.local.resources import ACCOUNT, REGION, EventSourceMapping, Schedu
 log = logging.getLogger("trialbox.local")
 
 SCHEDULE_CAP_S = 10.0
+# Lambda long-polls a mapping's queue, at SQS's longest wait: an idle mapping costs a call per
+# poller every 20 s, and a message that comes is received at once all the same.
+LONG_POLL_S = 20
 
 
 def sqs_record(message: dict[str, Any], queue_arn: str) -> dict[str, Any]:
@@ -69,7 +72,7 @@ class Poller(threading.Thread):
         answer = self.sqs.receive_message(
             QueueUrl=self.mapping.queue_url,
             MaxNumberOfMessages=self.mapping.batch_size,
-            WaitTimeSeconds=1,
+            WaitTimeSeconds=LONG_POLL_S,
             AttributeNames=["All"],
             MessageAttributeNames=["All"],
         )

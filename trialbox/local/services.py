@@ -21,6 +21,7 @@ import os
 import shutil
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import IO, Any
 
@@ -50,16 +51,29 @@ SCALER_HANDLER = "functions.scaler.handler.handler"
 MOTO_CONFIG = {"stepfunctions": {"execute_state_machine": True}, "lambda": {"use_docker": False}}
 
 
+# One session for every client a process makes here: each client names its own credentials,
+# and a session parses botocore's endpoint and service data once (a new session per client
+# parsed them again for each of a twin's dozen clients: a fifth of its services' start). A
+# session is not thread-safe, its clients are: one client is made at a time.
+_SESSION_LOCK = threading.Lock()
+
+
+@functools.cache
+def _session() -> boto3.session.Session:
+    return boto3.session.Session()
+
+
 def client(endpoint_url: str, service: str, key: str = principals.SDK) -> Any:
     """A client of the twin, signing as `key` (the principal it stands for)."""
-    return boto3.session.Session().client(
-        service,
-        endpoint_url=endpoint_url,
-        region_name=REGION,
-        aws_access_key_id=key,
-        aws_secret_access_key="local",
-        config=aws_retries.config(),  # the event-source pollers retry as Lambda's do
-    )
+    with _SESSION_LOCK:
+        return _session().client(
+            service,
+            endpoint_url=endpoint_url,
+            region_name=REGION,
+            aws_access_key_id=key,
+            aws_secret_access_key="local",
+            config=aws_retries.config(),  # the event-source pollers retry as Lambda's do
+        )
 
 
 def serve(port: int, heartbeat_s: int, log_dir: Path, ready: IO[str], until: IO[str]) -> None:
