@@ -52,6 +52,7 @@ from trialbox import constants as c
 from trialbox.local.resources import REGION, Resolver
 from trialbox.sandbox.config import ENV_PREFIX, SandboxConfig
 from trialbox.sandbox.fs import remove_tree
+from trialbox.sandbox.processes import processes_of
 
 SAMPLER = Path(__file__).with_name("sampler.py")
 WAKE = "trialbox-fargate-harness: wake the long poll"
@@ -321,6 +322,16 @@ class Harness:
         env = env or self.environment()
         slots = int(env.get(f"{ENV_PREFIX}SLOTS", SandboxConfig.model_fields["slots"].default))
         return range(self.uid_base, self.uid_base + 2 * slots)
+
+    def lasting_processes(self, within_s: float = 10.0) -> list[int]:
+        """The slot uids' processes that are still there after `within_s`: after a job's
+        result, the worker's own clean-up (the wipe's and the residue check's children, which
+        become a slot uid for a moment) may still be running, and is not a process that
+        outlived the job."""
+        deadline = time.monotonic() + within_s
+        while (found := processes_of(tuple(self.slot_uids()))) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        return found
 
     def clear_kernel_state(self) -> None:
         """What a fresh microVM would not have: this session's slot uids' user keyrings."""

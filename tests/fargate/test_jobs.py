@@ -18,7 +18,6 @@ from tests.support.programs import (
 )
 from tests.support.tasks import CORRECT
 from trialbox.models import ExecutionResult, Status
-from trialbox.sandbox.processes import processes_of
 from trialbox.sdk import Client
 
 FSIZE = (
@@ -70,7 +69,7 @@ def test_every_job_is_terminal_and_never_a_sandbox_error(
 ) -> None:
     for result in results.values():
         assert_not_sandbox_error(result)
-    assert processes_of(tuple(harness.slot_uids())) == []  # nothing outlived its job
+    assert harness.lasting_processes() == []  # nothing outlived its job
     assert service.failures() == []
 
 

@@ -13,7 +13,6 @@ from tests.fargate.submit import describe, python, request, run_jobs
 from tests.support.programs import STOPPED_VFORK_PAIR
 from trialbox import constants as c
 from trialbox.models import ExecutionResult, Status
-from trialbox.sandbox.processes import processes_of
 from trialbox.sdk import Client
 
 ONE_SLOT = {"TRIALBOX_SANDBOX_SLOTS": "1"}
@@ -65,7 +64,7 @@ def test_a_stopped_vfork_pair_leaves_the_slot_usable(
     pair = request(commands=[python(STOPPED_VFORK_PAIR)], timeout_s=2)
     (left,) = run_jobs(client, one_slot, [pair])
     assert (left.status, left.commands[0].stdout) == (Status.TIMEOUT, "pair\n"), describe(left)
-    assert processes_of(tuple(harness.slot_uids())) == []
+    assert harness.lasting_processes() == []
     (probe,) = run_jobs(client, one_slot, [request(commands=[python(PROBE)])])
     assert probe.status == Status.SUCCEEDED, describe(probe)
     assert probe.commands[0].stdout == "nothing found\n", describe(probe)

@@ -12,7 +12,6 @@ from tests.fargate.harness import Harness, Service
 from tests.fargate.submit import JOB_TIMEOUT_S, assert_not_sandbox_error, python, request
 from tests.support.tasks import ADD_TASK, CORRECT
 from trialbox.models import Status, Task
-from trialbox.sandbox.processes import processes_of
 from trialbox.sdk import Client
 
 LEAVE = "open('/tmp/left-by-session', 'w').write('x'); open('/dev/shm/left', 'w').write('x')"
@@ -40,7 +39,7 @@ def test_a_session_holds_the_task_alone_then_grades_from_its_checkpoint(
     assert after.commands[0].stdout == "False\n"  # the session's slot was wiped
     graded = s.grade(timeout=JOB_TIMEOUT_S)
     assert (graded.status, graded.reward) == (Status.SUCCEEDED, 1.0)
-    assert processes_of(tuple(harness.slot_uids())) == []
+    assert harness.lasting_processes() == []
     assert service.failures() == []
 
 
