@@ -1,7 +1,7 @@
 """The twin's orchestration CPU per sample: all the machine's CPU, less the sandboxes' own.
 
 A twin with 2 workers runs N small pytest samples, sent two ways:
-- `single`: each its own `Client.submit` (its own Rollout execution: Prepare, Execute, Score,
+- `single`: each its own `Client.submit` (its own Rollout execution: Prepare, Execute,
   Record), all in flight at once;
 - `batch`: one `Client.submit` of all N (the dispatcher's batches: one execution for many).
 Counted over each run:
@@ -50,8 +50,7 @@ def machine_busy_s() -> float:
 def _kind(cmdline: str) -> str:
     for marker, kind in (
         ("trialbox.local.services", "moto (services)"),
-        ("trialbox.local.functions", "lambda handlers"),
-        ("function_host", "lambda handlers"),
+        ("trialbox.local.forks", "lambda handlers (and their zygote)"),
         ("trialbox.worker", "workers (runner, outside the sandbox)"),
         ("bwrap", "sandbox start (bwrap)"),
     ):
