@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import http.client
 import json
 import threading
 import time
@@ -16,6 +17,7 @@ from moto import backends, mock_aws
 from moto.awslambda_simple.models import LambdaSimpleBackend
 from moto.core import utils as moto_utils
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
+from moto.server import ThreadedMotoServer
 from moto.stepfunctions.parser.asl.component.state.exec.state_task import lambda_eval_utils
 from moto.stepfunctions.parser.asl.component.state.exec.state_task.service import (
     state_task_service_sqs,
@@ -432,3 +434,47 @@ def test_moto_sqs_asks_datetime_for_every_message_per_send_without_the_patch_and
     assert sent == 0
     # Visibility still keeps time: messages received with 0 s come again, with 60 s not.
     assert patched == bodies and patched[:10] == patched[10:20] and patched[20] == "10"
+
+
+SIGNED = {
+    "Content-Type": "application/x-amz-json-1.0",
+    "Authorization": "AWS4-HMAC-SHA256 Credential=local/20260101/us-east-1/dynamodb/aws4_request"
+    ", SignedHeaders=host, Signature=0",
+}
+
+
+def _two_calls_on_one_connection() -> list[tuple[int, bool, bytes]]:
+    """A moto server, and on one HTTP/1.1 connection: a request whose body moto never reads
+    (an operation it does not know), then ListTables. Each answer's status, whether the
+    server said it would close the connection, and its body."""
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        connection = http.client.HTTPConnection("127.0.0.1", server.get_host_and_port()[1])
+        answers = []
+        for target, body in (("NoSuchOperation", b'{"x": "' + b"y" * 5000 + b'"}'),
+                             ("ListTables", b"{}")):  # fmt: skip
+            headers = SIGNED | {"X-Amz-Target": f"DynamoDB_20120810.{target}"}
+            connection.request("POST", "/", body=body, headers=headers)
+            answer = connection.getresponse()
+            answers.append((answer.status, answer.will_close, answer.read()))
+            if answer.will_close:
+                connection.close()  # the next request on a new connection
+        return answers
+    finally:
+        server.stop()
+
+
+def test_the_moto_server_closes_every_connection_without_the_patch_and_keeps_it_with_it() -> None:
+    """Each call of the twin's opened a TCP connection (and a server thread). With the patch
+    the connection stays for the next request, and a body moto did not read is not taken for
+    the next request's start."""
+    closed = _two_calls_on_one_connection()
+    assert [will_close for _, will_close, _ in closed] == [True, True]  # still needed
+    patches.keep_connections_alive()
+    kept = _two_calls_on_one_connection()
+    assert [will_close for _, will_close, _ in kept] == [False, False]
+    assert [(status, body) for status, _, body in kept] == [
+        (status, body) for status, _, body in closed
+    ]
+    assert kept[1][0] == 200 and json.loads(kept[1][2]) == {"TableNames": []}

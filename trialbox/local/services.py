@@ -78,6 +78,7 @@ def client(endpoint_url: str, service: str, key: str = principals.SDK) -> Any:
 
 def serve(port: int, heartbeat_s: int, log_dir: Path, ready: IO[str], until: IO[str]) -> None:
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
+    patches.keep_connections_alive()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
     port = server.get_host_and_port()[1]
