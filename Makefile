@@ -84,6 +84,7 @@ bench: setup
 	$(BIN)/python benchmarks/sandbox_overhead.py
 	$(BIN)/python benchmarks/pipeline_throughput.py -n 100
 	$(BIN)/python benchmarks/orchestration_cpu.py -n 100
+	$(BIN)/python benchmarks/twin_start.py -n 5
 	$(BIN)/python benchmarks/transitions.py
 	$(BIN)/python benchmarks/scale_model.py
 	$(BIN)/python benchmarks/model_vs_twin.py

@@ -60,15 +60,60 @@ def test_each_function_imports_its_handler_with_its_own_environment(host: Functi
 
 
 def test_a_function_process_mid_invocation_goes_with_its_host(host: FunctionHost) -> None:
+    """Its invocation ends too, as an error, rather than waiting for an exit nobody reports."""
     pid = int(str(call(host, "First")["pid"]))
-    threading.Thread(target=host.invoke, args=("First", b'{"sleep": 120}'), daemon=True).start()
+    ended: list[BaseException | tuple[bool, bytes]] = []
+
+    def invoke() -> None:
+        try:
+            ended.append(host.invoke("First", b'{"sleep": 120}'))
+        except BaseException as exc:
+            ended.append(exc)
+
+    invoking = threading.Thread(target=invoke, daemon=True)
+    invoking.start()
     time.sleep(0.5)
     assert alive(pid)
     host.stop()
-    deadline = time.monotonic() + 10
-    while alive(pid) and time.monotonic() < deadline:
-        time.sleep(0.1)
+    invoking.join(timeout=10)
     assert not alive(pid)
+    assert not invoking.is_alive() and len(ended) == 1, ended
+
+
+def test_a_zygote_that_died_is_replaced_and_its_processes_count_as_killed(
+    host: FunctionHost,
+) -> None:
+    """The zygote SIGKILLed: nothing reports its children's exits any more, so they are
+    killed, and the next invocation forks from a new zygote instead of waiting forever."""
+    assert host.zygote is not None
+    first, dead = int(str(call(host, "First")["pid"])), host.zygote
+    dead._process.kill()
+    deadline = time.monotonic() + 10
+    while not dead.gone:  # the host reads the zygote's end of the socket close
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    answered: list[dict[str, object]] = []
+    again = threading.Thread(target=lambda: answered.append(call(host, "First")), daemon=True)
+    again.start()
+    again.join(timeout=30)
+    assert answered and answered[0]["pid"] != first, answered
+    assert dead.gone and not alive(first) and host.zygote is not dead
+
+
+def test_a_large_environment_reaches_its_function_whole(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A fork request of 100 KB (the environment): one datagram, not a cut-off stream."""
+    (tmp_path / "who_handler.py").write_text(HANDLER)
+    monkeypatch.syspath_prepend(str(tmp_path))
+    big = "x" * 100_000
+    spec = FunctionSpec("Big", "who_handler.handler", {"WHO": big}, timeout_s=60.0)
+    functions = FunctionHost({"Big": spec}, {}, tmp_path / "logs", copies=1)
+    functions.start()
+    try:
+        assert call(functions, "Big")["seen"] == {"WHO": big, "TRIALBOX_CALLER_ONLY": None}
+    finally:
+        functions.stop()
 
 
 READS = """

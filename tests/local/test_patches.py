@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import http.client
 import json
+import socket
 import threading
 import time
 from collections.abc import Iterator
@@ -478,3 +479,24 @@ def test_the_moto_server_closes_every_connection_without_the_patch_and_keeps_it_
         (status, body) for status, _, body in closed
     ]
     assert kept[1][0] == 200 and json.loads(kept[1][2]) == {"TableNames": []}
+
+
+@pytest.mark.parametrize("length", ["-1", "abc"])
+def test_a_request_whose_length_is_not_one_is_answered_on_a_closed_connection(
+    length: str,
+) -> None:
+    """The patch reads a body of its Content-Length before moto runs; a length that is not a
+    number of bytes is left to werkzeug, which answers and closes (the patch read -1 as
+    'until the client closes' and never answered)."""
+    patches.keep_connections_alive()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        with socket.create_connection(("127.0.0.1", server.get_host_and_port()[1])) as raw:
+            raw.settimeout(10)
+            head = f"POST / HTTP/1.1\r\nHost: x\r\nContent-Length: {length}\r\n"
+            raw.sendall(head.encode() + b"X-Amz-Target: DynamoDB_20120810.ListTables\r\n\r\n{}")
+            answer = raw.recv(65536)
+    finally:
+        server.stop()
+    assert answer.startswith(b"HTTP/1.1 ") and b"Connection: close" in answer, answer[:200]

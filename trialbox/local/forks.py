@@ -9,11 +9,12 @@ imports its handler (handlers read it at import, as in Lambda). What the zygote 
 no setting that one function sets and another does not (tests/local/test_forks.py), and it
 runs with the variables every function sets alike, not with its caller's environment.
 
-The host and the zygote talk over one Unix socket: a fork request carries the child's
-argument list, its environment and its two pipe ends (SCM_RIGHTS); the zygote answers each
-with the child's pid, and reports each child's exit code when it reaps it. When the host goes
-(its end closes), the zygote kills what it forked and exits: no function process outlives its
-twin, even mid-invocation.
+The host and the zygote talk over one Unix socket of datagrams: a fork request carries the
+child's argument list, its environment and its two pipe ends (SCM_RIGHTS); the zygote answers
+each with the child's pid, and reports each child's exit code when it reaps it. When the host
+goes (its end closes), or the zygote fails, the zygote kills what it forked and exits: no
+function process outlives its twin, even mid-invocation. A zygote that died is replaced by the
+host, and the processes it forked count as killed.
 """
 
 from __future__ import annotations
@@ -82,11 +83,14 @@ class Forked:
 
 
 class Zygote:
-    """The host's side: starts the zygote, asks it for forks, and keeps the exit codes it
-    reports (a reader thread)."""
+    """The host's side of one zygote process: starts it, asks it for forks, and keeps the
+    exit codes it reports (a reader thread). Once the zygote has gone (`gone`), the children
+    it did not report are killed and count as killed, and it forks nothing more: the host
+    starts another."""
 
     def __init__(self, env: dict[str, str], log: Path) -> None:
-        self._socket, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        # Datagrams with boundaries: one recv is one whole request or answer, however large.
+        self._socket, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         with log.open("ab") as out:
             self._process = subprocess.Popen(
                 [sys.executable, "-m", "trialbox.local.forks", str(theirs.fileno())],
@@ -99,6 +103,8 @@ class Zygote:
         theirs.close()
         self.exits: dict[int, int] = {}
         self.exited = threading.Condition()
+        self.gone = False
+        self._live: set[int] = set()  # forked, no exit reported yet
         self._forked: queue.Queue[int] = queue.Queue()
         self._lock = threading.Lock()  # one fork request at a time: answers come in order
         threading.Thread(target=self._read, daemon=True, name="zygote-reader").start()
@@ -110,28 +116,48 @@ class Zygote:
         request = json.dumps({"argv": argv, "env": env}).encode()
         try:
             with self._lock:
+                if self.gone:
+                    raise RuntimeError("the function zygote has gone")
                 socket.send_fds(self._socket, [request], [requests_read, answers_write])
                 pid = self._forked.get()
+            if pid < 0:
+                raise RuntimeError(f"the function zygote has gone (exit {self._process.poll()})")
+        except BaseException:
+            os.close(requests_write)
+            os.close(answers_read)
+            raise
         finally:
             os.close(requests_read)
             os.close(answers_write)
-        if pid < 0:
-            os.close(requests_write)
-            os.close(answers_read)
-            raise RuntimeError(f"the function zygote has gone (exit {self._process.poll()})")
         return Forked(self, pid, os.fdopen(requests_write, "wb"), os.fdopen(answers_read, "rb"))
 
     def _read(self) -> None:
-        with self._socket.makefile("rb") as lines:
-            for line in lines:
-                message = json.loads(line)
-                if "forked" in message:
-                    self._forked.put(message["forked"])
-                    continue
+        try:
+            while data := self._socket.recv(MESSAGE_BYTES):
+                message = json.loads(data)
                 with self.exited:
-                    self.exits[message["pid"]] = message["code"]
-                    self.exited.notify_all()
-        self._forked.put(-1)  # the zygote has gone: a fork request waiting fails
+                    if "forked" in message:  # a pid reused: its old exit is not this one's
+                        pid = message["forked"]
+                        self.exits.pop(pid, None)
+                        self._live.add(pid)
+                    else:
+                        self.exits[message["pid"]] = message["code"]
+                        self._live.discard(message["pid"])
+                        self.exited.notify_all()
+                if "forked" in message:
+                    self._forked.put(pid)
+        except (OSError, ValueError):
+            pass  # the zygote died mid-answer: as gone
+        finally:
+            with self.exited:
+                self.gone = True
+                for pid in self._live:  # nobody is left to report them: they end here
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)
+                    self.exits[pid] = -signal.SIGKILL
+                self._live.clear()
+                self.exited.notify_all()
+            self._forked.put(-1)  # a fork request waiting fails
 
     def stop(self) -> None:
         """The zygote kills what it forked and exits."""
@@ -157,20 +183,32 @@ def _child(argv: list[str], env: dict[str, str], fds: list[int]) -> None:  # pra
 def main(control_fd: int) -> None:  # pragma: no cover - the zygote's own process
     for module in PRELOAD:
         importlib.import_module(module)
-    control = socket.socket(fileno=control_fd)
+    children: set[int] = set()
+    code = 1
+    try:
+        _serve(socket.socket(fileno=control_fd), children)
+        code = 0
+    finally:  # the host has gone, or this failed: its function processes go with it
+        for pid in children:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+        os._exit(code)
+
+
+def _serve(control: socket.socket, children: set[int]) -> None:  # pragma: no cover
+    """Fork a child for each request, and report each child's exit, until the host goes."""
     wakeup_read, wakeup_write = os.pipe()
     os.set_blocking(wakeup_read, False)
     os.set_blocking(wakeup_write, False)
     signal.set_wakeup_fd(wakeup_write)
     signal.signal(signal.SIGCHLD, lambda *_: None)  # wakes the selector below
-    children: set[int] = set()
     selector = selectors.DefaultSelector()
     selector.register(control, selectors.EVENT_READ)
     selector.register(wakeup_read, selectors.EVENT_READ)
 
     def send(message: dict[str, Any]) -> None:
         with contextlib.suppress(OSError):
-            control.sendall(json.dumps(message).encode() + b"\n")
+            control.send(json.dumps(message).encode())
 
     def reap() -> None:
         while True:
@@ -185,38 +223,35 @@ def main(control_fd: int) -> None:  # pragma: no cover - the zygote's own proces
 
     while True:
         for key, _ in selector.select():
-            if key.fileobj is control:
-                request, fds, _, _ = socket.recv_fds(control, MESSAGE_BYTES, 2)
-                if not request:  # the host has gone: so do its function processes
-                    for pid in children:
-                        with contextlib.suppress(ProcessLookupError):
-                            os.kill(pid, signal.SIGKILL)
-                    os._exit(0)
-                wanted = json.loads(request)
-                pid = os.fork()
-                if pid == 0:
-                    code = 1
-                    try:
-                        signal.set_wakeup_fd(-1)
-                        signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-                        selector.close()
-                        control.close()
-                        os.close(wakeup_read)
-                        os.close(wakeup_write)
-                        _child(wanted["argv"], wanted["env"], fds)
-                        code = 0
-                    except BaseException:
-                        traceback.print_exc()  # into the function's log, once serve set it
-                    finally:
-                        os._exit(code)
-                for fd in fds:
-                    os.close(fd)
-                children.add(pid)
-                send({"forked": pid})
+            if key.fileobj is not control:
+                with contextlib.suppress(BlockingIOError):
+                    os.read(wakeup_read, 4096)
+                reap()
                 continue
-            with contextlib.suppress(BlockingIOError):
-                os.read(wakeup_read, 4096)
-            reap()
+            request, fds, _, _ = socket.recv_fds(control, MESSAGE_BYTES, 2)
+            if not request:
+                return  # the host has gone
+            wanted = json.loads(request)
+            pid = os.fork()
+            if pid == 0:
+                code = 1
+                try:
+                    signal.set_wakeup_fd(-1)
+                    signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                    selector.close()
+                    control.close()
+                    os.close(wakeup_read)
+                    os.close(wakeup_write)
+                    _child(wanted["argv"], wanted["env"], fds)
+                    code = 0
+                except BaseException:
+                    traceback.print_exc()  # into the function's log, once serve set it
+                finally:
+                    os._exit(code)
+            for fd in fds:
+                os.close(fd)
+            children.add(pid)
+            send({"forked": pid})
 
 
 if __name__ == "__main__":

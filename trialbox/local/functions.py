@@ -133,6 +133,7 @@ class FunctionHost:
         self.live = {name: 1 for name in self.most}
         self.lock = threading.Lock()
         self.zygote: Zygote | None = None
+        self.stopped = False
 
     def concurrency(self, name: str, bound: int | None) -> int:
         """How many invocations of `name` an event source runs at once: as many as it may
@@ -143,7 +144,7 @@ class FunctionHost:
         """The zygote, then every process forked, then each one's init awaited (they import
         their handlers in parallel)."""
         self.log_dir.mkdir(parents=True, exist_ok=True)
-        self.zygote = Zygote(self.shared_environment() | _pythonpath(), self.log_dir / "zygote.log")
+        self.zygote = self._zygote()
         started = {name: [self._spawn(name) for _ in range(self.live[name])] for name in self.specs}
         for name, processes in started.items():
             self.idle[name] = queue.Queue()
@@ -157,12 +158,22 @@ class FunctionHost:
         return dict(set.intersection(*each)) if each else {}
 
     def stop(self) -> None:
-        """Every function process killed, the zygote with them."""
+        """Every function process killed, the zygote with them; nothing is forked again."""
+        with self.lock:
+            self.stopped = True
         if self.zygote is not None:
             self.zygote.stop()
 
+    def _zygote(self) -> Zygote:
+        return Zygote(self.shared_environment() | _pythonpath(), self.log_dir / "zygote.log")
+
     def _spawn(self, name: str) -> Forked:
         assert self.zygote is not None, "start() first"
+        with self.lock:
+            if self.stopped:
+                raise RuntimeError("the function host has stopped")
+            if self.zygote.gone:  # killed, say: a new one, as Lambda replaces a host
+                self.zygote = self._zygote()
         spec = self.specs[name]
         argv = [name, spec.handler, str(self.log_dir / f"{name}.log"), str(spec.timeout_s)]
         return self.zygote.fork(argv, spec.environment | _pythonpath())

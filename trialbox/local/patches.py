@@ -281,16 +281,18 @@ class _Drained(io.BufferedIOBase):
 class _KeepAliveHandler(MotoRequestHandler):
     """Reads a request's body whole (its Content-Length) before moto runs, so that nothing of
     it is left on the connection, and then keeps the connection for the client's next
-    request. A chunked body is left to werkzeug, which closes the connection after it."""
+    request. A chunked body, or a length that is not one, is left to werkzeug, which closes
+    the connection after it."""
 
     disable_nagle_algorithm = True  # the headers and the body are two writes
     _kept: Any = None  # the connection's reader while werkzeug's drain reads _Drained
 
     def make_environ(self) -> Any:
         environ = super().make_environ()
-        if "chunked" not in environ.get("HTTP_TRANSFER_ENCODING", "").lower():
-            length = int(environ.get("CONTENT_LENGTH") or 0)
-            environ["wsgi.input"] = io.BytesIO(self.rfile.read(length) if length else b"")
+        length = environ.get("CONTENT_LENGTH") or "0"
+        chunked = "chunked" in environ.get("HTTP_TRANSFER_ENCODING", "").lower()
+        if not chunked and length.isdigit():  # else werkzeug's way, and a closed connection
+            environ["wsgi.input"] = io.BytesIO(self.rfile.read(int(length)))
             self._kept, self.rfile = self.rfile, _Drained()
         return environ
 
