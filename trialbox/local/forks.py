@@ -137,15 +137,13 @@ class Zygote:
                 message = json.loads(data)
                 with self.exited:
                     if "forked" in message:  # a pid reused: its old exit is not this one's
-                        pid = message["forked"]
-                        self.exits.pop(pid, None)
-                        self._live.add(pid)
+                        self.exits.pop(message["forked"], None)
+                        self._live.add(message["forked"])
+                        self._forked.put(message["forked"])
                     else:
                         self.exits[message["pid"]] = message["code"]
                         self._live.discard(message["pid"])
                         self.exited.notify_all()
-                if "forked" in message:
-                    self._forked.put(pid)
         except (OSError, ValueError):
             pass  # the zygote died mid-answer: as gone
         finally:
