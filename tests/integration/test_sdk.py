@@ -624,6 +624,7 @@ def test_waiting_too_long_names_the_requests_without_results(
         handles = client.submit(
             [req("o-slow0", delay="hold"), req("o-fast"), req("o-slow1", delay="hold")]
         )
+        handles[1].result(timeout=30)  # a loaded machine may take longer than the 0.3 s below
         with pytest.raises(WaitTimeout) as raised:
             client.gather(handles, timeout=0.3)
         assert raised.value.missing == ["o-slow0", "o-slow1"]
@@ -654,6 +655,7 @@ def test_async_waiting_too_long_names_the_requests_without_results(
     async def main() -> None:
         async with AsyncClient(resources) as client:
             handles = await client.submit([req("p-slow", delay="hold"), req("p-fast")])
+            await handles[1].result(timeout=30)  # not within 0.3 s on a loaded machine
             with pytest.raises(WaitTimeout) as raised:
                 await client.gather(handles, timeout=0.3)
             assert raised.value.missing == ["p-slow"]
