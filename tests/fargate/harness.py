@@ -127,7 +127,7 @@ class Run:
     log: Path
     hostname: str
     started_at: float
-    queue_url: str | None
+    queue_urls: tuple[str, ...]  # what the worker long-polls (jobs, session opens): woken on stop
     sqs: Any
     ended_at: float | None = None
 
@@ -155,8 +155,8 @@ class Run:
             if pid is not None:
                 with contextlib.suppress(ProcessLookupError):
                     os.kill(pid, signal.SIGTERM)
-                if self.queue_url is not None:  # end the 20 s long poll now
-                    self.sqs.send_message(QueueUrl=self.queue_url, MessageBody=WAKE)
+                for queue_url in self.queue_urls:  # end the 20 s long polls now
+                    self.sqs.send_message(QueueUrl=queue_url, MessageBody=WAKE)
             try:
                 self.process.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
@@ -180,8 +180,8 @@ class Run:
 
     def _cleanup(self) -> None:
         discard(self.directory)
-        if self.queue_url is not None:
-            drop_wake_messages(self.sqs, self.queue_url)
+        for queue_url in self.queue_urls:
+            drop_wake_messages(self.sqs, queue_url)
 
 
 def drop_wake_messages(sqs: Any, queue_url: str) -> None:
@@ -442,7 +442,11 @@ class Harness:
             log=directory / "log" / "worker.log",
             hostname=hostname,
             started_at=time.time(),
-            queue_url=self.template_env.get(c.ENV_WORK_QUEUE_URL),
+            queue_urls=tuple(
+                url
+                for name in (c.ENV_WORK_QUEUE_URL, c.ENV_OPEN_QUEUE_URL)
+                if (url := self.template_env.get(name))
+            ),
             sqs=self.sqs,
         )
 
