@@ -75,7 +75,7 @@ def faulted_run(tmp_path_factory: pytest.TempPathFactory) -> Iterator[FaultedRun
     requests_log = tmp_path_factory.mktemp("faults") / "requests.jsonl"
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv(ENV_REQUEST_LOG, str(requests_log))
-        with twin_and_client(workers=8, faults=FAULTS, faults_seed=23) as (_, client):
+        with twin_and_client(workers=16, faults=FAULTS, faults_seed=23) as (_, client):
             start = time.monotonic()
             samples = [sample(kind_of(i), f"faulted-{i}") for i in range(SAMPLES)]
             results = client.gather(client.submit(samples), timeout=SAMPLES * 2)
