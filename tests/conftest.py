@@ -42,13 +42,16 @@ def pytest_runtest_protocol(item: pytest.Item) -> Iterator[object]:
     """Every test in a seat of the machine's (tests/support/seats.py)."""
     if os.geteuid() != 0 or item.path.is_relative_to(UNIT):  # the unit level: it is light
         return (yield)  # (and /run/lock is only root's to write)
-    with seats.seat(alone=item.get_closest_marker("alone") is not None):
+    known = item.config.stash.get(_KNOWN, None)
+    expected_s = known.record.get(item.nodeid, 0.0) if known is not None else 0.0
+    with seats.seat(alone=item.get_closest_marker("alone") is not None, expected_s=expected_s):
         return (yield)
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     workerinput = getattr(config, "workerinput", None)  # an xdist worker: the controller's
     known = schedule.Known(**workerinput["durations"]) if workerinput else schedule.Known.read()
+    config.stash[_KNOWN] = known  # each test's expected time, written in its seat
     schedule.slowest_groups_first(items, known)
 
 

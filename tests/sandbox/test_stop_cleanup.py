@@ -78,7 +78,8 @@ def test_a_stop_during_grading_with_its_companion_leaves_nothing(runner: Runner)
     started = time.monotonic()
     report = runner.run(task, sample, stop=stop)
     took = time.monotonic() - started
-    assert took < 10 and report.status == Status.SANDBOX_ERROR
+    # The stop ended it, not the test's 50 s sleep (a loaded fresh run took 10.2 s).
+    assert took < 30 and report.status == Status.SANDBOX_ERROR
     assert _clean(runner) == []
 
 

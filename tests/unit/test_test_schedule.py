@@ -154,3 +154,32 @@ def test_a_test_alone_waits_for_every_seat_and_holds_back_new_ones(tmp_path: Pat
         order.append(f"next holds {numbers}")
     thread.join()
     assert order == ["first leaves", "alone holds [0, 1]", "alone leaves", "next holds [0]"]
+
+
+def test_a_test_alone_leaves_the_gate_free_while_a_long_test_holds_a_seat(tmp_path: Path) -> None:
+    """Was the suite's largest idle: a test alone held the gate while a module's 4-minute
+    fixture held a seat, and every other worker waited with it. Now it waits without the gate
+    until every held seat is expected to be free soon."""
+    order: list[str] = []
+    long = seats.seat(3, tmp_path, expected_s=1000.0)
+    assert long.__enter__() == [0]
+
+    def alone() -> None:
+        with seats.seat(3, tmp_path, alone=True) as numbers:
+            order.append(f"alone holds {numbers}")
+
+    thread = threading.Thread(target=alone)
+    thread.start()
+    time.sleep(1.5)  # the test alone has looked at the seats, and waits
+
+    def short() -> None:
+        with seats.seat(3, tmp_path) as numbers:  # the gate is free: a seat is taken at once
+            order.append(f"short holds {numbers}")
+
+    taker = threading.Thread(target=short)
+    taker.start()
+    taker.join(5)
+    order.append("long leaves")
+    long.__exit__(None, None, None)
+    thread.join(10)
+    assert order == ["short holds [1]", "long leaves", "alone holds [0, 1, 2]"]
