@@ -179,10 +179,6 @@ class CgroupV1(Cgroup):
         _write(self._dir("cpu") / "cpu.cfs_quota_us", str(round(cpus * CPU_PERIOD_US)))
 
     def _reset_counters(self) -> None:
-        # The page cache an earlier command read stays charged to the cgroup, and would count
-        # in this command's usage and peak (a sample after one that imported numpy peaked
-        # 28 MiB higher): reclaimed first, while the cgroup is empty.
-        _write(self._dir("memory") / "memory.force_empty", "0")
         _write(self._dir("memory") / "memory.max_usage_in_bytes", "0")
         with contextlib.suppress(FileNotFoundError):
             _write(self._dir("memory") / "memory.memsw.max_usage_in_bytes", "0")
