@@ -17,7 +17,7 @@ waits without it: each holder writes in its seat's file when it expects to end (
 recorded time, tests/support/schedule.py), and the test alone takes the gate once every held
 seat is expected to end within SOON_S (or after PATIENCE_S). A module's 4-minute fixture no
 longer holds the whole machine idle behind a 10-second test alone (a fresh run's workers stood
-idle for 15-30 % of it).
+idle 11 % of it, in drains of 17-65 s).
 """
 
 from __future__ import annotations
