@@ -7,6 +7,9 @@ every row of the hostile, red-team and HumanEval corpora."""
 from __future__ import annotations
 
 import json
+import os
+import uuid
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -19,6 +22,7 @@ from trialbox.sandbox.runner import Runner
 from trialbox.scoring import score
 
 TOLERANCE_MB = 16.0
+BLOB_MB = 48
 HOLD = "HELD = bytearray({mb} * 2**20)\nHELD[::4096] = b'x' * len(HELD[::4096])\n"
 FORKS = """import os, time
 children = []
@@ -86,3 +90,35 @@ def test_warm_gives_each_sample_its_cold_status_and_peak(backend: str, isolation
         if statuses != {DECLARED[name]} or not peaks_agree:
             differ[name] = (first.status, warmed.status, second.status, low, high, _peak(warmed))
     assert differ == {}
+
+
+def test_a_samples_peak_counts_nothing_an_earlier_sample_on_its_slot_read() -> None:
+    """Was a break (it failed the parity above in fresh runs): on cgroup v1 a slot's memory
+    cgroup outlived its sample, and the page cache a sample read stayed charged to it, so
+    every later sample on the slot peaked that much higher (an honest sample at 21 MiB, then
+    49 after one that imported numpy). A file nothing else has read stands for the libraries:
+    the first sample reads it, and is charged for its pages; the next is not."""
+    config = SandboxConfig.from_env().model_copy(update={"backend": "bwrap", "warm": False})
+    runner = Runner(config.model_copy(update={"slots": 1}))
+    task = _task("in_process")
+    blob = Path(f"/usr/local/share/trialbox-test-{uuid.uuid4().hex}.bin")  # sandboxes see /usr
+    with open(blob, "wb") as handle:
+        handle.write(os.urandom(BLOB_MB << 20))
+        handle.flush()
+        os.fsync(handle.fileno())
+        os.posix_fadvise(handle.fileno(), 0, 0, os.POSIX_FADV_DONTNEED)  # not cached
+    blob.chmod(0o644)
+    reads = f"with open({str(blob)!r}, 'rb') as f:\n    while f.read(1 << 20):\n        pass\n"
+
+    def peak(name: str, code: str) -> float:
+        sample = Sample(task_id=task.task_id, sample_id=name, files={"solution.py": code})
+        result = score(task.grading, runner.run(task, sample))
+        assert result.status == Status.SUCCEEDED, result.error
+        return _peak(result)
+
+    try:
+        before = peak("honest", CORRECT)
+        assert peak("reads", reads + CORRECT) >= before + BLOB_MB / 2  # charged while it ran
+        assert peak("honest again", CORRECT) <= before + 4
+    finally:
+        blob.unlink()

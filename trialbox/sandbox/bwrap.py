@@ -149,11 +149,17 @@ class BwrapBackend(Backend):
 
     def release(self, slot: Slot) -> None:
         # Every process of the slot is in its cgroup (a member cannot leave it), so an empty
-        # cgroup means nothing of the slot runs. The cgroup itself is kept for the next holder.
-        if not self._cgroup(slot).wait_empty():
+        # cgroup means nothing of the slot runs.
+        cgroup = self._cgroup(slot)
+        if not cgroup.wait_empty():
             raise SandboxSetupError(f"slot {slot.index}: processes survived SIGKILL")
         for path in (slot.work_dir, slot.grade_dir):
             self.release_dir(path)
+        # Removed, not kept for the next holder: on v1 the page cache this holder's commands
+        # read (numpy's libraries, a file it read) stays charged to the memory cgroup that read
+        # it, and would count in every later sample's usage and peak on the slot. A new cgroup
+        # is not charged for pages that stay cached.
+        cgroup.remove()
         slot.root.mkdir(parents=True, exist_ok=True)
         slot.root.chmod(0o711)
 
