@@ -54,3 +54,24 @@ def test_the_starters_fail(runner: Runner) -> None:
     sample = TASKS[::16]
     results = [_grade(runner, task, False) for task in sample]
     assert [(r.status, r.reward) for r in results] == [(Status.SUCCEEDED, 0.0)] * len(sample)
+
+
+@pytest.mark.parametrize("kind", ["bytearray", "bytes", "ndarray"])
+def test_a_large_global_the_tests_star_import_costs_its_size_not_a_multiple(
+    backend: Runner, kind: str
+) -> None:
+    """Was a break: `from solution import *` copies every global of the solution's into the
+    grader, and the wire made a bytes-like one cost about six times its size in transit (base64,
+    in a JSON string, in a frame: 950 MiB at once for 150 MiB), so an honest solution that
+    holds a 150 MiB table ended `oom` at 512 MiB where a bare pytest run passes it."""
+    task = TASKS[0]
+    assert task.reference is not None and task.limits.memory_mb == 512
+    held = {
+        "bytearray": "HELD = bytearray(150 * 2**20)\n",
+        "bytes": "HELD = b'x' * (150 * 2**20)\n",
+        "ndarray": "import numpy\nHELD = numpy.ones(150 * 2**17)\n",  # float64: 150 MiB
+    }[kind]
+    code = held + "HELD[::4096]\n" + str(task.reference["solution.py"])
+    sample = Sample(task_id=task.task_id, sample_id=kind, files={"solution.py": code})
+    result = score(task.grading, backend.run(task, sample))
+    assert (result.status, result.reward) == (Status.SUCCEEDED, 1.0), result.feedback

@@ -1,0 +1,120 @@
+"""The boundary's wire (trialbox/sandbox/plugin/trialbox_wire.py) over a real socket pair:
+bytes-like values cross as blobs of their own size and exact type, and a message that names
+a blob it does not carry, names one twice, or arrives behind another is refused."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import socket
+import struct
+import threading
+from collections.abc import Iterator
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+import numpy
+import pytest
+
+import trialbox.sandbox
+
+PLUGIN = Path(trialbox.sandbox.__file__).with_name("plugin") / "trialbox_wire.py"
+
+
+@pytest.fixture(scope="module")
+def wire() -> ModuleType:
+    spec = importlib.util.spec_from_file_location("trialbox_wire", PLUGIN)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.fixture
+def pair() -> Iterator[tuple[socket.socket, socket.socket]]:
+    left, right = socket.socketpair()
+    right.settimeout(5)  # as the grader's side reads: a socket with a timeout
+    yield left, right
+    left.close()
+    right.close()
+
+
+def _cross(wire: ModuleType, pair: tuple[socket.socket, socket.socket], value: Any) -> Any:
+    left, right = pair
+    sender = threading.Thread(target=wire.send, args=(left, {"ok": wire.encode(value, None)}))
+    sender.start()  # a large message fills the socket's buffer before it is read
+    doc = wire.recv(right)
+    sender.join()
+    return wire.decode(doc["ok"], None)
+
+
+def test_bytes_like_values_cross_with_their_type_and_bytes(wire: ModuleType, pair: Any) -> None:
+    big = bytes(range(256)) * (1 << 14)  # 4 MiB: more than a socket buffer holds
+    value = [big, bytearray(b"ab"), b"", numpy.arange(6, dtype="<i4").reshape(2, 3)]
+    got = _cross(wire, pair, value)
+    assert type(got[0]) is bytes and got[0] == big
+    assert type(got[1]) is bytearray and got[1] == bytearray(b"ab")
+    assert got[2] == b""
+    assert got[3].dtype == numpy.dtype("<i4") and got[3].tolist() == [[0, 1, 2], [3, 4, 5]]
+    got[3][0, 0] = 7  # the array is the receiver's own, writable
+    dates = numpy.array(["2026-12-07"], dtype="datetime64[D]")  # no buffer protocol of its own
+    assert _cross(wire, pair, dates).tolist() == dates.tolist()
+
+
+def _raw(sock: socket.socket, doc: dict[str, Any], blobs: list[bytes]) -> None:
+    data = json.dumps(doc).encode()
+    sizes = [len(b) for b in blobs]
+    sock.sendall(struct.pack(f">II{len(sizes)}Q", len(data), len(sizes), *sizes) + data)
+    for blob in blobs:
+        sock.sendall(blob)
+
+
+@pytest.mark.parametrize(
+    ("doc", "blobs", "refused"),
+    [
+        ({"ok": {"$": "bytes", "blob": 1}}, [b"x"], "a blob the message does not carry"),
+        ({"ok": [{"$": "bytes", "blob": 0}, {"$": "bytes", "blob": 0}]}, [b"x"], "malformed"),
+        ({"ok": {"$": "list", "blob": 0}}, [b"x"], "malformed"),
+        ({"ok": {"$": "bytes", "blob": "0"}}, [b"x"], "malformed"),
+        ({"ok": 1}, [b"x"], "a blob no value names"),
+    ],
+)
+def test_a_message_that_misnames_its_blobs_is_refused(
+    wire: ModuleType, pair: Any, doc: dict[str, Any], blobs: list[bytes], refused: str
+) -> None:
+    left, right = pair
+    _raw(left, doc, blobs)
+    with pytest.raises(wire.WireError, match=refused):
+        wire.recv(right)
+
+
+def test_a_value_in_json_is_never_taken_for_a_blob(wire: ModuleType, pair: Any) -> None:
+    left, right = pair
+    _raw(left, {"ok": {"$": "bytes", "v": "eA=="}}, [])  # the old base64 form: no bytes
+    with pytest.raises(wire.WireError, match="malformed blob"):
+        wire.decode(wire.recv(right)["ok"], None)
+
+
+def test_a_reply_sent_ahead_of_its_request_is_refused(wire: ModuleType, pair: Any) -> None:
+    left, right = pair
+    wire.send(left, {"ok": 1})
+    wire.send(left, {"ok": 2})  # queued for the next request: a forged answer
+    with pytest.raises(wire.WireError, match="one request at a time"):
+        wire.recv(right)
+
+
+def test_a_message_over_the_frame_is_refused_before_it_is_read(wire: ModuleType, pair: Any) -> None:
+    left, right = pair
+    left.sendall(struct.pack(">IIQ", 10, 1, wire.MAX_FRAME))
+    with pytest.raises(wire.WireError, match="over the wire's"):
+        wire.recv(right)
+
+
+def test_a_silent_sender_times_out(wire: ModuleType, pair: Any) -> None:
+    left, right = pair
+    right.settimeout(0.2)
+    left.sendall(struct.pack(">II", 100, 0))  # a length, then nothing
+    with pytest.raises(TimeoutError):
+        wire.recv(right)
+    assert right.gettimeout() == 0.2
