@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import selectors
 import signal
 import time
@@ -35,6 +36,7 @@ REPORT_FD_ENV = "TRIALBOX_REPORT_FD"
 class Process(Protocol):
     """What a backend needs of the process it started (a Popen, or a warm reaper)."""
 
+    pid: int
     stdout: IO[bytes] | None
     stderr: IO[bytes] | None
 
@@ -103,8 +105,16 @@ class Launched(ABC):
     def kill_tree(self) -> None:
         """SIGKILL every process the command started, wherever it went."""
 
-    def exited(self) -> bool:
-        """The main process has exited (a backend may keep it unreaped until `wait`)."""
+    def exited(self, within: float = 0.0) -> bool:
+        """The main process has exited (a backend may keep it unreaped until `wait`), waiting
+        up to `within` seconds for it (woken by the exit, not by polling)."""
+        if self.proc.poll() is None and within > 0:
+            with contextlib.suppress(OSError):  # it is reaped already: poll says so
+                pidfd = os.pidfd_open(self.proc.pid)
+                try:
+                    select.select([pidfd], [], [], within)
+                finally:
+                    os.close(pidfd)
         return self.proc.poll() is not None
 
     def wait(self) -> int:
@@ -303,7 +313,7 @@ class Backend(ABC):
                 timed_out = True
                 launched.kill_tree()
                 break
-            time.sleep(min(deadline - now, 0.01))
+            launched.exited(min(deadline - now, 0.05))
         returncode = launched.wait()
         wall_s = time.monotonic() - started
         launched.kill_tree()

@@ -94,8 +94,8 @@ class BwrapWarmLaunched(Launched):
     def kill_tree(self) -> None:
         self.cgroup.kill_all()  # the holder, the command, all they started
 
-    def exited(self) -> bool:
-        return self.reaped.exited()
+    def exited(self, within: float = 0.0) -> bool:
+        return self.reaped.exited(within)
 
     def wait(self) -> int:
         return self.reaped.wait()

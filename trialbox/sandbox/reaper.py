@@ -77,11 +77,15 @@ class Reaped:
             (self.wait_status,) = EXITED.unpack_from(self._data)
             self._data = self._data[EXITED.size :]
 
-    def exited(self) -> bool:
+    def exited(self, within: float = 0.0) -> bool:
         """The main process has exited (its descendants may live on), or the reaper is gone
-        without saying so: `wait` tells which, at once rather than at the deadline."""
+        without saying so: `wait` tells which, at once rather than at the deadline. Waits up to
+        `within` seconds for the reaper to say so."""
+        deadline = time.monotonic() + within
         if self.wait_status is None:
             self._read(0)
+        while self.wait_status is None and not self._eof and time.monotonic() < deadline:
+            self._read(deadline - time.monotonic())
         return self.wait_status is not None or self._eof
 
     def wait(self) -> int:

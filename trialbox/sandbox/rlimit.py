@@ -97,8 +97,8 @@ class RlimitLaunched(Launched):
         # Every process of the uid, wherever it went (a setsid daemon included).
         processes.kill_all((self.uid,))
 
-    def exited(self) -> bool:
-        return self.reaped.exited()
+    def exited(self, within: float = 0.0) -> bool:
+        return self.reaped.exited(within)
 
     def wait(self) -> int:
         return self.reaped.wait()
