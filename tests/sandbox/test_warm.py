@@ -153,3 +153,31 @@ def test_a_warm_process_that_died_is_replaced(backend: str) -> None:
     replaced = warm.server(0, "pytest")
     assert replaced is not None and replaced is not dead
     assert replaced.alive() and replaced.launched == 1
+
+
+@pytest.mark.parametrize("policy_warm", [True, False])
+def test_the_policys_sandbox_started_beside_the_graders_is_taken_or_reaped(
+    policy_warm: bool, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """bwrap makes the policy's sandbox (its holder) beside the grader's, not after it. Taken
+    by the policy's warm launch; when that launch goes cold instead, the unused holder dies
+    with the slot's cgroup and is reaped at the command's end: nothing is left for the next."""
+    runner = _runner(None, "bwrap")
+    warm = runner.backend.warm
+    assert warm is not None
+    if not policy_warm:
+        launch = warm.launch
+        monkeypatch.setattr(
+            warm,
+            "launch",
+            lambda slot, module, command: (
+                None if module == POLICY_MODULE else launch(slot, module, command)
+            ),
+        )
+    task = _task("boundary")
+    for n in range(2):
+        report = _run(runner, task, "probe.py", n)
+        assert report.grading is not None and _observed(report)
+        assert runner.backend.early_holders == {}  # type: ignore[attr-defined]
+    server = warm.server(0, POLICY_MODULE)
+    assert (server.launched if server else 0) == (2 if policy_warm else 0)

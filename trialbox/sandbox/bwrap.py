@@ -32,13 +32,23 @@ HOST_LINKS = ("bin", "sbin", "lib", "lib64", "lib32", "libx32")
 
 
 class BwrapLaunched(Launched):
-    def __init__(self, proc: subprocess.Popen[bytes], cgroup: Cgroup, status_fd: int) -> None:
+    def __init__(
+        self, proc: subprocess.Popen[bytes], cgroup: Cgroup, status_fd: int, joined: bool
+    ) -> None:
+        """`joined`: started in the cgroup of the slot's running command (a companion)."""
         super().__init__(proc)
         self.cgroup = cgroup
         self.status_fd = status_fd
+        self.joined = joined
 
     def kill_tree(self) -> None:
-        self.cgroup.kill_all()
+        if self.joined:
+            # Its own sandbox only, never the cgroup, which the slot's command runs in: bwrap
+            # killed, the sandbox's pid 1 dies with it (--die-with-parent), and the kernel
+            # kills the rest of its pid namespace. (The command's own end kills the cgroup.)
+            self.proc.kill()
+        else:
+            self.cgroup.kill_all()
 
     def discard(self) -> None:
         super().discard()
@@ -91,6 +101,8 @@ class BwrapBackend(Backend):
         self.warm = WarmPool(runtime.python) if config.warm else None
         # By slot: what its warm command and companion share with their warm processes.
         self.shared_mb: dict[int, float] = {}
+        # Per slot, a companion's holder started beside its command's (bwrap_warm.py).
+        self.early_holders: dict[int, BwrapLaunched] = {}
         self.sandbox_workdir = Path(SANDBOX_WORKDIR)
 
     def _write_etc(self) -> None:
@@ -134,6 +146,13 @@ class BwrapBackend(Backend):
                 self.config.cgroup_root, self.config.cgroup_parent, slot.cgroup_name
             )
         return self._cgroups[slot.index]
+
+    def discard_early_holder(self, slot: Slot) -> None:
+        """Reap a companion's holder its command never took, once the slot's cgroup (which
+        it joined) is killed: the command's end, or its launch's failure."""
+        holder = self.early_holders.pop(slot.index, None)
+        if holder is not None:
+            holder.discard()
 
     def accounting(self, slot: Slot, limits: Limits) -> tuple[Path, ...]:
         """The slot's cgroup, with `limits` and zeroed counters (nothing of the slot runs
@@ -249,4 +268,4 @@ class BwrapBackend(Backend):
         finally:
             os.close(status_w)
             os.close(filter_fd)
-        return BwrapLaunched(proc, cgroup, status_r)
+        return BwrapLaunched(proc, cgroup, status_r, join)

@@ -82,14 +82,16 @@ class BwrapWarmLaunched(Launched):
         reaped: reaper.Reaped,
         cgroup: Cgroup,
         shared_mb: Callable[[], float],
+        ended: Callable[[], None],
     ) -> None:
         """`shared_mb`: what the slot's command and companion share with their warm processes
-        (its companion starts after it)."""
+        (its companion starts after it). `ended`: called once the cgroup is killed."""
         super().__init__(reaped.proc)
         self.holder = holder
         self.reaped = reaped
         self.cgroup = cgroup
         self.shared_mb = shared_mb
+        self.ended = ended
 
     def kill_tree(self) -> None:
         self.cgroup.kill_all()  # the holder, the command, all they started
@@ -104,12 +106,14 @@ class BwrapWarmLaunched(Launched):
         super().discard()
         self.reaped.close()
         self.holder.discard()
+        self.ended()
 
     def finish(self, returncode: int) -> Measured:
         stats = self.cgroup.stats()
         with contextlib.suppress(SandboxError):
             self.reaped.totals()  # the reaper's end (the cgroup's figures are the command's)
         self.holder.discard()
+        self.ended()
         if not self.cgroup.REUSABLE:
             self.cgroup.remove()
         # bwrap's own rule for a signal's death: 128 + its number.
@@ -120,6 +124,23 @@ class BwrapWarmLaunched(Launched):
             peak_memory_mb=round(stats.peak_memory_mb + self.shared_mb(), 2),
             oom_killed=stats.oom_kills > 0,
         )
+
+
+def _holder_spec(spec: CommandSpec) -> CommandSpec:
+    return replace(spec, argv=HOLDER, report=False, channel=None)
+
+
+def _start_companions_holder(backend: BwrapBackend, slot: Slot, spec: CommandSpec) -> None:
+    """The companion's holder (the policy's sandbox, beside the grader's), started now so that
+    the two sandboxes are made at once rather than one after the other: a new sandbox like any
+    other, with nothing in it until the companion's launch takes it. One never taken dies with
+    the slot's cgroup, and is reaped when the command ends (`discard_early_holder`)."""
+    companion = spec.companion
+    if companion is None or backend.warm_module(companion) is None:
+        return
+    backend.early_holders[slot.index] = backend.launch_cold(
+        slot, _holder_spec(companion), [], True, as_pid_1=True
+    )
 
 
 def warm_launch(
@@ -140,16 +161,25 @@ def warm_launch(
     shared = backend.shared_mb
     shared[slot.index] = server.shared_mb + (shared.get(slot.index, 0.0) if join else 0.0)
     memory_mb = max(1, int(spec.limits.memory_mb - shared[slot.index]))
-    holder_spec = replace(spec, argv=HOLDER, report=False, channel=None)
-    holder = backend.launch_cold(slot, holder_spec, [], join, as_pid_1=True)
+    if not join:  # one a failed launch left (killed with the cgroup, not yet reaped)
+        backend.discard_early_holder(slot)
+    holder = backend.early_holders.pop(slot.index, None) if join else None
+    if holder is not None and holder.proc.poll() is not None:
+        holder.discard()
+        holder = None
+    if holder is None:
+        holder = backend.launch_cold(slot, _holder_spec(spec), [], join, as_pid_1=True)
     cgroup = holder.cgroup
     cgroup.limit(memory_mb, spec.limits.pids, spec.limits.cpus)
     try:
+        if not join:
+            _start_companions_holder(backend, slot, spec)
         pidfd = os.pidfd_open(_child_pid(holder.status_fd))  # the holder, the sandbox's pid 1
         _ready(holder)
         procs = [os.open(path, os.O_WRONLY) for path in cgroup.procs_files]
     except BaseException:
         holder.discard()
+        backend.discard_early_holder(slot)
         raise
     uid = slot.agent_uid if spec.role == "agent" else slot.grader_uid
     workdir = backend.sandbox_workdir
@@ -159,8 +189,9 @@ def warm_launch(
     reaped = backend.warm.launch(slot.index, module, command)
     for fd in (pidfd, *procs):
         os.close(fd)
-    if reaped is None:
-        holder.kill_tree()
+    if reaped is None:  # killed: the whole cgroup, or (a companion's) its own sandbox only
         holder.discard()
+        backend.discard_early_holder(slot)
         return None
-    return BwrapWarmLaunched(holder, reaped, cgroup, lambda: shared[slot.index])
+    ended = (lambda: backend.discard_early_holder(slot)) if not join else (lambda: None)
+    return BwrapWarmLaunched(holder, reaped, cgroup, lambda: shared[slot.index], ended)
