@@ -1,14 +1,19 @@
 """The boundary's wire (trialbox/sandbox/plugin/trialbox_wire.py) over a real socket pair:
-bytes-like values cross as blobs of their own size and exact type, and a message that names
-a blob it does not carry, names one twice, or arrives behind another is refused."""
+bytes-like values cross as blobs of their own size and exact type; a message that names a blob
+it does not carry, names one twice, or arrives behind another is refused; a message is sent
+and read within the socket's timeout as a whole; and the grader's client ends a policy whose
+reply broke the wire, so nothing it left unread is taken for a later reply."""
 
 from __future__ import annotations
 
+import contextlib
+import importlib
 import importlib.util
 import json
 import socket
 import struct
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import ModuleType
@@ -118,3 +123,89 @@ def test_a_silent_sender_times_out(wire: ModuleType, pair: Any) -> None:
     with pytest.raises(TimeoutError):
         wire.recv(right)
     assert right.gettimeout() == 0.2
+
+
+def test_a_sent_bytearray_stays_the_senders_to_resize(wire: ModuleType, pair: Any) -> None:
+    """Was a break: the sent document held a buffer export of the value, so a solution's
+    module-level bytearray could not grow after its module was described (BufferError)."""
+    left, right = pair
+    held, array = bytearray(b"ab"), numpy.zeros(3)
+    doc = {"ok": wire.encode([held, array], None)}  # kept after it is sent, as a reply is
+    wire.send(left, doc)
+    held.extend(b"cd")
+    array.resize(6, refcheck=False)
+    got = wire.decode(wire.recv(right)["ok"], None)
+    assert got[0] == bytearray(b"ab") and got[1].tolist() == [0.0] * 3
+
+
+def test_a_trickled_reply_times_out_at_the_sockets_timeout(wire: ModuleType, pair: Any) -> None:
+    """Was a break: each read had a timeout of its own, so a byte every 0.35 s kept a 0.5 s
+    reply going for seconds."""
+    left, right = pair
+    right.settimeout(0.5)
+    body = b'{"ok":"late"}'
+    message = struct.pack(">II", len(body), 0) + body
+
+    def trickle() -> None:
+        for byte in message:
+            time.sleep(0.2)
+            try:
+                left.send(bytes([byte]))
+            except OSError:
+                return
+
+    threading.Thread(target=trickle, daemon=True).start()
+    started = time.monotonic()
+    with pytest.raises(TimeoutError):
+        wire.recv(right)
+    assert time.monotonic() - started < 2.0  # the whole message would take 3.4 s
+
+
+def test_a_message_is_sent_within_the_sockets_timeout(wire: ModuleType, pair: Any) -> None:
+    """Was a break: each blob's sendall had the whole timeout again, so a reader that takes
+    each blob just before it runs out held the sender past its deadline."""
+    left, right = pair
+    left.settimeout(0.6)
+    blobs = [bytes(4 << 20) for _ in range(4)]
+
+    def slow_reader() -> None:  # a pause of 0.35 s after each 4 MiB: each blob within 0.6 s
+        read = 0
+        with contextlib.suppress(OSError):
+            while chunk := right.recv(1 << 20):
+                read += len(chunk)
+                if read >= 4 << 20:
+                    read -= 4 << 20
+                    time.sleep(0.35)
+
+    threading.Thread(target=slow_reader, daemon=True).start()
+    started = time.monotonic()
+    with pytest.raises(TimeoutError):
+        wire.send(left, {"ok": [wire.encode(blob, None) for blob in blobs]})
+    assert time.monotonic() - started < 1.2  # the whole message would take 1.4 s
+    assert left.gettimeout() == 0.6
+
+
+def test_a_reply_that_breaks_the_wire_ends_the_policy(
+    pair: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Was a break: a malformed frame raised past the client's handlers with the socket still
+    open, and what the policy had queued behind it was read as the next call's reply."""
+    monkeypatch.syspath_prepend(str(PLUGIN.parent))
+    client = importlib.import_module("trialbox_boundary_client")
+    grader, policy = pair
+    control, _control_peer = socket.socketpair()
+
+    class Policy(client.Policy):  # type: ignore[misc,name-defined]
+        def ref_doc(self, value: Any) -> Any:
+            raise TypeError(value)
+
+        def proxy(self, doc: Any) -> Any:
+            return doc
+
+    p = Policy(control.detach(), 5.0)
+    p.sock = grader
+    forged = json.dumps({"ok": "forged"}).encode()
+    _raw(policy, {"ok": {"$": ["bytes"], "blob": 0}}, [struct.pack(">II", len(forged), 0) + forged])
+    with pytest.raises(client.PolicyDied, match="broke the wire"):
+        p.ask({"op": "call"})
+    assert p.sock is None  # ended: never read again

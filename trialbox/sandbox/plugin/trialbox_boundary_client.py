@@ -89,9 +89,11 @@ class Policy(abc.ABC):
         """One request; returns the reply's raw `ok` document, or raises what the policy's
         code raised (a built-in type, or a stand-in for its own class)."""
         sock = self._connect()
+        sent = False
         try:
             sock.settimeout(self._remaining())
             wire.send(sock, request)
+            sent = True
             reply = wire.recv(sock)
         except TimeoutError:
             self._end(kill=True)
@@ -104,9 +106,15 @@ class Policy(abc.ABC):
             raise PolicyDied(
                 "the solution's process ended during this call (an exit, a signal or a crash)"
             ) from None
-        except (OSError, ValueError) as exc:
+        except wire.WireError as exc:
+            if not sent:
+                raise  # the test's own value, too large to cross: refused before a byte went
             self._end(kill=True)
             raise PolicyDied(f"the solution's process broke the wire: {exc}") from None
+        except Exception as exc:  # OSError, a malformed frame (ValueError, TypeError, ...)
+            # Never answered again on this socket: what it left unread is no later reply.
+            self._end(kill=True)
+            raise PolicyDied(f"the solution's process broke the wire: {exc!r}") from None
         for stream, key in ((sys.stdout, "stdout"), (sys.stderr, "stderr")):
             text = reply.get(key)
             if isinstance(text, str) and text:
@@ -119,7 +127,9 @@ class Policy(abc.ABC):
     def value(self, doc: Any) -> Any:
         try:
             return wire.decode(doc, self.proxy)
-        except (wire.WireError, ValueError, TypeError, KeyError) as exc:
+        except PolicyDied:
+            raise
+        except Exception as exc:  # any malformed value: WireError, Overflow, ZeroDivision...
             raise PolicyDied(f"the solution's process sent a malformed value: {exc}") from None
 
     def encode(self, value: Any) -> Any:

@@ -23,11 +23,13 @@ import contextlib
 import json
 import socket
 import struct
-from collections.abc import Callable, Iterator
+import time
+from collections.abc import Callable
 from typing import Any
 
 MAX_FRAME = 256 * 1024 * 1024  # a message: its document and its blobs
 MAX_BLOBS = 1 << 16
+CHUNK = 4 << 20  # a bytearray blob grows by reads of at most this
 BLOB_TAGS = frozenset({"bytes", "bytearray", "ndarray"})
 MAX_DEPTH = 100
 BIG_INT_BITS = 10_000  # about 3000 decimal digits: CPython's int/str limit is 4300
@@ -52,7 +54,7 @@ class Blob:
     __slots__ = ("data",)
 
     def __init__(self, data: Any) -> None:
-        self.data = memoryview(data).cast("B")
+        self.data = data  # no buffer export held: `send` takes its own, and releases it
 
 
 def encode(value: Any, ref: Ref | None, depth: int = 0) -> Any:
@@ -114,16 +116,11 @@ def _array(value: Any) -> dict[str, Any] | None:
         return None
     if value.dtype.kind not in ARRAY_KINDS:
         return None
-    import numpy
-
-    # Its bytes as they are (copied only when not contiguous); viewed as uint8, since the
-    # buffer protocol refuses some plain dtypes (datetimes).
-    data = numpy.ascontiguousarray(value).reshape(-1).view(numpy.uint8)
     return {
         "$": "ndarray",
         "dtype": value.dtype.str,
         "shape": list(value.shape),
-        "blob": Blob(data),
+        "blob": Blob(value),
     }
 
 
@@ -202,49 +199,73 @@ def _pair(body: Any) -> tuple[Any, Any]:
 
 
 def send(sock: socket.socket, doc: dict[str, Any]) -> None:
-    blobs: list[memoryview] = []
+    """One message, within the socket's timeout as a whole (never a fresh one per blob)."""
+    placed: list[Blob] = []
+    views: list[memoryview] = []
 
     def place(value: Any) -> int:
         if type(value) is not Blob:
             raise TypeError(f"{type(value).__name__} is not JSON serializable")
-        blobs.append(value.data)
-        return len(blobs) - 1
+        placed.append(value)
+        views.append(_bytes_of(value.data))
+        return len(views) - 1
 
-    data = json.dumps(doc, separators=(",", ":"), default=place).encode("utf-8", "surrogatepass")
-    sizes = [blob.nbytes for blob in blobs]
-    if len(data) + sum(sizes) > MAX_FRAME:
-        raise WireError(
-            f"a message of {len(data) + sum(sizes)} bytes is over the wire's {MAX_FRAME}"
-        )
-    if len(blobs) > MAX_BLOBS:
-        raise WireError(
-            f"a message of {len(blobs)} bytes-like values is over the wire's {MAX_BLOBS}"
-        )
-    head = struct.pack(f">II{len(sizes)}Q", len(data), len(sizes), *sizes)
-    sock.sendall(head + data)
-    for blob in blobs:
-        sock.sendall(blob)
+    try:
+        data = json.dumps(doc, separators=(",", ":"), default=place)
+        encoded = data.encode("utf-8", "surrogatepass")
+        sizes = [view.nbytes for view in views]
+        if len(encoded) + sum(sizes) > MAX_FRAME:
+            raise WireError(
+                f"a message of {len(encoded) + sum(sizes)} bytes is over the wire's {MAX_FRAME}"
+            )
+        if len(views) > MAX_BLOBS:
+            raise WireError(f"a message of {len(views)} blobs is over the wire's {MAX_BLOBS}")
+        head = struct.pack(f">II{len(sizes)}Q", len(encoded), len(sizes), *sizes)
+        timeout = sock.gettimeout()
+        deadline = None if timeout is None else time.monotonic() + timeout
+        try:
+            parts: list[bytes | memoryview] = [head + encoded, *views]
+            for part in parts:
+                if deadline is not None:
+                    sock.settimeout(_left(deadline))
+                sock.sendall(part)
+        finally:
+            sock.settimeout(timeout)
+    finally:
+        for view in views:
+            view.release()
+        for holder in placed:  # a document kept after it is sent holds none of its values
+            holder.data = None
+
+
+def _bytes_of(value: Any) -> memoryview:
+    """A value's bytes, as they are: an array's in C order (copied only when it is not
+    contiguous), viewed as uint8, since the buffer protocol refuses some plain dtypes."""
+    if type(value) not in (bytes, bytearray):
+        import numpy
+
+        value = numpy.ascontiguousarray(value).reshape(-1).view(numpy.uint8)
+    return memoryview(value).cast("B")
+
+
+def _left(deadline: float) -> float:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("timed out")
+    return left
 
 
 def recv(sock: socket.socket) -> dict[str, Any]:
-    with _waiting_all(sock):
-        return _recv(sock)
-
-
-@contextlib.contextmanager
-def _waiting_all(sock: socket.socket) -> Iterator[None]:
-    """Reads that wait for all they ask (MSG_WAITALL), within the socket's timeout: a socket
-    with a timeout is non-blocking underneath, where a read returns what has come so far (a
-    bytes value then arrives in pieces that must be copied together)."""
+    """One message, within the socket's timeout as a whole: each read waits for all it asks
+    (MSG_WAITALL) up to the time left (SO_RCVTIMEO). A socket with a timeout is non-blocking
+    underneath, where a read returns what has come so far, and a bytes value would arrive in
+    pieces to be copied together."""
     timeout = sock.gettimeout()
     if timeout is None:
-        yield
-        return
-    seconds = max(timeout, 0.001)
+        return _recv(_Reader(sock, None))
     sock.settimeout(None)
-    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _timeval(seconds))
     try:
-        yield
+        return _recv(_Reader(sock, time.monotonic() + timeout))
     except BlockingIOError:  # SO_RCVTIMEO ran out
         raise TimeoutError("timed out") from None
     finally:
@@ -256,57 +277,71 @@ def _timeval(seconds: float) -> bytes:
     return struct.pack("ll", int(seconds), int(seconds % 1 * 1_000_000))
 
 
-def _recv(sock: socket.socket) -> dict[str, Any]:
-    size, count = struct.unpack(">II", _exactly(sock, 8))
+class _Reader:
+    """Exact reads from the socket, before its deadline."""
+
+    def __init__(self, sock: socket.socket, deadline: float | None) -> None:
+        self.sock = sock
+        self.deadline = deadline
+
+    def _recv(self, size: int) -> bytes:
+        if self.deadline is not None:
+            wait = max(_left(self.deadline), 0.001)
+            self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVTIMEO, _timeval(wait))
+        data = self.sock.recv(size, socket.MSG_WAITALL)
+        if not data:
+            raise Closed("the other side closed the wire")
+        return data
+
+    def exactly(self, size: int) -> bytes:
+        """`size` bytes, in one object (no copy when one read brings them all)."""
+        if not size:
+            return b""
+        data = self._recv(size)
+        if len(data) == size:
+            return data
+        return data + bytes(self.into(size - len(data)))
+
+    def into(self, size: int) -> bytearray:
+        """`size` bytes in a bytearray that grows as they come (never zero-filled ahead: a
+        length alone takes no memory)."""
+        data = bytearray()
+        while len(data) < size:
+            data += self._recv(min(size - len(data), CHUNK))
+        return data
+
+
+def _recv(reader: _Reader) -> dict[str, Any]:
+    size, count = struct.unpack(">II", reader.exactly(8))
     if count > MAX_BLOBS:
-        raise WireError(f"a message of {count} bytes-like values is over the wire's {MAX_BLOBS}")
-    sizes = struct.unpack(f">{count}Q", _exactly(sock, 8 * count)) if count else ()
+        raise WireError(f"a message of {count} blobs is over the wire's {MAX_BLOBS}")
+    sizes = struct.unpack(f">{count}Q", reader.exactly(8 * count)) if count else ()
     if size + sum(sizes) > MAX_FRAME:
         raise WireError(f"a message of {size + sum(sizes)} bytes is over the wire's {MAX_FRAME}")
     named: dict[int, dict[str, Any]] = {}
 
     def blob_of(obj: dict[str, Any]) -> dict[str, Any]:
         if "blob" in obj:
-            index = obj["blob"]
-            if obj.get("$") not in BLOB_TAGS or type(index) is not int or index in named:
+            index, tag = obj["blob"], obj.get("$")
+            if type(tag) is not str or tag not in BLOB_TAGS or type(index) is not int:
                 raise WireError("a malformed blob")
+            if index in named:
+                raise WireError("a malformed blob: named twice")
             if not 0 <= index < count:
                 raise WireError("a blob the message does not carry")
             named[index] = obj
         return obj
 
-    doc = json.loads(_exactly(sock, size).decode("utf-8", "surrogatepass"), object_hook=blob_of)
+    text = reader.exactly(size).decode("utf-8", "surrogatepass")
+    doc = json.loads(text, object_hook=blob_of)
     if type(doc) is not dict:
         raise WireError("a message that is not an object")
     if len(named) != count:
         raise WireError("a blob no value names")
     for index, blob_size in enumerate(sizes):
         obj = named[index]
-        obj["blob"] = _exactly(sock, blob_size) if obj["$"] == "bytes" else _into(sock, blob_size)
+        obj["blob"] = reader.exactly(blob_size) if obj["$"] == "bytes" else reader.into(blob_size)
     with contextlib.suppress(BlockingIOError, InterruptedError):
-        if sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT):
+        if reader.sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT):
             raise WireError("a message longer than its length: one request at a time")
     return doc
-
-
-def _exactly(sock: socket.socket, size: int) -> bytes:
-    """`size` bytes, read into one object (no copy when one read brings them all)."""
-    if not size:
-        return b""
-    data = sock.recv(size, socket.MSG_WAITALL)
-    if len(data) == size:
-        return data
-    if not data:
-        raise Closed("the other side closed the wire")
-    return data + bytes(_into(sock, size - len(data)))
-
-
-def _into(sock: socket.socket, size: int) -> bytearray:
-    data = bytearray(size)
-    view, done = memoryview(data), 0
-    while done < size:
-        got = sock.recv_into(view[done:], size - done, socket.MSG_WAITALL)
-        if not got:
-            raise Closed("the other side closed the wire")
-        done += got
-    return data
