@@ -8,7 +8,6 @@ the capability decoding follow a reduced set.
 from __future__ import annotations
 
 import ast
-import importlib.util
 import json
 import os
 import re
@@ -20,6 +19,8 @@ from types import ModuleType
 from typing import Any
 
 import pytest
+
+from tests.support.modules import from_file
 
 SCRIPT = Path(__file__).resolve().parents[2] / "sandbox_image" / "check_isolation.py"
 STATUS = re.compile(r"^(ok|absent|denied|error)( \(.+\))?$")
@@ -69,11 +70,7 @@ def report() -> dict[str, Any]:
 
 @pytest.fixture(scope="module")
 def script() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("check_isolation", SCRIPT)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return from_file("check_isolation", SCRIPT)
 
 
 def probes(report: dict[str, Any]) -> dict[str, dict[str, Any]]:

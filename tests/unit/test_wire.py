@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import importlib.util
 import json
 import socket
 import struct
@@ -23,17 +22,14 @@ import numpy
 import pytest
 
 import trialbox.sandbox
+from tests.support.modules import from_file
 
 PLUGIN = Path(trialbox.sandbox.__file__).with_name("plugin") / "trialbox_wire.py"
 
 
 @pytest.fixture(scope="module")
 def wire() -> ModuleType:
-    spec = importlib.util.spec_from_file_location("trialbox_wire", PLUGIN)
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return from_file("trialbox_wire", PLUGIN)
 
 
 @pytest.fixture
