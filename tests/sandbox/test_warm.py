@@ -11,7 +11,9 @@ these checks could pass for want of an attack that works."""
 
 from __future__ import annotations
 
+import gc
 import json
+import os
 import re
 from pathlib import Path
 from typing import Any
@@ -19,7 +21,8 @@ from typing import Any
 import pytest
 
 from tests.support.tasks import ADD_TASK
-from trialbox.models import Sample, Task
+from trialbox.errors import SandboxError
+from trialbox.models import Sample, Status, Task
 from trialbox.models.report import RunReport
 from trialbox.sandbox.config import SandboxConfig
 from trialbox.sandbox.runner import Runner
@@ -181,3 +184,30 @@ def test_the_policys_sandbox_started_beside_the_graders_is_taken_or_reaped(
         assert runner.backend.early_holders == {}  # type: ignore[attr-defined]
     server = warm.server(0, POLICY_MODULE)
     assert (server.launched if server else 0) == (2 if policy_warm else 0)
+
+
+def test_a_warm_launch_that_fails_leaves_no_sandbox_and_no_descriptor(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Was a break (a red team's): a grader's warm launch that raised (its warm process did not
+    answer) left the policy's early sandbox unreaped and 7 descriptors open, each time."""
+    runner = _runner(None, "bwrap")
+    task = _task("boundary")
+    _run(runner, task, "probe.py", 0)  # every warm process started, every lazy import done
+    warm = runner.backend.warm
+    assert warm is not None
+    launch = warm.launch
+
+    def unanswered(slot: int, module: str, command: Any) -> Any:
+        if module != POLICY_MODULE:
+            raise SandboxError("the warm process did not answer")
+        return launch(slot, module, command)
+
+    monkeypatch.setattr(warm, "launch", unanswered)
+    open_fds = len(os.listdir("/proc/self/fd"))
+    for n in range(1, 4):
+        report = _run(runner, task, "probe.py", n)
+        assert report.status == Status.SANDBOX_ERROR
+        assert runner.backend.early_holders == {}  # type: ignore[attr-defined]
+    gc.collect()
+    assert len(os.listdir("/proc/self/fd")) == open_fds

@@ -133,14 +133,30 @@ def _holder_spec(spec: CommandSpec) -> CommandSpec:
 def _start_companions_holder(backend: BwrapBackend, slot: Slot, spec: CommandSpec) -> None:
     """The companion's holder (the policy's sandbox, beside the grader's), started now so that
     the two sandboxes are made at once rather than one after the other: a new sandbox like any
-    other, with nothing in it until the companion's launch takes it. One never taken dies with
-    the slot's cgroup, and is reaped when the command ends (`discard_early_holder`)."""
+    other, with nothing in it until the companion's launch takes it; only when a warm process
+    is ready to take it. One never taken dies with the slot's cgroup, and is reaped when the
+    command ends (`discard_early_holder`)."""
     companion = spec.companion
-    if companion is None or backend.warm_module(companion) is None:
+    if companion is None or backend.warm is None:
+        return
+    module = backend.warm_module(companion)
+    if module is None or backend.warm.ready(slot.index, module, companion.env) is None:
         return
     backend.early_holders[slot.index] = backend.launch_cold(
         slot, _holder_spec(companion), [], True, as_pid_1=True
     )
+
+
+def _holder(backend: BwrapBackend, slot: Slot, spec: CommandSpec, join: bool) -> BwrapLaunched:
+    """The command's holder: for a companion, the one started beside its command's if it is
+    still there; else a new one."""
+    holder = backend.early_holders.pop(slot.index, None) if join else None
+    if holder is not None and holder.proc.poll() is not None:
+        holder.discard()
+        holder = None
+    if holder is None:
+        holder = backend.launch_cold(slot, _holder_spec(spec), [], join, as_pid_1=True)
+    return holder
 
 
 def warm_launch(
@@ -148,47 +164,43 @@ def warm_launch(
 ) -> Launched | None:
     """The command in a sandbox of its own, forked from the slot's warm process; None when it
     cannot be (it starts cold)."""
-    if backend.warm is None:
-        return None
+    if not join:  # one a failed launch left (killed with the cgroup, not yet reaped)
+        backend.discard_early_holder(slot)
     module = backend.warm_module(spec)
-    if module is None:
-        return None
-    server = backend.warm.ready(slot.index, module, spec.env)
-    if server is None:
+    server = (
+        None
+        if backend.warm is None or module is None
+        else backend.warm.ready(slot.index, module, spec.env)
+    )
+    if backend.warm is None or module is None or server is None:
+        backend.discard_early_holder(slot)  # a companion's, untaken: it starts cold
         return None
     # The boundary where a cold start of it would be oom: the slot's limit lowered by what its
     # command and companion share with their warm processes (charged to those, not the slot).
     shared = backend.shared_mb
     shared[slot.index] = server.shared_mb + (shared.get(slot.index, 0.0) if join else 0.0)
     memory_mb = max(1, int(spec.limits.memory_mb - shared[slot.index]))
-    if not join:  # one a failed launch left (killed with the cgroup, not yet reaped)
-        backend.discard_early_holder(slot)
-    holder = backend.early_holders.pop(slot.index, None) if join else None
-    if holder is not None and holder.proc.poll() is not None:
-        holder.discard()
-        holder = None
-    if holder is None:
-        holder = backend.launch_cold(slot, _holder_spec(spec), [], join, as_pid_1=True)
+    holder = _holder(backend, slot, spec, join)
     cgroup = holder.cgroup
     cgroup.limit(memory_mb, spec.limits.pids, spec.limits.cpus)
+    held: list[int] = []  # the holder's pidfd and the cgroup's procs files, for the fork
     try:
         if not join:
             _start_companions_holder(backend, slot, spec)
-        pidfd = os.pidfd_open(_child_pid(holder.status_fd))  # the holder, the sandbox's pid 1
+        held.append(os.pidfd_open(_child_pid(holder.status_fd)))  # the sandbox's pid 1
         _ready(holder)
-        procs = [os.open(path, os.O_WRONLY) for path in cgroup.procs_files]
+        held += [os.open(path, os.O_WRONLY) for path in cgroup.procs_files]
+        uid = slot.agent_uid if spec.role == "agent" else slot.grader_uid
+        command = WarmCommand(argv=spec.argv, uid=uid, cwd=backend.sandbox_workdir,
+                              env=spec.env, fds=fds, enter=held, nice=0)  # fmt: skip
+        reaped = backend.warm.launch(slot.index, module, command)
     except BaseException:
         holder.discard()
         backend.discard_early_holder(slot)
         raise
-    uid = slot.agent_uid if spec.role == "agent" else slot.grader_uid
-    workdir = backend.sandbox_workdir
-    command = WarmCommand(
-        argv=spec.argv, uid=uid, cwd=workdir, env=spec.env, fds=fds, enter=[pidfd, *procs], nice=0
-    )
-    reaped = backend.warm.launch(slot.index, module, command)
-    for fd in (pidfd, *procs):
-        os.close(fd)
+    finally:
+        for fd in held:
+            os.close(fd)
     if reaped is None:  # killed: the whole cgroup, or (a companion's) its own sandbox only
         holder.discard()
         backend.discard_early_holder(slot)

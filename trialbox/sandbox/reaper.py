@@ -84,8 +84,11 @@ class Reaped:
         deadline = time.monotonic() + within
         if self.wait_status is None:
             self._read(0)
-        while self.wait_status is None and not self._eof and time.monotonic() < deadline:
-            self._read(deadline - time.monotonic())
+        while self.wait_status is None and not self._eof:
+            left = deadline - time.monotonic()  # read once: select refuses a negative wait
+            if left <= 0:
+                break
+            self._read(left)
         return self.wait_status is not None or self._eof
 
     def wait(self) -> int:
