@@ -354,6 +354,26 @@ def test_starter_plus_sample_files_past_the_cap_are_the_samples_overflow(runner:
     assert (graded.status, graded.reward, graded.loss_mask) == (Status.SUCCEEDED, 0.0, False)
 
 
+def test_a_starter_file_the_sample_replaces_is_never_written(runner: Runner) -> None:
+    """The sample's own solution.py replaces the starter's, which is not written first: a
+    starter of 24 MiB in a 16 MiB workspace no longer fails a sample that rewrites it (before,
+    the starter's write overflowed the workspace: a sandbox error, masked), and a starter file
+    the sample does not replace is still there."""
+    task = Task.model_validate(
+        ADD_TASK
+        | {
+            "workspace": {"solution.py": "x" * (24 << 20), "notes.txt": "kept\n"},
+            "limits": {"disk_mb": 16, "memory_mb": 256},
+        }
+    )
+    sample = Sample(task_id=task.task_id, sample_id="s", files={"solution.py": CORRECT})
+    sample = sample.model_copy(update={"commands": [["cat", "notes.txt"]]})
+    report = runner.run(task, sample)
+    result = score(task.grading, report)
+    assert (result.status, result.reward) == (Status.SUCCEEDED, 1.0), result.feedback
+    assert report.commands[0].stdout == "kept\n"
+
+
 def test_in_process_imports_only_the_starters_modules(grade: Grade) -> None:
     """Under the boundary the solution's own process imports whatever it wrote; in process,
     only the starter's module names are importable, from a directory without tests."""

@@ -204,10 +204,11 @@ def test_a_warm_launch_that_fails_leaves_no_sandbox_and_no_descriptor(
         return launch(slot, module, command)
 
     monkeypatch.setattr(warm, "launch", unanswered)
+    gc.collect()  # what earlier tests left for the collector closes now, not in the count
     open_fds = len(os.listdir("/proc/self/fd"))
     for n in range(1, 4):
         report = _run(runner, task, "probe.py", n)
         assert report.status == Status.SANDBOX_ERROR
         assert runner.backend.early_holders == {}  # type: ignore[attr-defined]
     gc.collect()
-    assert len(os.listdir("/proc/self/fd")) == open_fds
+    assert len(os.listdir("/proc/self/fd")) <= open_fds  # 7 more for each failure, before
