@@ -166,13 +166,12 @@ def warm_launch(
     cannot be (it starts cold)."""
     if not join:  # one a failed launch left (killed with the cgroup, not yet reaped)
         backend.discard_early_holder(slot)
-    module = backend.warm_module(spec)
-    server = (
-        None
-        if backend.warm is None or module is None
-        else backend.warm.ready(slot.index, module, spec.env)
-    )
-    if backend.warm is None or module is None or server is None:
+    warm, module = backend.warm, backend.warm_module(spec)
+    if (
+        warm is None
+        or module is None
+        or (server := warm.ready(slot.index, module, spec.env)) is None
+    ):
         backend.discard_early_holder(slot)  # a companion's, untaken: it starts cold
         return None
     # The boundary where a cold start of it would be oom: the slot's limit lowered by what its
@@ -193,7 +192,7 @@ def warm_launch(
         uid = slot.agent_uid if spec.role == "agent" else slot.grader_uid
         command = WarmCommand(argv=spec.argv, uid=uid, cwd=backend.sandbox_workdir,
                               env=spec.env, fds=fds, enter=held, nice=0)  # fmt: skip
-        reaped = backend.warm.launch(slot.index, module, command)
+        reaped = warm.launch(slot.index, module, command)
     except BaseException:
         holder.discard()
         backend.discard_early_holder(slot)
@@ -205,5 +204,10 @@ def warm_launch(
         holder.discard()
         backend.discard_early_holder(slot)
         return None
-    ended = (lambda: backend.discard_early_holder(slot)) if not join else (lambda: None)
-    return BwrapWarmLaunched(holder, reaped, cgroup, lambda: shared[slot.index], ended)
+    return BwrapWarmLaunched(
+        holder,
+        reaped,
+        cgroup,
+        lambda: shared[slot.index],
+        lambda: backend.discard_early_holder(slot),
+    )
