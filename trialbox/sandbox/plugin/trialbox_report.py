@@ -26,6 +26,7 @@ import _pytest.reports
 import _pytest.runner
 import pytest
 import trialbox_boundary
+import trialbox_fixture_scan
 import trialbox_guard
 
 Emit = Callable[[dict[str, object]], None]
@@ -48,6 +49,7 @@ def _make_emitter() -> Emit:
 
 
 _EMIT = _make_emitter()
+trialbox_fixture_scan.install()  # before the session's FixtureManager scans the plugins
 _FLAGS: set[str] = set()  # integrity findings of the detectors below
 _ROOT = os.environ.pop("TRIALBOX_GRADING_ROOT")
 # After the runtime's own paths: the hidden tests' helpers, then (in_process) the starter's
