@@ -211,9 +211,23 @@ def test_cancelling_a_running_sample_kills_its_sandbox_and_leaves_the_others(
         while _running(twin.pool.pids(), ["sleep", "300"]) or admission.in_flight():
             assert time.monotonic() < deadline, "the cancelled sample's sandbox ran on"
             time.sleep(0.2)
-        batches = executions(twin, c.OUTPUT_BATCH_ARN)
+        # The batch ends once its ledger counts the cancelled sample too, which its holder's
+        # finish message tells the finisher after the slot came back (seen RUNNING here).
+        while (batches := executions(twin, c.OUTPUT_BATCH_ARN)) and any(
+            b["status"] == "RUNNING" for b in batches
+        ):
+            assert time.monotonic() < deadline, f"the batch never ended: {batches}"
+            time.sleep(0.2)
         assert [b["status"] for b in batches] == (["SUCCEEDED"] if together else [])
         client.close()
+
+
+def _beats(log: Path) -> int:
+    """SendTaskHeartbeat calls, from the twin's request log."""
+    return sum(
+        json.loads(line).get("target") == "AWSStepFunctions.SendTaskHeartbeat"
+        for line in log.read_text().splitlines()
+    )
 
 
 def _taskset_reads(log: Path) -> dict[str, int]:
@@ -257,10 +271,14 @@ def test_a_group_is_graded_in_batches_that_each_read_the_task_set_once(
             if key.startswith(principals.FUNCTION_PREFIX)
         }
         assert 1 <= sum(functions_read.values()) <= len(batches), functions_read
+        beats_before = _beats(log)
         alone = [
             local.run_group(task, [completion], group_id=f"g-alone-{i}", timeout=120)[0]
             for i, completion in enumerate(completions[: len(kinds)])
         ]
+        # A job run alone is asked about once, before it runs (a stale redelivery's execution
+        # moved on), and again only once a beat is due: none of these lasts a beat's interval.
+        assert _beats(log) - beats_before == len(alone)
 
     def graded(result: ExecutionResult) -> tuple[Any, ...]:
         tests = [(t.test_id, t.outcome) for t in result.tests]
