@@ -127,13 +127,16 @@ os._Environ.__getitem__ = lambda self, key: read.add(key) or get(self, key)
 os._Environ.__contains__ = lambda self, key: read.add(key) or has(self, key)
 for module in sys.argv[1:]:
     importlib.import_module(module)
+from trialbox.local import forks  # then what the zygote parses before it forks
+forks.models_cache.share(forks.MODELS)
 print(json.dumps(sorted(read)))
 """
 
 
 def test_what_the_zygote_imports_reads_no_setting_of_a_function_s_own() -> None:
-    """The zygote imports PRELOAD once, with the variables every function sets alike (and
-    nothing of its caller's): a setting read there at import is the zygote's, not the
+    """The zygote imports PRELOAD once and parses the handlers' service models, with the
+    variables every function sets alike (and nothing of its caller's): a setting read there
+    at import is the zygote's, not the
     function's. Each one the template's functions set, they all set to the same value."""
     done = subprocess.run(
         [sys.executable, "-c", READS, *PRELOAD], capture_output=True, text=True, check=True

@@ -34,6 +34,8 @@ import traceback
 from pathlib import Path
 from typing import IO, Any
 
+from trialbox.local import models_cache
+
 # What every handler imports (functions/*/handler.py). What they read at import is set the
 # same for every function, or by none (tests/local/test_forks.py).
 PRELOAD = (
@@ -48,6 +50,8 @@ PRELOAD = (
     "pydantic",
     "trialbox.models",
 )
+# The services the handlers make clients of: their models parsed once, here (models_cache).
+MODELS = ("cloudwatch", "dynamodb", "ecs", "s3", "sqs", "stepfunctions")
 MESSAGE_BYTES = 1 << 20  # one fork request: an argument list and an environment
 
 
@@ -181,6 +185,7 @@ def _child(argv: list[str], env: dict[str, str], fds: list[int]) -> None:  # pra
 def main(control_fd: int) -> None:  # pragma: no cover - the zygote's own process
     for module in PRELOAD:
         importlib.import_module(module)
+    models_cache.share(MODELS)
     children: set[int] = set()
     code = 1
     try:

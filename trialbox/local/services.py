@@ -32,7 +32,14 @@ from moto.server import ThreadedMotoServer
 from trialbox import aws_retries
 from trialbox import constants as c
 from trialbox.errors import TrialboxError
-from trialbox.local import faults, limit_patches, patches, principals, requestlog
+from trialbox.local import (
+    faults,
+    limit_patches,
+    models_cache,
+    patches,
+    principals,
+    requestlog,
+)
 from trialbox.local.function_urls import FunctionUrl
 from trialbox.local.functions import FunctionHost
 from trialbox.local.poller import Poller, Scheduler
@@ -78,6 +85,7 @@ def client(endpoint_url: str, service: str, key: str = principals.SDK) -> Any:
 
 def serve(port: int, heartbeat_s: int, log_dir: Path, ready: IO[str], until: IO[str]) -> None:
     logging.getLogger("werkzeug").setLevel(logging.ERROR)  # one line per request otherwise
+    models_cache.share()  # moto's backends and the twin's clients: each model parsed once
     patches.keep_connections_alive()
     server = ThreadedMotoServer(ip_address="127.0.0.1", port=port, verbose=False)
     server.start()
