@@ -183,16 +183,6 @@ def test_a_request_that_already_ended_starts_nothing(aws: Aws, dispatcher: Dispa
     assert aws.admission.in_flight() == 0  # the slot its dispatch took, given back
 
 
-def test_a_request_admitted_at_once_reads_its_result_once(aws: Aws, dispatcher: Dispatcher) -> None:
-    """Once it holds its slot (a cancel that found no marker counts on that read), and not
-    before too: one GetItem a dispatch."""
-    reads: list[str] = []
-    events = aws.table.dynamodb.meta.events
-    events.register("before-call.dynamodb.GetItem", lambda **kw: reads.append(kw["model"].name))
-    assert dispatcher(request("r-once")) == Dispatched.STARTED
-    assert reads == ["GetItem"]
-
-
 def test_an_ended_request_sent_again_with_other_content_is_dead_lettered(
     aws: Aws, dispatcher: Dispatcher
 ) -> None:

@@ -7,35 +7,59 @@ twin's processes share the parsed models instead:
 - `share()` makes every loader made after it, in this process and in the processes it forks,
   use one cache per kind of loader (its search paths, extras and file loader), so that what
   one session parsed the next finds;
-- given services, it parses their models at once: the function processes' zygote does so
-  before it forks them, and each handler's clients find them parsed.
+- given services, it parses their models at once, for a boto3 session's loader (botocore's
+  paths and boto3's data directory): the function processes' zygote does so before it forks
+  them, and each handler's `boto3.client` finds them parsed.
 
 Only the twin's processes call it (trialbox/local); the pipeline's code and its AWS calls are
 the same. A loader's cache holds what it read from the files on its search paths, which no
-process changes; a loader whose paths differ (AWS_DATA_PATH) gets a cache of its own.
+process changes. Which cache a loader uses is decided at each lookup, from its paths then: a
+loader whose paths differ (AWS_DATA_PATH), or change after it was made (boto3's session adds
+its own data directory to its loader's), uses the cache of those paths.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 from typing import Any
 
+import boto3
 from botocore import loaders
 from botocore.exceptions import DataNotFoundError
 
 _CACHES: dict[tuple[Any, ...], dict[Any, Any]] = {}
+BOTO3_DATA = os.path.join(os.path.dirname(boto3.__file__), "data")
 _ORIGINAL_INIT = loaders.Loader.__init__
 # What a client's creation reads besides its service's own models (botocore 1.x).
 COMMON = ("endpoints", "partitions", "_retry", "sdk-default-configuration")
 
 
-def _kind(loader: loaders.Loader) -> tuple[Any, ...]:
-    return (tuple(loader.search_paths), tuple(loader.extras_types), type(loader.file_loader))
+class _KindCache:
+    """A loader's `_cache` (all botocore's `instance_cache` reads and writes): the shared
+    cache of the loader's kind as it is at each lookup."""
+
+    def __init__(self, loader: loaders.Loader) -> None:
+        self._loader = loader
+
+    def _cache(self) -> dict[Any, Any]:
+        loader = self._loader
+        kind = (tuple(loader.search_paths), tuple(loader.extras_types), type(loader.file_loader))
+        return _CACHES.setdefault(kind, {})
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._cache()
+
+    def __getitem__(self, key: object) -> Any:
+        return self._cache()[key]
+
+    def __setitem__(self, key: object, value: Any) -> None:
+        self._cache()[key] = value
 
 
 def _init(self: loaders.Loader, *args: Any, **kwargs: Any) -> None:
     _ORIGINAL_INIT(self, *args, **kwargs)
-    self._cache = _CACHES.setdefault(_kind(self), self._cache)
+    self._cache = _KindCache(self)
 
 
 def share(services: tuple[str, ...] = ()) -> None:
@@ -45,6 +69,7 @@ def share(services: tuple[str, ...] = ()) -> None:
     if not services:
         return
     loader = loaders.create_loader()
+    loader.search_paths.append(BOTO3_DATA)  # as a boto3 session does: its clients' kind
     for name in COMMON:
         with contextlib.suppress(DataNotFoundError):
             loader.load_data(name)

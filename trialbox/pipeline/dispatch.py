@@ -115,7 +115,12 @@ class Dispatcher:
             return self._reject(request_id, validation_message(exc))
         if request.request_id != request_id:
             return self._reject(request_id, "request_id: differs from the pointer's request_id")
+        ended, recorded_for = self.table.terminal(request_id)
         content = request.content_sha256()
+        if ended and recorded_for not in (None, content):
+            return self._reused(body, request_id)
+        if ended:  # nothing to run: it ended already (its client cancelled it, say)
+            return Dispatched.ALREADY_ENDED
         if pointer is None and len(body.encode()) > MAX_INLINE_REQUEST_BYTES:
             pointer = self._offload(request_id, content, body)
         rollout = RolloutInput(
@@ -126,32 +131,16 @@ class Dispatcher:
         )
         new = self.admission.admit_new(request_id)
         if new is None:
-            # Before it waits: one that ended in the queue (cancelled, say) takes no slot.
-            if (ended := self._ended(request_id, content, body)) is not None:
-                return ended
             if before_waiting is not None:
                 before_waiting()
             if not self._admitted(request_id, wait_until):
                 self.requeue(body)
                 return Dispatched.REQUEUED
             new = True
-        # Once it holds a slot: a cancel that found no marker yet counts on this read to start
-        # nothing. A request admitted at once is read this once, not before too.
-        if (ended := self._ended(request_id, content, body)) is not None:
-            if new:  # a slot this call took; one admitted before is its holder's to give back
-                self.admission.release(request_id)
-            return ended
+        if self.table.terminal(request_id)[0]:  # it ended while it waited (cancelled, say)
+            self.admission.release(request_id)
+            return Dispatched.ALREADY_ENDED
         return Admitted(rollout, body, redelivered=not new)
-
-    def _ended(self, request_id: str, content: str, body: str) -> Dispatched | None:
-        """What became of a request that has its terminal result already: nothing to run, or
-        its id reused with other content (dead-lettered); None while it has none."""
-        ended, recorded_for = self.table.terminal(request_id)
-        if not ended:
-            return None
-        if recorded_for not in (None, content):
-            return self._reused(body, request_id)
-        return Dispatched.ALREADY_ENDED
 
     def start(self, admitted: list[Admitted]) -> dict[str, Dispatched]:
         """Start what `admit` admitted: one request alone as its own execution, several as one

@@ -13,8 +13,11 @@ Only an object that has a `__wrapped__` chain, or is a `staticmethod` or `classm
 hide a fixture: for any other the original check unwraps nothing, and finds either the object
 itself (a bare fixture, `__wrapped__` set: not this case) or nothing, and warns of neither. So
 those are skipped, and every other object gets the original check: the same warnings, for the
-same objects. An attribute read that raises counts as no `__wrapped__`, as the original's
-unwrap treats it.
+same objects, wherever reading an attribute gives the same answer each time. An attribute read
+that raises counts as no `__wrapped__`, as the original's unwrap treats it, with one difference
+a red team found: a `__wrapped__` that raises a test outcome (`pytest.skip.Exception`) skipped
+the module in pytest's scan, and is ignored here (a sample gains nothing by it: the report
+flags a skip raised from the solution's code, and warnings do not move a reward).
 """
 
 from __future__ import annotations
