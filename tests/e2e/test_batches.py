@@ -20,7 +20,7 @@ from tests.support.tasks import ADD_TASK, CORRECT
 from tests.support.twin import request
 from trialbox import constants as c
 from trialbox.local import principals
-from trialbox.local.requestlog import ENV_REQUEST_LOG
+from trialbox.local.requestlog import ENV_REQUEST_LOG, calls
 from trialbox.local.twin import LocalTwin
 from trialbox.metering import execution_transitions
 from trialbox.models import ExecutionResult, Status
@@ -224,10 +224,7 @@ def test_cancelling_a_running_sample_kills_its_sandbox_and_leaves_the_others(
 
 def _beats(log: Path) -> int:
     """SendTaskHeartbeat calls, from the twin's request log."""
-    return sum(
-        json.loads(line).get("target") == "AWSStepFunctions.SendTaskHeartbeat"
-        for line in log.read_text().splitlines()
-    )
+    return sum(call.operation == "SendTaskHeartbeat" for call in calls(log))
 
 
 def _taskset_reads(log: Path) -> dict[str, int]:
