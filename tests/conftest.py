@@ -38,14 +38,23 @@ def pytest_configure(config: pytest.Config) -> None:
 
 
 @pytest.hookimpl(wrapper=True, tryfirst=True)  # outside pytest-timeout's: waiting is free
-def pytest_runtest_protocol(item: pytest.Item) -> Iterator[object]:
-    """Every test in a seat of the machine's (tests/support/seats.py)."""
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[object]:
+    """Every test in a seat of the machine's (tests/support/seats.py). Tests marked `alone`
+    one after the other (schedule.slowest_groups_first puts a module's together) keep every
+    seat from the first to the last: the machine's seats drain once for them."""
     if os.geteuid() != 0 or item.path.is_relative_to(UNIT):  # the unit level: it is light
         return (yield)  # (and /run/lock is only root's to write)
     known = item.config.stash.get(_KNOWN, None)
     expected_s = known.record.get(item.nodeid, 0.0) if known is not None else 0.0
-    with seats.seat(alone=item.get_closest_marker("alone") is not None, expected_s=expected_s):
+    if not schedule.alone(item):
+        with seats.seat(expected_s=expected_s):
+            return (yield)
+    last = nextitem is None or not schedule.alone(nextitem)
+    with _IN_A_ROW.alone(last, expected_s):
         return (yield)
+
+
+_IN_A_ROW = seats.InARow()
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

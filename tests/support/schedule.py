@@ -68,14 +68,28 @@ class Known:
         return self.seed.get(group, DEFAULT_S * len(nodeids))
 
 
+def alone(item: pytest.Item) -> bool:
+    """Marked to take every seat of the machine (tests/support/seats.py)."""
+    return item.get_closest_marker("alone") is not None
+
+
 def slowest_groups_first(items: list[pytest.Item], known: Known) -> None:
     """Reorder `items` in place: whole groups, longest first; within a group, as collected
-    (a stable sort: a group's tests are contiguous as collected, and stay so)."""
+    (a stable sort: a group's tests are contiguous as collected, and stay so), except that a
+    module's tests marked `alone` run last in it, one after the other: they then drain the
+    machine's seats once, not once each."""
     members: defaultdict[str, list[str]] = defaultdict(list)
     for item in items:
         members[group_of(item.nodeid)].append(item.nodeid)
     cost = {group: known.cost(group, nodeids) for group, nodeids in members.items()}
-    items.sort(key=lambda item: -cost[group_of(item.nodeid)])
+    first: dict[str, int] = {}  # each module's place in the collection
+    for index, item in enumerate(items):
+        first.setdefault(_module(item), index)
+    items.sort(key=lambda item: (-cost[group_of(item.nodeid)], first[_module(item)], alone(item)))
+
+
+def _module(item: pytest.Item) -> str:
+    return item.nodeid.split("::", 1)[0]
 
 
 def by_group(spent: dict[str, float]) -> dict[str, float]:

@@ -105,3 +105,26 @@ def seat(
         for fd in held.values():
             os.close(fd)
         os.close(gate)
+
+
+class InARow:
+    """Every seat, held from the first of several tests marked `alone` that run one after the
+    other to the last of them: the machine's seats drain once for them, not once each."""
+
+    def __init__(self, seats: int | None = None, directory: Path = DIRECTORY) -> None:
+        self.seats, self.directory = seats, directory
+        self._held: contextlib.ExitStack | None = None
+
+    @contextlib.contextmanager
+    def alone(self, last: bool, expected_s: float = 0.0) -> Iterator[None]:
+        """One test alone; `last`: the next test is not alone (every seat is given back)."""
+        if self._held is None:
+            held = contextlib.ExitStack()
+            held.enter_context(seat(self.seats, self.directory, True, expected_s))
+            self._held = held
+        try:
+            yield
+        finally:
+            if last:
+                self._held.close()
+                self._held = None

@@ -26,8 +26,12 @@ def held_elsewhere(seat: Path) -> bool:
     return fd is None
 
 
-def items(*nodeids: str) -> list[Any]:
-    return [SimpleNamespace(nodeid=n) for n in nodeids]
+def items(*nodeids: str, alone: tuple[str, ...] = ()) -> list[Any]:
+    def item(nodeid: str) -> SimpleNamespace:
+        marked = nodeid in alone
+        return SimpleNamespace(nodeid=nodeid, get_closest_marker=lambda name: marked or None)
+
+    return [item(n) for n in nodeids]
 
 
 def test_a_group_is_a_module_except_the_shared_packages() -> None:
@@ -66,6 +70,40 @@ def test_groups_run_longest_first_and_stay_whole_in_collection_order() -> None:
         "tests/unit/test_a.py::one",  # 0.5 s known, 1 s for the other
         "tests/unit/test_a.py::two",
     ]
+
+
+def test_a_module_s_tests_marked_alone_run_last_in_it_one_after_the_other() -> None:
+    collected = items(
+        "tests/fargate/test_jobs.py::a",
+        "tests/fargate/test_jobs.py::b",
+        "tests/fargate/test_jobs.py::c",
+        "tests/fargate/test_leftovers.py::l",
+        "tests/sandbox/test_rlimit.py::r1",
+        "tests/sandbox/test_rlimit.py::r2",
+        "tests/sandbox/test_rlimit.py::r3",
+        "tests/sandbox/test_rlimit.py::r4",
+        alone=("tests/fargate/test_jobs.py::a", "tests/sandbox/test_rlimit.py::r1",
+               "tests/sandbox/test_rlimit.py::r3"),
+    )  # fmt: skip
+    known = schedule.Known(seed={"tests/fargate/": 90.0, "tests/sandbox/test_rlimit.py": 9.0})
+    schedule.slowest_groups_first(collected, known)
+    assert [i.nodeid.split("::")[1] for i in collected] == [
+        "b", "c", "a",  # last in its module, not in its group: the module's fixtures stay built
+        "l",
+        "r2", "r4", "r1", "r3",  # as collected among themselves
+    ]  # fmt: skip
+
+
+def test_tests_alone_in_a_row_keep_every_seat_from_the_first_to_the_last(tmp_path: Path) -> None:
+    row = seats.InARow(2, tmp_path)
+    with row.alone(last=False):
+        assert [held_elsewhere(tmp_path / str(n)) for n in range(2)] == [True, True]
+    assert [held_elsewhere(tmp_path / str(n)) for n in range(2)] == [True, True]  # kept
+    with row.alone(last=True):
+        pass
+    assert [held_elsewhere(tmp_path / str(n)) for n in range(2)] == [False, False]
+    with seats.seat(2, tmp_path) as taken:  # a single seat is free to others again
+        assert len(taken) == 1
 
 
 def test_a_record_keeps_the_tests_a_run_did_not_touch(tmp_path: Path) -> None:
