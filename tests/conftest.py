@@ -49,7 +49,12 @@ def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> 
     if not schedule.alone(item):
         with seats.seat(expected_s=expected_s):
             return (yield)
-    last = nextitem is None or not schedule.alone(nextitem)
+    session = item.session
+
+    def last() -> bool:  # pytest tears everything down at once when it stops (-x, Ctrl-C)
+        stops = bool(session.shouldfail or session.shouldstop)
+        return stops or nextitem is None or not schedule.alone(nextitem)
+
     with _IN_A_ROW.alone(last, expected_s):
         return (yield)
 

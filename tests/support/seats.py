@@ -26,7 +26,7 @@ import contextlib
 import fcntl
 import os
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 from trialbox.sandbox.shared_files import try_exclusive
@@ -116,15 +116,19 @@ class InARow:
         self._held: contextlib.ExitStack | None = None
 
     @contextlib.contextmanager
-    def alone(self, last: bool, expected_s: float = 0.0) -> Iterator[None]:
-        """One test alone; `last`: the next test is not alone (every seat is given back)."""
+    def alone(self, last: Callable[[], bool], expected_s: float = 0.0) -> Iterator[None]:
+        """One test alone. `last`, asked once it ended: no test alone follows it (the next
+        is not alone, or the session stops), and every seat is given back; an interruption
+        gives them back too."""
         if self._held is None:
             held = contextlib.ExitStack()
             held.enter_context(seat(self.seats, self.directory, True, expected_s))
             self._held = held
+        ended = False
         try:
             yield
+            ended = True
         finally:
-            if last:
+            if not ended or last():
                 self._held.close()
                 self._held = None

@@ -3,6 +3,7 @@ machine's seats every test takes (tests/support/seats.py)."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
@@ -96,14 +97,22 @@ def test_a_module_s_tests_marked_alone_run_last_in_it_one_after_the_other() -> N
 
 def test_tests_alone_in_a_row_keep_every_seat_from_the_first_to_the_last(tmp_path: Path) -> None:
     row = seats.InARow(2, tmp_path)
-    with row.alone(last=False):
-        assert [held_elsewhere(tmp_path / str(n)) for n in range(2)] == [True, True]
-    assert [held_elsewhere(tmp_path / str(n)) for n in range(2)] == [True, True]  # kept
-    with row.alone(last=True):
+
+    def held() -> list[bool]:
+        return [held_elsewhere(tmp_path / str(n)) for n in range(2)]
+
+    with row.alone(last=lambda: False):
+        assert held() == [True, True]
+    assert held() == [True, True]  # kept for the next
+    with row.alone(last=lambda: True):
         pass
-    assert [held_elsewhere(tmp_path / str(n)) for n in range(2)] == [False, False]
+    assert held() == [False, False]
     with seats.seat(2, tmp_path) as taken:  # a single seat is free to others again
         assert len(taken) == 1
+    # An interrupted test alone gives every seat back, whatever follows it.
+    with contextlib.suppress(KeyboardInterrupt), row.alone(last=lambda: False):
+        raise KeyboardInterrupt
+    assert held() == [False, False]
 
 
 def test_a_record_keeps_the_tests_a_run_did_not_touch(tmp_path: Path) -> None:
