@@ -136,8 +136,8 @@ print(json.dumps(sorted(read)))
 def test_what_the_zygote_imports_reads_no_setting_of_a_function_s_own() -> None:
     """The zygote imports PRELOAD once and parses the handlers' service models, with the
     variables every function sets alike (and nothing of its caller's): a setting read there
-    at import is the zygote's, not the
-    function's. Each one the template's functions set, they all set to the same value."""
+    at import is the zygote's, not the function's. Each one the template's functions set,
+    they all set to the same value."""
     done = subprocess.run(
         [sys.executable, "-c", READS, *PRELOAD], capture_output=True, text=True, check=True
     )

@@ -58,10 +58,11 @@ DECLARED = {
 
 # Room for every sample meant to finish on a loaded machine; the one that spins is stopped
 # sooner (its CPU is the suite's: three runs of it on each of four cases).
+ROOM_S = 5.0
 TIMEOUT_S = {"past_its_time": 2.0}
 
 
-def _task(isolation: str, timeout_s: float = 5.0) -> Task:
+def _task(isolation: str, timeout_s: float = ROOM_S) -> Task:
     raw: dict[str, Any] = json.loads(json.dumps(ADD_TASK))
     raw["grading"] |= {"isolation": isolation}
     raw["limits"] = {"timeout_s": timeout_s, "memory_mb": 256}
@@ -79,7 +80,7 @@ def test_warm_gives_each_sample_its_cold_status_and_peak(backend: str, isolation
     warm, cold = Runner(config), Runner(config.model_copy(update={"warm": False}))
     differ = {}
     for name, code in SAMPLES.items():
-        task = _task(isolation, TIMEOUT_S.get(name, 5.0))
+        task = _task(isolation, TIMEOUT_S.get(name, ROOM_S))
         sample = Sample(task_id=task.task_id, sample_id=name, files={"solution.py": code})
 
         def run(runner: Runner, task: Task = task, sample: Sample = sample) -> ExecutionResult:
