@@ -22,6 +22,7 @@ from trialbox.pipeline.admission import Admission, shard
 from trialbox.pipeline.dead_letters import DeadLetter, DeadLetters, EndedWithoutResult
 from trialbox.pipeline.dispatch import Dispatched, Dispatcher
 from trialbox.pipeline.recorder import Recorder, RecordInput
+from trialbox.pipeline.stores import ResultTable
 from trialbox.worker.lease import hold_lease
 
 
@@ -381,7 +382,7 @@ def test_a_lease_says_at_once_when_its_workers_free_slots_change(pool: Admission
 
 class Counted:
     """DynamoDB whose reads are noted: a GetItem's partition, a BatchGetItem's as `pool`
-    when it reads the count's shards."""
+    when it reads the count's shards, and each marker's partition it reads with them."""
 
     def __init__(self, dynamodb: Any) -> None:
         self.dynamodb, self.parts = dynamodb, []
@@ -392,8 +393,9 @@ class Counted:
 
     def batch_get_item(self, **kwargs: Any) -> Any:
         (wanted,) = kwargs["RequestItems"].values()
-        parts = {key["part"]["S"].split("#")[0] for key in wanted["Keys"]}
-        self.parts.extend(parts)
+        parts = [key["part"]["S"] for key in wanted["Keys"]]
+        self.parts.extend(p for p in parts if p.startswith(admission_module.MARKERS))
+        self.parts.extend({p.split("#")[0] for p in parts if p.startswith(admission_module.POOL)})
         return self.dynamodb.batch_get_item(**kwargs)
 
     def __getattr__(self, name: str) -> Any:
@@ -416,6 +418,50 @@ def test_a_waiting_dispatcher_reads_the_count_alone_after_its_first_ask(
     counts = [p for p in counted.parts if p == admission_module.POOL]
     assert len(markers) == 1 and len(counts) >= 4
     assert len(requeued) == 1  # back to the requests queue once its wait ran out
+
+
+class Calls:
+    """DynamoDB whose calls are noted by operation, in order."""
+
+    def __init__(self, dynamodb: Any) -> None:
+        self.dynamodb, self.made = dynamodb, []
+
+    def __getattr__(self, name: str) -> Any:
+        call = getattr(self.dynamodb, name)
+        if not callable(call) or name.startswith(("get_paginator", "exceptions", "meta")):
+            return call
+
+        def noted(**kwargs: Any) -> Any:
+            self.made.append(name)
+            return call(**kwargs)
+
+        return noted
+
+
+def test_a_request_admitted_at_once_costs_the_dispatcher_three_table_calls(
+    aws: Aws, pool: Admission, dispatcher: tuple[Dispatcher, list[str]]
+) -> None:
+    """Was five calls, with a full pool's first ask: the request's result read before and
+    after its admission, and its marker read apart from the count. Now: the count and the
+    marker in one read, the admission, and the result read once the slot is held (a cancel
+    that found no marker relies on that one); a request that must wait reads its result
+    before it waits, so that one that ended waits for nothing."""
+    dispatch, requeued = dispatcher
+    pool.lease("w-1", 1, term_s=60)
+    calls = Calls(aws.dynamodb)
+    dispatch.admission = Admission(calls, pool.table)
+    dispatch.table = ResultTable(calls, aws.table.table, aws.table.ttl_days)
+    dispatch.admission._capacity = (time.time(), 1)  # the leases' read is cached, not per request
+    assert dispatch(request("r-1")) == Dispatched.STARTED
+    assert calls.made == ["batch_get_item", "transact_write_items", "get_item"]
+    calls.made.clear()
+    assert dispatch(request("r-2"), wait_until=time.monotonic() + 0.25) == Dispatched.REQUEUED
+    assert calls.made[:2] == ["batch_get_item", "get_item"]  # full: its result, then it waits
+    assert set(calls.made[2:]) == {"batch_get_item"} and requeued
+    calls.made.clear()
+    aws.table.put_terminal("r-3", {"status": "cancelled"})  # cancelled before it was admitted
+    assert dispatch(request("r-3"), wait_until=time.monotonic() + 30) == Dispatched.ALREADY_ENDED
+    assert calls.made == ["batch_get_item", "get_item"]  # it waited for no slot
 
 
 def test_admissions_spread_over_the_count_s_shards_within_each_share(pool: Admission) -> None:
@@ -535,8 +581,8 @@ def test_dispatchers_admitting_at_once_after_the_pool_shrank_stay_within_it(
         mine = Admission(aws.dynamodb, pool.table)
         read, first = mine._read_counts, [True]
 
-        def at_once() -> tuple[list[int], int]:
-            seen = read()
+        def at_once(marker_of: str | None = None) -> tuple[list[int], int, bool]:
+            seen = read(marker_of)
             if first.pop() if first else False:  # the first read, at the same moment
                 together.wait(timeout=10)
             return seen

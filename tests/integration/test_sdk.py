@@ -752,6 +752,37 @@ def test_closing_the_sync_client_right_after_a_submit_closes_at_once(
     assert fake.received == ["sd0"]
 
 
+def test_submits_one_at_a_time_send_at_once_but_poll_no_faster_than_a_poll_delay(
+    resources: Resources, fake: FakePipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each submit wakes the pump, which sent and polled: a trainer submitting its samples one
+    at a time paid a poll of every request in flight per submit (the twin's orchestration
+    benchmark: 2.2 result reads a sample, sent singly). A wake-up sends at once and polls only
+    once POLL_S has passed since the last poll."""
+    monkeypatch.setattr(core, "POLL_S", 30)
+    monkeypatch.setattr(core, "MAX_POLL_S", 30)
+    client = Client(resources, concurrency=64)
+    polls: list[int] = []
+    aws = client._async._aws
+    results = aws.results
+
+    def counted(request_ids: list[str]) -> Any:
+        polls.append(len(request_ids))
+        return results(request_ids)
+
+    monkeypatch.setattr(aws, "results", counted)
+    try:
+        for n in range(12):
+            client.submit([req(f"one-{n}", delay="hold")])
+        fake.wait_received("one-11")
+        # Each submit reads its own request's stored result (1 id); the pump polled the
+        # requests in flight (several ids) once: the first wake-up, none since.
+        assert polls.count(1) >= 12 and len(polls) <= 13, polls
+    finally:
+        client.close()
+        fake.stop()
+
+
 def test_closing_the_client_fails_its_open_handles(
     resources: Resources, fake: FakePipeline
 ) -> None:

@@ -154,43 +154,52 @@ class Admission:
         return slots
 
     def in_flight(self) -> int:
-        counts, legacy = self._read_counts()
+        counts, legacy, _ = self._read_counts()
         return sum(counts) + legacy
 
-    def _read_counts(self) -> tuple[list[int], int]:
-        """Each count shard's requests in flight, and the unsharded count's (requests admitted
-        before the count was sharded: it only drains), in one consistent BatchGetItem."""
-        counts, legacy = [0] * COUNT_SHARDS, 0
+    def _read_counts(self, marker_of: str | None = None) -> tuple[list[int], int, bool]:
+        """Each count shard's requests in flight, the unsharded count's (requests admitted
+        before the count was sharded: it only drains), and whether `marker_of` (a request
+        id) has its marker, in one consistent BatchGetItem."""
+        counts, legacy, marked = [0] * COUNT_SHARDS, 0, False
         keys = [_count_key(k) for k in range(COUNT_SHARDS)] + [_count_key(None)]
+        if marker_of is not None:
+            keys.append(self._key(shard(marker_of), marker_of))
         request: dict[str, Any] = {self.table: {"Keys": keys, "ConsistentRead": True}}
         while request:
             answer = self.dynamodb.batch_get_item(RequestItems=request)
             for item in answer["Responses"].get(self.table, []):
-                part, count = item[PART]["S"], int(item[COUNT]["N"])
-                if part == POOL:
-                    legacy = count
+                part = item[PART]["S"]
+                if part.startswith(MARKERS):
+                    marked = True
+                elif part == POOL:
+                    legacy = int(item[COUNT]["N"])
                 else:
-                    counts[int(part.rsplit("#", 1)[1])] = count
+                    counts[int(part.rsplit("#", 1)[1])] = int(item[COUNT]["N"])
             request = answer.get("UnprocessedKeys") or {}
-        return counts, legacy
+        return counts, legacy, marked
 
     # The dispatcher's side --------------------------------------------------------------
     def admit(self, request_id: str, again: bool = False) -> bool:
         """Admit the request if a slot is free; True as well when it was admitted before (a
         redelivered message: its execution may already run). A full pool is seen by a read,
         not a write: a dispatcher waiting for a slot asks ten times a second, `again`, and
-        only its first ask reads the marker too (a redelivery's is there from the start)."""
+        only its first ask reads the marker too, with the counts (a redelivery's is there
+        from the start)."""
         return self.admit_new(request_id, again) is not None
 
     def admit_new(self, request_id: str, again: bool = False) -> bool | None:
         """As `admit`: True, admitted now; False, admitted before (a redelivery); None, not
         admitted (the pool is full)."""
         capacity = self.capacity()
+        marker_of = None if again else request_id
         for _ in range(COUNT_SHARDS):  # a shard another dispatcher filled meanwhile: read again
-            counts, legacy = self._read_counts()
+            counts, legacy, marked = self._read_counts(marker_of)
+            if marked:
+                return False
             if sum(counts) + legacy >= capacity:
-                return None if again or not self._marked(request_id) else False
-            again = True  # the marker was read (or is read by the transaction) once
+                return None
+            marker_of = None  # read once; the transaction's condition checks it from now
             admitted = self._admit_on(request_id, counts, room_shares(counts, capacity, legacy))
             if admitted is not None:
                 return admitted
@@ -229,9 +238,6 @@ class Admission:
         if reasons is None:
             return True
         return False if reasons[1] == "ConditionalCheckFailed" else None
-
-    def _marked(self, request_id: str) -> bool:
-        return self._marker(request_id) is not None
 
     def _marker(self, request_id: str) -> dict[str, Any] | None:
         answer = self.dynamodb.get_item(

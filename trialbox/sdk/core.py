@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import math
 import time
 from collections import deque
 from collections.abc import AsyncIterator, Generator, Sequence
@@ -146,6 +147,7 @@ class AsyncClient:
         self._closed = False
         self._poll_failures = 0
         self._send_failures = 0
+        self._polled_at = -math.inf  # time.monotonic() of the last poll
         self._loop: asyncio.AbstractEventLoop | None = None
         self.sessions = SessionContext(self._aws, self._grade)
 
@@ -446,8 +448,12 @@ class AsyncClient:
         while (self._waiting or self._in_flight) and not self._closed:
             self._wake.clear()
             # Poll first: the slots it frees are refilled at once, and each poll comes a full
-            # delay after the sends it covers.
-            arrived = await self._poll()
+            # delay after the sends it covers. A wake-up (a submit, a cancel) sends at once
+            # but polls no sooner than POLL_S after the last poll: submits one at a time
+            # would otherwise each cost a poll.
+            arrived = 0
+            if time.monotonic() - self._polled_at >= POLL_S:
+                arrived = await self._poll()
             sent = await self._admit()
             delay = POLL_S if (sent or arrived) else min(MAX_POLL_S, delay * 1.5)
             if self._waiting or self._in_flight:
@@ -502,6 +508,7 @@ class AsyncClient:
     async def _poll(self) -> int:
         if not self._in_flight:
             return 0
+        self._polled_at = time.monotonic()
         try:
             stored = await asyncio.to_thread(self._aws.results, list(self._in_flight))
         except TrialboxError as exc:  # botocore retried already
