@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import copy
 import http.client
+import io
 import json
 import socket
 import threading
@@ -16,6 +17,7 @@ import pytest
 from jsonpath_ng.parser import JsonPathParser
 from moto import backends, mock_aws
 from moto.awslambda_simple.models import LambdaSimpleBackend
+from moto.core import responses as moto_responses
 from moto.core import utils as moto_utils
 from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_backend_app
 from moto.server import ThreadedMotoServer
@@ -500,3 +502,78 @@ def test_a_request_whose_length_is_not_one_is_answered_on_a_closed_connection(
     finally:
         server.stop()
     assert answer.startswith(b"HTTP/1.1 ") and b"Connection: close" in answer, answer[:200]
+
+
+def test_moto_lists_a_responses_class_per_request_without_the_patch_and_once_with_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """moto found a request's action among its responses class's functions listed anew for
+    every request (inspect.getmembers); with the patch each class is listed once, and every
+    action is still found."""
+    listed: list[type] = []
+    real = moto_utils.method_names_from_class
+
+    def counted(clazz: type) -> list[str]:
+        listed.append(clazz)
+        return real(clazz)
+
+    monkeypatch.setitem(vars(moto_responses), "method_names_from_class", counted)
+    monkeypatch.setattr(patches, "_original_method_names", counted)
+
+    def calls() -> list[str]:
+        with mock_aws():
+            dynamodb = boto3.client("dynamodb", region_name="us-east-1")
+            tables = [dynamodb.list_tables()["TableNames"] for _ in range(3)]
+            sqs = boto3.client("sqs", region_name="us-east-1")
+            queues = [sqs.list_queues().get("QueueUrls", []) for _ in range(2)]
+        return [str(tables), str(queues)]
+
+    before = calls()
+    assert len(listed) == 5  # still needed: a listing per request
+    listed.clear()
+    patches.find_each_action_by_a_set()
+    assert calls() == before
+    assert len(set(listed)) == len(listed) == 2  # once for each class
+
+
+HEADER_BLOCKS = [
+    b"Host: x\r\nContent-Length: 2\r\nX-Amz-Target: DynamoDB_20120810.GetItem\r\n\r\n",
+    b"host:x\r\nA:  spaced  \r\nA: twice\r\nEmpty:\r\n\r\n",  # no space, kept spaces, repeats
+    b"Folded: one\r\n two\r\nNext: 3\r\n\r\n",  # a folded line: the email parser's case
+    b"No colon here\r\nHost: x\r\n\r\n",  # malformed: the email parser's case
+    b"Bare: lf\nOnly: lf\n\n",
+    b"Latin: \xe9t\xe9\r\n\r\n",
+    b"\r\n",  # no header at all
+]
+
+
+@pytest.mark.parametrize("block", HEADER_BLOCKS)
+def test_headers_read_directly_are_the_email_parser_s(block: bytes) -> None:
+    """http.client read every request's and response's headers with the email package's
+    general parser; with the patch, lines of one `name: value` each are read directly and
+    the rest still goes to that parser: the message is the same either way."""
+    parsed = http.client.parse_headers(io.BytesIO(block + b"body"))
+    assert http.client.parse_headers is patches._original_parse_headers  # unpatched
+    patches.parse_headers_directly()
+    stream = io.BytesIO(block + b"body")
+    direct = http.client.parse_headers(stream)
+    assert type(direct) is type(parsed) and direct.items() == parsed.items()
+    assert direct.get_all("A") == parsed.get_all("A") and stream.read() == b"body"
+
+
+def test_a_server_with_headers_read_directly_answers_as_before() -> None:
+    """Through moto's server and botocore, both reading headers with the patch."""
+    patches.parse_headers_directly()
+    server = ThreadedMotoServer(ip_address="127.0.0.1", port=0, verbose=False)
+    server.start()
+    try:
+        url = f"http://127.0.0.1:{server.get_host_and_port()[1]}"
+        dynamodb = boto3.client(
+            "dynamodb", region_name="us-east-1", endpoint_url=url,
+            aws_access_key_id="k", aws_secret_access_key="s",
+        )  # fmt: skip
+        assert dynamodb.list_tables()["TableNames"] == []
+        with pytest.raises(dynamodb.exceptions.ResourceNotFoundException):
+            dynamodb.get_item(TableName="none", Key={"k": {"S": "v"}})
+    finally:
+        server.stop()

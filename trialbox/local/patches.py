@@ -4,10 +4,13 @@ around; tests/local/test_patches.py fails if a patch stops being needed or stops
 from __future__ import annotations
 
 import copy
+import email.parser
 import functools
+import http.client
 import inspect
 import io
 import json
+import re
 import sys
 import threading
 import time
@@ -15,6 +18,7 @@ from collections.abc import Callable
 from typing import Any
 
 from moto.awslambda_simple.models import LambdaSimpleBackend
+from moto.core import responses as moto_responses
 from moto.core.exceptions import AWSError
 from moto.core.responses import EmptyResult
 from moto.dynamodb import models as dynamodb_models
@@ -73,6 +77,10 @@ _original_sqs_clock = (_SQS_NAMES["unix_time"], _SQS_NAMES["unix_time_millis"])
 _dynamodb_lock = threading.RLock()  # a transaction's own puts and deletes take it again
 # The `copy` module moto's DynamoDB backend copies a transaction's tables with.
 _DYNAMODB_NAMES: dict[str, Any] = vars(dynamodb_models)
+# The name moto's responses find an action's method by (answer_each_action_by_a_set).
+_RESPONSES_NAMES: dict[str, Any] = vars(moto_responses)
+_original_method_names = _RESPONSES_NAMES["method_names_from_class"]
+_original_parse_headers = http.client.parse_headers
 
 
 class TaskDoesNotExist(AWSError):
@@ -319,6 +327,47 @@ def keep_connections_alive() -> None:
     threaded_moto_server.MotoRequestHandler = _KeepAliveHandler  # type: ignore[attr-defined]
 
 
+@functools.cache
+def _method_names(clazz: type) -> frozenset[str]:
+    return frozenset(_original_method_names(clazz))
+
+
+def find_each_action_by_a_set() -> None:
+    """Defect (cost): moto finds the method of a request's action by listing every function
+    of its responses class (inspect.getmembers: a sort of a few hundred members) on every
+    request: about a twelfth of a GetItem's CPU in the services process. A class's functions
+    do not change once it is defined: list them once per class."""
+    _RESPONSES_NAMES["method_names_from_class"] = _method_names
+
+
+# A header line as the email parser takes one: a name of printable ASCII but ':', a colon.
+_HEADER_LINE = re.compile(r"[\041-\071\073-\176]+:")
+
+
+def _parse_headers(fp: Any, _class: type = http.client.HTTPMessage) -> Any:
+    lines = http.client._read_headers(fp)  # type: ignore[attr-defined]
+    message = _class()
+    for raw in lines[:-1]:  # the last is the empty line that ends them
+        line = raw.decode("iso-8859-1")
+        if not _HEADER_LINE.match(line):  # folded, malformed: as the email parser does it
+            text = b"".join(lines).decode("iso-8859-1")
+            return email.parser.Parser(_class=_class).parsestr(text)
+        name, _, value = line.partition(":")
+        message[name] = value.lstrip(" \t").rstrip("\r\n")
+    return message
+
+
+def parse_headers_directly() -> None:
+    """Defect (cost): http.client parses every request's and response's headers with the
+    email package's feed parser (a general RFC 2822 parser: a quarter of a GetItem's
+    request handling in werkzeug's server, before moto runs). Lines of one `name: value`
+    each are read directly into the same message class; anything else (a folded or
+    malformed line) still goes to the email parser, so every answer is the one it gives.
+    For the services process only: http.server and urllib3 (Step Functions' own calls)
+    read headers through http.client.parse_headers."""
+    http.client.parse_headers = _parse_headers  # type: ignore[assignment]
+
+
 def _unix_time(dt: Any = None) -> float:
     return time.time() if dt is None else _original_sqs_clock[0](dt)
 
@@ -461,3 +510,6 @@ def undo() -> None:
     _DYNAMODB_NAMES["copy"] = copy
     _SQS_NAMES.update(zip(("unix_time", "unix_time_millis"), _original_sqs_clock, strict=True))
     threaded_moto_server.MotoRequestHandler = MotoRequestHandler  # type: ignore[attr-defined]
+    _RESPONSES_NAMES["method_names_from_class"] = _original_method_names
+    _method_names.cache_clear()
+    http.client.parse_headers = _original_parse_headers

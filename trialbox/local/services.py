@@ -136,6 +136,8 @@ def serve(port: int, heartbeat_s: int, log_dir: Path, ready: IO[str], until: IO[
     patches.parse_each_definition_once()
     patches.parse_each_json_path_once()
     patches.route_each_host_once()
+    patches.find_each_action_by_a_set()
+    patches.parse_headers_directly()
     patches.isolate_dynamodb_transactions()
     patches.read_the_sqs_clock_directly()
     limit_patches.enforce()  # AWS's limits, after route_lambda_invocations (docs/twin-fidelity.md)
