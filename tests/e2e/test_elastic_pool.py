@@ -61,6 +61,13 @@ def test_a_burst_grows_the_pool_and_idle_shrinks_it_to_the_minimum() -> None:
         # Idle: back to the minimum, by the scaler's count and the pool's workers.
         _wait("the pool never shrank back", lambda: _desired(twin) == 0, 30 + 4 * IDLE_S)
         _wait("the idle workers never stopped", lambda: not pool.pids(), 30)
+        # A worker that exited is counted by the pool's supervisor at its next look (every
+        # SUPERVISE_S), after pids() stops listing it: seen, 2 of 3 counted at the check.
+        _wait(
+            "the stopped workers were never counted",
+            lambda: pool.retired + pool.replaced >= MAX_WORKERS,
+            10,
+        )
         assert pool.replaced == 0  # no worker was lost: each one that stopped was retired
         assert pool.retired >= MAX_WORKERS
         client.close()
