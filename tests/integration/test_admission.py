@@ -420,14 +420,14 @@ def test_a_waiting_dispatcher_reads_the_count_alone_after_its_first_ask(
     assert len(requeued) == 1  # back to the requests queue once its wait ran out
 
 
-def test_a_request_admitted_at_once_costs_the_dispatcher_three_table_calls(
+def test_a_request_that_waits_reads_the_count_and_its_marker_in_one_call(
     aws: Aws, pool: Admission, dispatcher: tuple[Dispatcher, list[str]]
 ) -> None:
-    """Was five calls, with a full pool's first ask: the request's result read before and
-    after its admission, and its marker read apart from the count. Now: the count and the
-    marker in one read, the admission, and the result read once the slot is held (a cancel
-    that found no marker relies on that one); a request that must wait reads its result
-    before it waits, so that one that ended waits for nothing."""
+    """A full pool's first ask read the count, then the request's marker (a redelivery's is
+    there from the start) in a call of its own: one of 38 calls a HumanEval job made on the
+    twin. Both are now one BatchGetItem; each poll after it reads the count alone. The
+    request's result is read before its admission (a request that ended starts nothing) and
+    after it (a cancel that found no marker relies on that read)."""
     dispatch, requeued = dispatcher
     pool.lease("w-1", 1, term_s=60)
     calls = Called(aws.dynamodb)
@@ -438,15 +438,15 @@ def test_a_request_admitted_at_once_costs_the_dispatcher_three_table_calls(
         return [call for call in calls.calls if call != "get_paginator"]
 
     assert dispatch(request("r-1")) == Dispatched.STARTED
-    assert made() == ["batch_get_item", "transact_write_items", "get_item"]
+    assert made() == ["get_item", "batch_get_item", "transact_write_items", "get_item"]
     calls.calls.clear()
     assert dispatch(request("r-2"), wait_until=time.monotonic() + 0.25) == Dispatched.REQUEUED
-    assert made()[:2] == ["batch_get_item", "get_item"]  # full: its result, then it waits
+    assert made()[:2] == ["get_item", "batch_get_item"]  # its result; the count and its marker
     assert set(made()[2:]) <= {"batch_get_item"} and requeued  # its polls read the count alone
     calls.calls.clear()
     aws.table.put_terminal("r-3", {"status": "cancelled"})  # cancelled before it was admitted
     assert dispatch(request("r-3"), wait_until=time.monotonic() + 30) == Dispatched.ALREADY_ENDED
-    assert made() == ["batch_get_item", "get_item"]  # it waited for no slot
+    assert made() == ["get_item"]  # it waited for no slot
 
 
 def test_admissions_spread_over_the_count_s_shards_within_each_share(pool: Admission) -> None:

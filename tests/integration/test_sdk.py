@@ -486,6 +486,24 @@ def test_a_result_recorded_before_the_cancel_stands(
         assert (result.status, result.reward) == (Status.SUCCEEDED, 1.0)
 
 
+def test_a_result_recorded_before_a_cancel_right_after_a_poll_is_read_at_once(
+    aws: Aws, resources: Resources, fake: FakePipeline, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A submit's wake-up polls no sooner than POLL_S after the last poll; a cancel's polls at
+    once, or a result that beat the cancel would wait a whole poll delay."""
+    monkeypatch.setattr(core, "POLL_S", 30)
+    monkeypatch.setattr(core, "MAX_POLL_S", 30)
+    with Client(resources) as client:
+        (handle,) = client.submit([req("hp0", delay="hold")])
+        fake.wait_received("hp0")
+        client.submit([req("hp1", delay="hold")])  # its wake-up polls: hp0 is in flight
+        fake.wait_received("hp1")
+        fake.finish("hp0")
+        client.cancel([handle])
+        result = handle.result(timeout=5)
+        assert (result.status, result.reward) == (Status.SUCCEEDED, 1.0)
+
+
 # --- (e) request ids are idempotency keys --------------------------------------------------------
 
 

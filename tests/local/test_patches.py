@@ -546,7 +546,17 @@ HEADER_BLOCKS = [
     b"Bare: lf\nOnly: lf\n\n",
     b"Latin: \xe9t\xe9\r\n\r\n",
     b"\r\n",  # no header at all
+    b"A: b\rC: d\r\nE: f\r\n\r\n",  # a bare CR: the email parser ends a line there too
+    b"A: b\r\r\nC: d\r\n\r\n",
+    b"Blank:   \r\nTabbed:\t v \r\n\r\n",
+    b"Content-Type: multipart/mixed; boundary=x\r\n\r\n",  # a payload it parses
+    b"Content-Type: message/rfc822\r\n\r\n",
 ]
+
+
+def _payload(message: Any) -> Any:
+    payload = message.get_payload()
+    return [part.as_string() for part in payload] if isinstance(payload, list) else payload
 
 
 @pytest.mark.parametrize("block", HEADER_BLOCKS)
@@ -561,6 +571,8 @@ def test_headers_read_directly_are_the_email_parser_s(block: bytes) -> None:
     direct = http.client.parse_headers(stream)
     assert type(direct) is type(parsed) and direct.items() == parsed.items()
     assert direct.get_all("A") == parsed.get_all("A") and stream.read() == b"body"
+    assert _payload(direct) == _payload(parsed)
+    assert [type(d) for d in direct.defects] == [type(d) for d in parsed.defects]
 
 
 def test_a_server_with_headers_read_directly_answers_as_before() -> None:

@@ -340,21 +340,28 @@ def find_each_action_by_a_set() -> None:
     _RESPONSES_NAMES["method_names_from_class"] = _method_names
 
 
-# A header line as the email parser takes one: a name of printable ASCII but ':', a colon.
-_HEADER_LINE = re.compile(r"[\041-\071\073-\176]+:")
+# A line the email parser takes as one header, whole: a name of printable ASCII but ':', a
+# colon, a value with no CR or LF (it splits lines at a bare CR too), then the line's end.
+_HEADER_LINE = re.compile(r"([\041-\071\073-\176]+):[ \t]*([^\r\n]*)\r?\n?")
 
 
 def _parse_headers(fp: Any, _class: type = http.client.HTTPMessage) -> Any:
     lines = http.client._read_headers(fp)  # type: ignore[attr-defined]
     message = _class()
     for raw in lines[:-1]:  # the last is the empty line that ends them
-        line = raw.decode("iso-8859-1")
-        if not _HEADER_LINE.match(line):  # folded, malformed: as the email parser does it
-            text = b"".join(lines).decode("iso-8859-1")
-            return email.parser.Parser(_class=_class).parsestr(text)
-        name, _, value = line.partition(":")
-        message[name] = value.lstrip(" \t").rstrip("\r\n")
+        header = _HEADER_LINE.fullmatch(raw.decode("iso-8859-1"))
+        if header is None:  # folded, malformed: as the email parser does it
+            return _parsed_by_email(lines, _class)
+        message[header[1]] = header[2]
+    if message.get_content_maintype() in ("multipart", "message"):  # a payload it parses
+        return _parsed_by_email(lines, _class)
+    message.set_payload("")
     return message
+
+
+def _parsed_by_email(lines: list[bytes], _class: type) -> Any:
+    text = b"".join(lines).decode("iso-8859-1")
+    return email.parser.Parser(_class=_class).parsestr(text)
 
 
 def parse_headers_directly() -> None:
@@ -362,7 +369,8 @@ def parse_headers_directly() -> None:
     email package's feed parser (a general RFC 2822 parser: a quarter of a GetItem's
     request handling in werkzeug's server, before moto runs). Lines of one `name: value`
     each are read directly into the same message class; anything else (a folded or
-    malformed line) still goes to the email parser, so every answer is the one it gives.
+    malformed line, a bare CR, a multipart or message type) still goes to the email parser:
+    the same headers and payload as it gives.
     For the services process only: http.server and urllib3 (Step Functions' own calls)
     read headers through http.client.parse_headers."""
     http.client.parse_headers = _parse_headers  # type: ignore[assignment]

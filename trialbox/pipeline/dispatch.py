@@ -115,22 +115,12 @@ class Dispatcher:
             return self._reject(request_id, validation_message(exc))
         if request.request_id != request_id:
             return self._reject(request_id, "request_id: differs from the pointer's request_id")
+        ended, recorded_for = self.table.terminal(request_id)
         content = request.content_sha256()
-        # Its result is read once it holds a slot (a cancel that found no marker relies on
-        # that read), and before it waits for one: a request that ended waits for nothing.
-        new = self.admission.admit_new(request_id)
-        if new is None:
-            if (ended := self._ended(body, request_id, content)) is not None:
-                return ended
-            if before_waiting is not None:
-                before_waiting()
-            if not self._admitted(request_id, wait_until):
-                self.requeue(body)
-                return Dispatched.REQUEUED
-            new = True
-        if (ended := self._ended(body, request_id, content)) is not None:
-            self.admission.release(request_id)
-            return ended
+        if ended and recorded_for not in (None, content):
+            return self._reused(body, request_id)
+        if ended:  # nothing to run: it ended already (its client cancelled it, say)
+            return Dispatched.ALREADY_ENDED
         if pointer is None and len(body.encode()) > MAX_INLINE_REQUEST_BYTES:
             pointer = self._offload(request_id, content, body)
         rollout = RolloutInput(
@@ -139,17 +129,18 @@ class Dispatcher:
             payload_uri=pointer.payload_uri if pointer else None,
             content_sha256=content,
         )
+        new = self.admission.admit_new(request_id)
+        if new is None:
+            if before_waiting is not None:
+                before_waiting()
+            if not self._admitted(request_id, wait_until):
+                self.requeue(body)
+                return Dispatched.REQUEUED
+            new = True
+        if self.table.terminal(request_id)[0]:  # it ended while it waited (cancelled, say)
+            self.admission.release(request_id)
+            return Dispatched.ALREADY_ENDED
         return Admitted(rollout, body, redelivered=not new)
-
-    def _ended(self, body: str, request_id: str, content: str) -> Dispatched | None:
-        """What became of a request that already has its terminal result (its client
-        cancelled it, say: nothing to run), or of an id reused with other content."""
-        ended, recorded_for = self.table.terminal(request_id)
-        if not ended:
-            return None
-        if recorded_for not in (None, content):
-            return self._reused(body, request_id)
-        return Dispatched.ALREADY_ENDED
 
     def start(self, admitted: list[Admitted]) -> dict[str, Dispatched]:
         """Start what `admit` admitted: one request alone as its own execution, several as one

@@ -148,6 +148,7 @@ class AsyncClient:
         self._poll_failures = 0
         self._send_failures = 0
         self._polled_at = -math.inf  # time.monotonic() of the last poll
+        self._poll_now = False  # the next round polls whenever its last poll was (a cancel)
         self._loop: asyncio.AbstractEventLoop | None = None
         self.sessions = SessionContext(self._aws, self._grade)
 
@@ -319,6 +320,7 @@ class AsyncClient:
                     self._finish(handle, result)
 
         await asyncio.gather(*(stop(h) for h in mine if not h.done()))
+        self._poll_now = True
         self._kick()
 
     async def withdraw(self, handles: Sequence[AsyncHandle]) -> list[AsyncHandle]:
@@ -448,20 +450,27 @@ class AsyncClient:
         while (self._waiting or self._in_flight) and not self._closed:
             self._wake.clear()
             # Poll first: the slots it frees are refilled at once, and each poll comes a full
-            # delay after the sends it covers. A wake-up (a submit, a cancel) sends at once
-            # but polls no sooner than POLL_S after the last poll: submits one at a time
-            # would otherwise each cost a poll.
-            arrived = 0
-            if time.monotonic() - self._polled_at >= POLL_S:
-                arrived = await self._poll()
+            # delay after the sends it covers. A submit's wake-up sends at once but polls no
+            # sooner than POLL_S after the last poll (submits one at a time would each cost
+            # a poll), and a poll it skips keeps its time; a cancel's polls at once (a result
+            # that beat the cancel is read now).
+            polled = self._poll_now or time.monotonic() - self._polled_at >= POLL_S
+            self._poll_now = False
+            arrived = await self._poll() if polled else 0
             sent = await self._admit()
-            delay = POLL_S if (sent or arrived) else min(MAX_POLL_S, delay * 1.5)
+            if sent or arrived:
+                delay = POLL_S
+            elif polled:
+                delay = min(MAX_POLL_S, delay * 1.5)
+            wait = delay
+            if not (polled or sent):
+                wait = max(0.0, self._polled_at + delay - time.monotonic())
             if self._waiting or self._in_flight:
                 # asyncio.wait, not wait_for: on 3.11 wait_for loses a cancel (aclose) that
                 # arrives as the wake-up does.
                 woken = asyncio.ensure_future(self._wake.wait())
                 try:
-                    await asyncio.wait({woken}, timeout=delay)
+                    await asyncio.wait({woken}, timeout=wait)
                 finally:
                     woken.cancel()
 
