@@ -77,7 +77,7 @@ _original_sqs_clock = (_SQS_NAMES["unix_time"], _SQS_NAMES["unix_time_millis"])
 _dynamodb_lock = threading.RLock()  # a transaction's own puts and deletes take it again
 # The `copy` module moto's DynamoDB backend copies a transaction's tables with.
 _DYNAMODB_NAMES: dict[str, Any] = vars(dynamodb_models)
-# The name moto's responses find an action's method by (answer_each_action_by_a_set).
+# The name moto's responses find an action's method by (find_each_action_by_a_set).
 _RESPONSES_NAMES: dict[str, Any] = vars(moto_responses)
 _original_method_names = _RESPONSES_NAMES["method_names_from_class"]
 _original_parse_headers = http.client.parse_headers

@@ -147,8 +147,7 @@ class AsyncClient:
         self._closed = False
         self._poll_failures = 0
         self._send_failures = 0
-        self._polled_at = -math.inf  # time.monotonic() of the last poll
-        self._poll_now = False  # the next round polls whenever its last poll was (a cancel)
+        self._polled_at = -math.inf  # time.monotonic() of the last poll (-inf: poll next round)
         self._loop: asyncio.AbstractEventLoop | None = None
         self.sessions = SessionContext(self._aws, self._grade)
 
@@ -320,7 +319,7 @@ class AsyncClient:
                     self._finish(handle, result)
 
         await asyncio.gather(*(stop(h) for h in mine if not h.done()))
-        self._poll_now = True
+        self._polled_at = -math.inf  # a result that beat the cancel is read now
         self._kick()
 
     async def withdraw(self, handles: Sequence[AsyncHandle]) -> list[AsyncHandle]:
@@ -454,17 +453,15 @@ class AsyncClient:
             # sooner than POLL_S after the last poll (submits one at a time would each cost
             # a poll), and a poll it skips keeps its time; a cancel's polls at once (a result
             # that beat the cancel is read now).
-            polled = self._poll_now or time.monotonic() - self._polled_at >= POLL_S
-            self._poll_now = False
+            polled = time.monotonic() - self._polled_at >= POLL_S
             arrived = await self._poll() if polled else 0
             sent = await self._admit()
             if sent or arrived:
                 delay = POLL_S
             elif polled:
                 delay = min(MAX_POLL_S, delay * 1.5)
-            wait = delay
-            if not (polled or sent):
-                wait = max(0.0, self._polled_at + delay - time.monotonic())
+            skipped = not (polled or sent)  # the next poll keeps its time
+            wait = max(0.0, self._polled_at + delay - time.monotonic()) if skipped else delay
             if self._waiting or self._in_flight:
                 # asyncio.wait, not wait_for: on 3.11 wait_for loses a cancel (aclose) that
                 # arrives as the wake-up does.
